@@ -1,0 +1,78 @@
+"""The ``glm5`` command.
+
+Each library module that offers a command defines ``register_cli(subparsers)``, adding its
+sub-command with ``set_defaults(func=handler)``; the handler takes the parsed arguments and
+returns an exit code. This module only assembles them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import logging
+import sys
+from collections.abc import Sequence
+
+from glm5lib._version import __version__
+from glm5lib.errors import Glm5Error
+
+__all__ = ["build_parser", "main"]
+
+# Modules that contribute sub-commands, in the order they appear in --help.
+COMMAND_MODULES = (
+    "glm5lib.workbook",
+    "glm5lib.server",
+    "glm5lib.sim",
+    "glm5lib.loadgen",
+    "glm5lib.telemetry",
+    "glm5lib.logs",
+    "glm5lib.config",
+    "glm5lib.diagnose",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="glm5",
+        description=(
+            "Diagnose why an SGLang server delivers less throughput than its GPUs should: "
+            "measure, diff against a reference run, test the fix, find the next bottleneck."
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"glm5lib {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        if importlib.util.find_spec(name) is None:
+            continue
+        module = importlib.import_module(name)
+        register = getattr(module, "register_cli", None)
+        if register is not None:
+            register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 0
+    try:
+        return int(func(args) or 0)
+    except Glm5Error as exc:
+        print(f"glm5: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("glm5: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

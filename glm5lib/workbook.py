@@ -1,0 +1,142 @@
+"""Run the workbook's notebooks in order, headless, with papermill.
+
+``glm5 workbook run`` executes ``notebooks/NN-*.ipynb`` in order into a fresh run folder
+(``data/runs/<run-id>/``). Every notebook receives the same parameters (those it does not
+declare are ignored), plus ``RUN_DIR``. A notebook that raises stops the run; the error names
+the notebook and the cell, and everything written so far stays in the run folder.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from glm5lib import rundir
+from glm5lib.errors import ConfigError, NotebookFailedError
+
+__all__ = ["list_notebooks", "notebooks_dir", "parse_parameter", "register_cli", "run_workbook"]
+
+log = logging.getLogger(__name__)
+
+_NOTEBOOK_RE = re.compile(r"^(\d\d)-[\w-]+\.ipynb$")
+
+
+def notebooks_dir() -> Path:
+    """The workbook's notebooks folder (``notebooks/`` beside the package)."""
+    return Path(__file__).resolve().parent.parent / "notebooks"
+
+
+def list_notebooks(folder: str | Path | None = None) -> list[Path]:
+    """The workbook's notebooks in run order (files named ``NN-verb-object.ipynb``)."""
+    folder = Path(folder) if folder is not None else notebooks_dir()
+    return sorted(p for p in folder.glob("*.ipynb") if _NOTEBOOK_RE.match(p.name))
+
+
+def parse_parameter(text: str) -> tuple[str, Any]:
+    """Parse one ``NAME=VALUE`` option; VALUE is a Python literal or, failing that, a string."""
+    name, sep, raw = text.partition("=")
+    name = name.strip()
+    if not sep or not name.isidentifier():
+        raise ConfigError(
+            f"parameter {text!r} is not NAME=VALUE (for example CONCURRENCIES=[1,64,256])",
+            field="parameters",
+        )
+    try:
+        value = ast.literal_eval(raw.strip())
+    except (ValueError, SyntaxError):
+        value = raw.strip()
+    return name.upper(), value
+
+
+def run_workbook(
+    parameters: Mapping[str, Any] | None = None,
+    *,
+    run_dir: str | Path | None = None,
+    only: Sequence[int] | None = None,
+    notebooks: str | Path | None = None,
+    kernel_name: str | None = None,
+    progress: bool = True,
+) -> Path:
+    """Execute the notebooks in order into a run folder and return that folder.
+
+    ``only`` restricts the run to notebooks whose number ``NN`` is listed. Raises
+    :class:`NotebookFailedError` naming the notebook and cell when one fails.
+    """
+    import papermill as pm
+    from papermill.exceptions import PapermillExecutionError
+
+    paths = list_notebooks(notebooks)
+    if only:
+        wanted = {int(n) for n in only}
+        known = {int(_NOTEBOOK_RE.match(p.name).group(1)) for p in paths}
+        missing = sorted(wanted - known)
+        if missing:
+            raise ConfigError(
+                f"--only {missing} names no notebook; the workbook has {sorted(known)}",
+                field="only",
+                valid=[str(k) for k in sorted(known)],
+            )
+        paths = [p for p in paths if int(_NOTEBOOK_RE.match(p.name).group(1)) in wanted]
+    out = Path(run_dir) if run_dir is not None else rundir.new_run_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    params = dict(parameters or {})
+    params["RUN_DIR"] = str(out.resolve())
+    if not paths:
+        log.warning("no notebooks found in %s; nothing to run", notebooks or notebooks_dir())
+    for path in paths:
+        target = out / path.name
+        log.info("running %s -> %s", path.name, target)
+        try:
+            pm.execute_notebook(
+                str(path),
+                str(target),
+                parameters=params,
+                kernel_name=kernel_name,
+                cwd=str(path.parent),
+                progress_bar=progress,
+                report_mode=False,
+            )
+        except PapermillExecutionError as exc:
+            raise NotebookFailedError(
+                f"{path.name} failed in cell [{exc.exec_count}] ({_first_line(exc.source)!r}): "
+                f"{exc.ename}: {exc.evalue} "
+                f"(executed copy with the traceback: {target}; results so far are in {out})",
+                notebook=path.name,
+                cell=exc.exec_count,
+                run_dir=str(out),
+            ) from exc
+    return out
+
+
+def _first_line(source: str) -> str:
+    lines = [line for line in (source or "").splitlines() if line.strip()]
+    return lines[0][:80] if lines else ""
+
+
+def _cmd_run(args) -> int:
+    params = dict(parse_parameter(p) for p in args.parameter or [])
+    only = [int(n) for n in args.only.split(",")] if args.only else None
+    out = run_workbook(params, run_dir=args.run_dir, only=only, progress=not args.quiet)
+    print(f"Workbook results are in {out}")
+    report = out / rundir.REPORT
+    if report.exists():
+        print(f"Report: {report}")
+    return 0
+
+
+def register_cli(sub) -> None:
+    p = sub.add_parser("workbook", help="run the workbook's notebooks headless with papermill")
+    wsub = p.add_subparsers(dest="workbook_command", metavar="ACTION", required=True)
+    run = wsub.add_parser("run", help="execute the notebooks in order into a run folder")
+    run.add_argument(
+        "-p", "--parameter", action="append", metavar="NAME=VALUE",
+        help="notebook parameter, a Python literal (repeatable), e.g. -p CONCURRENCIES=[1,64]",
+    )
+    run.add_argument("--run-dir", help="run folder (default: data/runs/<timestamp>)")
+    run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 2,4")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(func=_cmd_run)
