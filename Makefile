@@ -20,7 +20,7 @@ workbook: setup
 	$(BIN)/glm5 workbook run $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check glm5lib tests benchmarks notebooks
+	$(BIN)/ruff check .
 
 test: setup lint
 	$(BIN)/python -m pytest $(ARGS)
