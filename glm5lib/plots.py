@@ -208,7 +208,8 @@ def running_queued_over_time(
         ax.set_ylim(bottom=0)
         ax.grid(True, alpha=0.3)
         ax.set_title(f"{label}: running and queued requests")
-        ax.legend(fontsize=8, loc="upper left")
+        if ax.get_lines():
+            ax.legend(fontsize=8, loc="upper left")
     if title:
         fig.suptitle(title)
     return fig
