@@ -1,0 +1,510 @@
+"""The run's story in one page: ``report.md`` and ``summary.json`` built from a run folder.
+
+:func:`summarize` reads what the notebooks left in a run folder (each phase's ``sweep.csv``,
+``server.log``, ``gpu.csv``, ``config.json``, ``findings.csv``; the run's ``environment.json``,
+``diff.csv`` and ``hypothesis.json``; a phase's ``patch.json``) and returns the numbers as a
+dict; :func:`write_report` also draws the figures and writes ``report.md`` (the story, with
+figures and numbers) and ``summary.json`` (the same numbers, for tests and scripts).
+
+Measurements from glm5lib's stand-in server are never passed off as GPU measurements: when any
+phase's server log banner (``ServerLog.standin``), server info or environment snapshot says it
+came from the stand-in, the report opens by saying so, with the profile name.
+
+Anything missing (a notebook not run yet, a run that failed half-way) is reported as missing,
+not as an error: a partial run still gets a report of what it has.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import rundir
+from glm5lib.errors import ConfigError
+
+__all__ = [
+    "DIFF",
+    "HYPOTHESIS",
+    "NOTEBOOKS_STATUS",
+    "SERVER_INFO",
+    "list_phases",
+    "render_markdown",
+    "summarize",
+    "write_report",
+]
+
+log = logging.getLogger(__name__)
+
+#: Files of the run folder that the workbook's notebooks write beside rundir's.
+DIFF = "diff.csv"  # run root: diagnose.diff_configs(baseline, reference)
+HYPOTHESIS = "hypothesis.json"  # run root: the leading hypothesis and how to test it
+SERVER_INFO = "server_info.json"  # per phase: the server's /get_server_info (secrets masked)
+NOTEBOOKS_STATUS = "notebooks.json"  # run root: which notebooks ran, and how they ended
+
+_PHASE_ORDER = ("baseline", "fix")
+_LEVEL_COLUMNS = (
+    "concurrency", "completed", "failed", "output_throughput", "total_throughput",
+    "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+    "median_e2e_latency_ms", "client_bound",
+)
+_CONFIG_FIELDS = (
+    "model_path", "tp_size", "max_running_requests", "attention_backend", "disable_cuda_graph",
+    "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
+    "enable_flashinfer_allreduce_fusion", "chunked_prefill_size", "mem_fraction_static", "page_size",
+)
+
+
+# -- reading ----------------------------------------------------------------------------------
+def list_phases(run_dir: str | Path) -> list[str]:
+    """Phase folders of a run (those with a sweep or a server log), baseline and fix first."""
+    run = Path(run_dir)
+    found = [
+        p.name for p in run.iterdir()
+        if p.is_dir() and ((p / rundir.SWEEP).exists() or (p / rundir.SERVER_LOG).exists())
+    ] if run.is_dir() else []
+    ordered = [p for p in _PHASE_ORDER if p in found]
+    return ordered + sorted(p for p in found if p not in _PHASE_ORDER)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        log.warning("cannot read %s: %s", path, exc)
+        return None
+
+
+def _read_csv(path: Path) -> pd.DataFrame | None:
+    if not path.exists() or path.stat().st_size == 0:
+        return None
+    try:
+        return pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        log.warning("cannot read %s: %s", path, exc)
+        return None
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe plain Python values (NaN -> None, numpy -> Python)."""
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, (pd.Timestamp, _dt.datetime)):
+        return value.isoformat()
+    return value
+
+
+def _parse_log(path: Path):
+    if not path.exists():
+        return None
+    try:
+        from glm5lib.logs import parse_log
+    except ImportError:  # pragma: no cover - glm5lib.logs ships with the package
+        log.warning("glm5lib.logs is not available; server log not summarised")
+        return None
+    return parse_log(path)
+
+
+def _decode_stats(server_log, cap: int | None) -> dict:
+    decode = getattr(server_log, "decode", None)
+    if decode is None or decode.empty or "running_req" not in decode.columns:
+        return {"decode_lines": 0}
+    data = decode
+    if "rank" in data.columns and data["rank"].notna().any():
+        data = data[data["rank"] == data["rank"].dropna().iloc[0]]
+    stats = {
+        "decode_lines": len(data),
+        "max_running_req": int(data["running_req"].max()),
+        "mean_running_req": float(data["running_req"].mean()),
+        "max_queue_req": int(data["queue_req"].max()) if "queue_req" in data else None,
+        "mean_queue_req": float(data["queue_req"].mean()) if "queue_req" in data else None,
+    }
+    if "gen_throughput" in data.columns:
+        stats["peak_gen_throughput"] = float(data["gen_throughput"].max())
+    if cap and "queue_req" in data.columns:
+        pinned = (data["running_req"] >= cap) & (data["queue_req"] > 0)
+        stats["pinned_at_cap_share"] = float(pinned.mean())
+    return stats
+
+
+def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd.DataFrame | None:
+    if gpu is None or sweep is None or gpu.empty or sweep.empty:
+        return None
+    try:
+        from glm5lib.telemetry import per_level
+    except ImportError:  # pragma: no cover - glm5lib.telemetry ships with the package
+        log.warning("glm5lib.telemetry is not available; power per level not summarised")
+        return None
+    try:
+        return per_level(gpu, sweep)
+    except Exception as exc:  # a partial gpu.csv must not cost the whole report
+        log.warning("power per level could not be computed: %s", exc)
+        return None
+
+
+def _standin_of(server_log, server_info: Any) -> str | None:
+    name = getattr(server_log, "standin", None)
+    if name:
+        return str(name)
+    if isinstance(server_info, Mapping) and isinstance(server_info.get("standin"), Mapping):
+        return str(server_info["standin"].get("profile") or "unknown profile")
+    return None
+
+
+def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
+    """(summary dict, frames for figures) of one phase."""
+    folder = run / phase
+    sweep = _read_csv(folder / rundir.SWEEP)
+    gpu = _read_csv(folder / rundir.GPU)
+    config = _read_json(folder / rundir.CONFIG) or {}
+    server_info = _read_json(folder / SERVER_INFO)
+    server_log = _parse_log(folder / rundir.SERVER_LOG)
+    server_args = dict(getattr(server_log, "server_args", None) or {})
+    startup = dict(getattr(server_log, "startup", None) or {})
+    merged = {**server_args, **(config if isinstance(config, Mapping) else {})}
+    cap = startup.get("max_running_requests") or merged.get("max_running_requests")
+    cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
+
+    summary: dict[str, Any] = {
+        "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
+        "max_running_requests": cap,
+        "standin": _standin_of(server_log, server_info),
+        "levels": [],
+        "throughput": {},
+    }
+    frames: dict[str, Any] = {"sweep": sweep, "decode": getattr(server_log, "decode", None), "cap": cap}
+    if sweep is not None and "concurrency" in sweep.columns:
+        sweep = sweep.sort_values("concurrency")
+        cols = [c for c in _LEVEL_COLUMNS if c in sweep.columns]
+        summary["levels"] = [_clean(row) for row in sweep[cols].to_dict(orient="records")]
+        if "output_throughput" in sweep.columns:
+            summary["throughput"] = {
+                str(int(c)): _clean(t) for c, t in zip(sweep["concurrency"], sweep["output_throughput"], strict=True)
+            }
+            best = sweep.loc[sweep["output_throughput"].idxmax()] if sweep["output_throughput"].notna().any() else None
+            if best is not None:
+                summary["peak"] = {"concurrency": int(best["concurrency"]),
+                                   "output_throughput": float(best["output_throughput"])}
+        if "failed" in sweep.columns:
+            summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
+    if server_log is not None:
+        summary["decode"] = _decode_stats(server_log, cap)
+        errors = getattr(server_log, "errors", None)
+        if errors is not None and not errors.empty:
+            summary["errors"] = _clean(errors["kind"].value_counts().to_dict())
+    power = _power_per_level(gpu, sweep)
+    frames["power"] = power
+    if power is not None and not power.empty:
+        keep = [c for c in ("concurrency", "mean_power_w", "peak_power_w", "power_limit_w",
+                            "mean_gpu_util", "joules_per_token") if c in power.columns]
+        summary["power"] = [_clean(r) for r in power[keep].to_dict(orient="records")]
+    findings = _read_csv(folder / rundir.FINDINGS)
+    if findings is not None:
+        keep = [c for c in ("finding", "evidence", "suggestion", "confidence", "rule") if c in findings.columns]
+        summary["findings"] = [_clean(r) for r in findings[keep].to_dict(orient="records")]
+    patch = _read_json(folder / "patch.json")
+    if patch:
+        summary["patch"] = _clean(patch)
+    return summary, frames
+
+
+def _comparison(before: dict, after: dict) -> list[dict]:
+    rows = []
+    for level in sorted(set(before) & set(after), key=int):
+        b, a = before[level], after[level]
+        gain = a / b if b and a is not None else None
+        rows.append({"concurrency": int(level), "before": b, "after": a, "gain": gain})
+    return rows
+
+
+def _leading_cause(run: Path) -> dict | None:
+    hypothesis = _read_json(run / HYPOTHESIS)
+    if isinstance(hypothesis, Mapping) and hypothesis.get("field"):
+        return _clean(dict(hypothesis))
+    diff = _read_csv(run / DIFF)
+    if diff is None or diff.empty or "field" not in diff.columns:
+        return None
+    top = diff.sort_values("rank").iloc[0] if "rank" in diff.columns else diff.iloc[0]
+    keep = [c for c in ("field", "current", "reference", "impact", "rank", "rationale") if c in diff.columns]
+    return _clean({c: top[c] for c in keep})
+
+
+def _frames_and_summary(run_dir: str | Path) -> tuple[dict, dict]:
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ConfigError(f"run folder {run} does not exist", field="run_dir")
+    phases: dict[str, dict] = {}
+    frames: dict[str, dict] = {}
+    for phase in list_phases(run):
+        phases[phase], frames[phase] = _phase_summary(run, phase)
+    environment = _read_json(run / rundir.ENVIRONMENT) or {}
+    env_standin = bool(environment.get("standin")) if isinstance(environment, Mapping) else False
+    profiles = {p: s["standin"] for p, s in phases.items() if s.get("standin")}
+    summary: dict[str, Any] = {
+        "run_dir": str(run.resolve()),
+        "run_id": run.name,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "standin": {"used": bool(profiles) or env_standin, "profiles": profiles,
+                    "environment": env_standin},
+        "phases": phases,
+        "throughput": {p: s["throughput"] for p, s in phases.items() if s.get("throughput")},
+        "leading_cause": _leading_cause(run),
+        "notebooks": _read_json(run / NOTEBOOKS_STATUS) or [],
+    }
+    if isinstance(environment, Mapping) and environment:
+        gpus = environment.get("gpus") or []
+        summary["environment"] = _clean({
+            "source": environment.get("source"),
+            "gpu_count": len(gpus),
+            "gpu_names": sorted({g.get("name") for g in gpus if g.get("name")}),
+            "power_limit_w": max((g.get("power_limit_w") or 0 for g in gpus), default=None),
+            "driver_version": environment.get("driver_version"),
+            "packages": environment.get("packages"),
+            "warnings": environment.get("warnings") or [],
+        })
+    if "baseline" in phases and "fix" in phases:
+        summary["comparison"] = _comparison(phases["baseline"]["throughput"], phases["fix"]["throughput"])
+        changes = {
+            k: (phases["baseline"]["config"].get(k), v)
+            for k, v in phases["fix"]["config"].items()
+            if phases["baseline"]["config"].get(k) != v
+        }
+        summary["fix_changes"] = _clean(changes)
+    last = next((p for p in reversed(list(phases)) if phases[p].get("findings")), None)
+    if last is not None:
+        summary["next_bottleneck"] = {"phase": last, "findings": phases[last]["findings"][:5]}
+    return _clean(summary), frames
+
+
+def summarize(run_dir: str | Path) -> dict:
+    """The run's numbers as a JSON-ready dict (what ``summary.json`` holds)."""
+    return _frames_and_summary(run_dir)[0]
+
+
+# -- figures ----------------------------------------------------------------------------------
+def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
+    from glm5lib import plots
+
+    made: dict[str, str] = {}
+    sweeps = {p: f["sweep"] for p, f in frames.items()
+              if f.get("sweep") is not None and "output_throughput" in f["sweep"].columns}
+    attempts = []
+    if sweeps:
+        attempts.append(("throughput", lambda: plots.throughput_vs_concurrency(sweeps)))
+        if all({"median_ttft_ms", "median_tpot_ms"} <= set(s.columns) for s in sweeps.values()):
+            attempts.append(("latency", lambda: plots.latency_vs_concurrency(sweeps)))
+    decode = {p: f["decode"] for p, f in frames.items()
+              if f.get("decode") is not None and not f["decode"].empty}
+    if decode:
+        caps = {p: frames[p]["cap"] for p in decode}
+        attempts.append(("running-queued", lambda: plots.running_queued_over_time(decode, max_running_requests=caps)))
+    power = {p: f["power"] for p, f in frames.items() if f.get("power") is not None and not f["power"].empty}
+    if power:
+        attempts.append(("power", lambda: plots.power_vs_tdp(power)))
+    for name, draw in attempts:
+        try:
+            path = plots.save_figure(draw(), run, name)
+        except Exception as exc:  # one bad figure must not cost the whole report
+            log.warning("figure %s not drawn: %s", name, exc)
+            continue
+        made[name] = path.relative_to(run).as_posix()
+    return made
+
+
+# -- markdown ---------------------------------------------------------------------------------
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, float)):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _table(rows: list[dict], columns: list[tuple[str, str, int]]) -> list[str]:
+    present = [(k, h, d) for k, h, d in columns if any(k in r for r in rows)]
+    out = ["| " + " | ".join(h for _, h, _ in present) + " |",
+           "| " + " | ".join("---:" if d >= 0 else "---" for _, _, d in present) + " |"]
+    for r in rows:
+        out.append("| " + " | ".join(_fmt(r.get(k), max(d, 0)) for k, _, d in present) + " |")
+    return out
+
+
+def _value_at(summary: dict, phase: str, level: int) -> float | None:
+    return (summary.get("throughput", {}).get(phase) or {}).get(str(level))
+
+
+def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> str:
+    """``report.md``'s text from a :func:`summarize` dict and the figures' relative paths."""
+    figures = dict(figures or {})
+    phases = summary.get("phases", {})
+    lines = [f"# Throughput investigation: run {summary.get('run_id', '')}", ""]
+    standin = summary.get("standin", {})
+    if standin.get("used"):
+        names = sorted(set(standin.get("profiles", {}).values())) or ["unknown profile"]
+        lines += [
+            "> **These measurements come from glm5lib's stand-in server, not from SGLang on GPUs.** "
+            f"Its timings and GPU telemetry come from a model (profile {', '.join(repr(n) for n in names)}) "
+            "calibrated to the published figures of the investigation; they show the method, "
+            "not your hardware. Run the workbook with `BACKEND='sglang'` (or an http URL) on a GPU "
+            "host for real measurements.",
+            "",
+        ]
+    else:
+        lines += ["Measured on a real server (no stand-in banner in the server logs).", ""]
+
+    # the story in a few bullets
+    lines += ["## Summary", ""]
+    base, fix = phases.get("baseline"), phases.get("fix")
+    if base and base.get("peak"):
+        at256 = _value_at(summary, "baseline", 256)
+        extra = f"; {_fmt(at256)} tok/s at 256 concurrent requests" if at256 is not None else ""
+        lines.append(
+            f"- **Baseline**: peak {_fmt(base['peak']['output_throughput'])} tok/s at "
+            f"{_fmt(base['peak']['concurrency'])} concurrent requests{extra} "
+            f"(max_running_requests = {_fmt(base.get('max_running_requests'))})."
+        )
+    cause = summary.get("leading_cause")
+    if cause:
+        lines.append(
+            f"- **Leading cause**: `{cause.get('field')}` (baseline {_fmt(cause.get('current'))}, "
+            f"reference {_fmt(cause.get('reference'))})"
+            + (f": {cause['rationale']}" if cause.get("rationale") else "") + "."
+        )
+    if fix and fix.get("peak"):
+        lines.append(
+            f"- **Fix**: peak {_fmt(fix['peak']['output_throughput'])} tok/s at "
+            f"{_fmt(fix['peak']['concurrency'])} concurrent requests "
+            f"(max_running_requests = {_fmt(fix.get('max_running_requests'))})."
+        )
+    comparison = summary.get("comparison") or []
+    if comparison:
+        best = max((r for r in comparison if r.get("gain")), key=lambda r: r["gain"], default=None)
+        if best:
+            lines.append(f"- **Gain**: up to {best['gain']:.2f}x at {_fmt(best['concurrency'])} concurrent requests.")
+    nb = summary.get("next_bottleneck")
+    if nb and nb.get("findings"):
+        lines.append(f"- **Next**: {nb['findings'][0].get('finding')} ({nb['phase']} phase).")
+    failed = [n for n in summary.get("notebooks", []) if n.get("status") == "failed"]
+    for n in failed:
+        lines.append(f"- **Incomplete run**: {n.get('name')} failed: {n.get('error', '')}")
+    if lines[-1] == "":
+        lines.append("- Nothing measured yet in this run folder.")
+    lines.append("")
+
+    env = summary.get("environment")
+    if env:
+        lines += ["## Environment", ""]
+        lines.append(
+            f"{_fmt(env.get('gpu_count'))} GPU(s): {', '.join(env.get('gpu_names') or ['n/a'])}; "
+            f"power limit {_fmt(env.get('power_limit_w'))} W; driver {_fmt(env.get('driver_version'))}; "
+            f"source: {_fmt(env.get('source'))}."
+        )
+        for w in env.get("warnings") or []:
+            lines.append(f"- Warning: {w}")
+        lines.append("")
+
+    for phase, data in phases.items():
+        lines += [f"## Phase `{phase}`", ""]
+        if data.get("standin"):
+            lines.append(f"Server: glm5lib stand-in, profile `{data['standin']}`.")
+        if data.get("config"):
+            lines.append("Configuration: " + ", ".join(f"`{k}={v!r}`" for k, v in data["config"].items()) + ".")
+        lines.append("")
+        if data.get("levels"):
+            lines += _table(data["levels"], [
+                ("concurrency", "concurrency", 0), ("completed", "completed", 0), ("failed", "failed", 0),
+                ("output_throughput", "output tok/s", 0), ("median_ttft_ms", "median TTFT ms", 0),
+                ("p99_ttft_ms", "p99 TTFT ms", 0), ("median_tpot_ms", "median TPOT ms", 1),
+            ])
+            lines.append("")
+        dec = data.get("decode") or {}
+        if dec.get("decode_lines"):
+            text = (f"Server log: {dec['decode_lines']:,} decode lines; running requests peaked at "
+                    f"{_fmt(dec.get('max_running_req'))}, queued at {_fmt(dec.get('max_queue_req'))} "
+                    f"(mean {_fmt(dec.get('mean_queue_req'), 1)})")
+            if dec.get("pinned_at_cap_share") is not None:
+                text += (f"; running pinned at the cap of {_fmt(data.get('max_running_requests'))} with a "
+                         f"queue on {dec['pinned_at_cap_share']:.0%} of decode lines")
+            lines += [text + ".", ""]
+        if data.get("power"):
+            lines += _table(data["power"], [
+                ("concurrency", "concurrency", 0), ("mean_power_w", "mean W/GPU", 0),
+                ("peak_power_w", "peak W/GPU", 0), ("power_limit_w", "limit W", 0),
+                ("mean_gpu_util", "GPU util %", 0), ("joules_per_token", "J/token", 2),
+            ])
+            lines.append("")
+        if data.get("patch"):
+            p = data["patch"]
+            verb = {"modelled": "modelled by the stand-in (not applied)", "reverted": "applied, then reverted",
+                    "applied": "applied (not yet reverted)"}.get(p.get("status"), p.get("status"))
+            lines += [f"Source patch `{p.get('name')}` to {p.get('package')} "
+                      f"{p.get('package_version') or ''}: {verb}; files: {', '.join(p.get('files', []))}.", ""]
+        if data.get("errors"):
+            lines += ["Server errors: " + ", ".join(f"{k} x{v}" for k, v in data["errors"].items()) + ".", ""]
+
+    if cause:
+        lines += ["## Diagnosis", ""]
+        lines.append(f"Leading hypothesis: `{cause.get('field')}`.")
+        for key in ("evidence", "test"):
+            if cause.get(key):
+                lines.append(f"- {key.capitalize()}: {cause[key]}")
+        lines.append("")
+
+    if comparison:
+        lines += ["## Before and after", ""]
+        changes = summary.get("fix_changes") or {}
+        if changes:
+            lines.append("Changed: " + ", ".join(f"`{k}` {v[0]!r} -> {v[1]!r}" for k, v in changes.items()) + ".")
+            lines.append("")
+        lines += _table(comparison, [("concurrency", "concurrency", 0), ("before", "baseline tok/s", 0),
+                                     ("after", "fix tok/s", 0), ("gain", "gain x", 2)])
+        lines.append("")
+
+    if nb and nb.get("findings"):
+        lines += ["## Next bottleneck", ""]
+        for f in nb["findings"]:
+            lines.append(f"- **{f.get('finding')}** ({f.get('confidence', 'n/a')}): {f.get('evidence', '')}"
+                         + (f" Suggestion: {f['suggestion']}" if f.get("suggestion") else ""))
+        lines.append("")
+
+    if figures:
+        lines += ["## Figures", ""]
+        titles = {"throughput": "Throughput vs concurrency", "latency": "Latency vs concurrency",
+                  "running-queued": "Running and queued requests (server log)",
+                  "power": "GPU power vs power limit"}
+        for name, rel in figures.items():
+            lines += [f"![{titles.get(name, name)}]({rel})", ""]
+    lines += ["---", f"Numbers: `{rundir.SUMMARY}`. Generated {summary.get('generated_at', '')}.", ""]
+    return "\n".join(lines)
+
+
+def write_report(run_dir: str | Path) -> Path:
+    """Draw the figures, write ``summary.json`` and ``report.md``; return the report's path."""
+    run = Path(run_dir)
+    summary, frames = _frames_and_summary(run)
+    figures = _figures(run, frames)
+    summary["figures"] = figures
+    (run / rundir.SUMMARY).write_text(json.dumps(summary, indent=2) + "\n")
+    path = run / rundir.REPORT
+    path.write_text(render_markdown(summary, figures))
+    log.info("report written to %s", path)
+    return path

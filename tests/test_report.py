@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from glm5lib import report, rundir
+from glm5lib.errors import ConfigError
+
+
+def _sweep(throughputs: dict[int, float]) -> pd.DataFrame:
+    levels = list(throughputs)
+    return pd.DataFrame(
+        {
+            "concurrency": levels,
+            "completed": [10 * c for c in levels],
+            "failed": [0] * len(levels),
+            "output_throughput": list(throughputs.values()),
+            "median_ttft_ms": [5.0 * c for c in levels],
+            "p99_ttft_ms": [9.0 * c for c in levels],
+            "median_tpot_ms": [60.0] * len(levels),
+        }
+    )
+
+
+def _phase(run, name, throughputs, config, server_info=None):
+    folder = rundir.phase_dir(run, name)
+    _sweep(throughputs).to_csv(folder / rundir.SWEEP, index=False)
+    (folder / rundir.CONFIG).write_text(json.dumps(config))
+    if server_info is not None:
+        (folder / report.SERVER_INFO).write_text(json.dumps(server_info))
+    return folder
+
+
+STANDIN_INFO = {"standin": {"profile": "glm5-nvfp4-8x-rtxpro6000", "note": "model"}, "version": "glm5lib-standin-0"}
+
+
+@pytest.fixture
+def run(tmp_path):
+    run = tmp_path / "run-1"
+    run.mkdir()
+    _phase(run, "baseline", {1: 40.0, 256: 880.0, 1024: 890.0},
+           {"max_running_requests": 64, "attention_backend": "flashinfer"}, STANDIN_INFO)
+    fix = _phase(run, "fix", {1: 35.0, 256: 1950.0, 1024: 3740.0},
+                 {"max_running_requests": 1024, "attention_backend": "flashinfer", "disable_cuda_graph": True},
+                 STANDIN_INFO)
+    (run / report.HYPOTHESIS).write_text(json.dumps({
+        "field": "max_running_requests", "current": 64, "reference": 2048,
+        "rationale": "caps the decode batch", "test": "relaunch with 1024",
+    }))
+    pd.DataFrame([{"finding": "GPU under-used at the peak", "evidence": "250 W of 600 W",
+                   "suggestion": "profile kernels", "confidence": "high", "rule": "gpu_underused"}]
+                 ).to_csv(fix / rundir.FINDINGS, index=False)
+    (fix / "patch.json").write_text(json.dumps({"name": "autotune", "package": "sglang", "status": "modelled",
+                                                "files": ["sglang/x.py"]}))
+    return run
+
+
+def test_summary_holds_the_numbers_of_each_phase(run):
+    summary = report.summarize(run)
+    assert list(summary["phases"]) == ["baseline", "fix"]
+    assert summary["throughput"]["baseline"]["256"] == 880.0
+    assert summary["throughput"]["fix"]["1024"] == 3740.0
+    assert summary["phases"]["fix"]["peak"] == {"concurrency": 1024, "output_throughput": 3740.0}
+    assert summary["phases"]["baseline"]["max_running_requests"] == 64
+    gains = {r["concurrency"]: r["gain"] for r in summary["comparison"]}
+    assert gains[1024] == pytest.approx(3740 / 890)
+    assert summary["fix_changes"]["max_running_requests"] == [64, 1024]
+    assert summary["leading_cause"]["field"] == "max_running_requests"
+    assert summary["next_bottleneck"]["findings"][0]["finding"] == "GPU under-used at the peak"
+    assert summary["standin"]["used"] is True
+    assert summary["standin"]["profiles"] == {"baseline": "glm5-nvfp4-8x-rtxpro6000",
+                                              "fix": "glm5-nvfp4-8x-rtxpro6000"}
+
+
+def test_report_says_plainly_it_came_from_the_stand_in_and_tells_the_story(run):
+    path = report.write_report(run)
+    assert path == run / rundir.REPORT
+    text = path.read_text()
+    first_para = text.split("\n\n")[1]
+    assert "stand-in server, not from SGLang on GPUs" in first_para
+    assert "'glm5-nvfp4-8x-rtxpro6000'" in first_para
+    assert "880 tok/s at 256 concurrent requests" in text
+    assert "**Leading cause**: `max_running_requests` (baseline 64, reference 2,048)" in text
+    assert "peak 3,740 tok/s at 1,024" in text
+    assert "modelled by the stand-in (not applied)" in text
+    assert "| 1,024 | 890 | 3,740 | 4.20 |" in text
+    saved = json.loads((run / rundir.SUMMARY).read_text())
+    assert saved["throughput"]["fix"]["256"] == 1950.0
+    assert set(saved["figures"]) >= {"throughput", "latency"}
+    for rel in saved["figures"].values():
+        assert (run / rel).read_bytes()[:4] == b"\x89PNG"
+        assert f"]({rel})" in text
+
+
+def test_real_server_runs_are_not_called_stand_in(tmp_path):
+    _phase(tmp_path, "baseline", {8: 100.0}, {"max_running_requests": 64},
+           {"version": "0.5.4", "max_total_num_tokens": 1000})
+    text = report.write_report(tmp_path).read_text()
+    assert "stand-in server, not from SGLang" not in text
+    assert "Measured on a real server" in text
+    assert report.summarize(tmp_path)["standin"]["used"] is False
+
+
+def test_environment_flagged_stand_in_counts_too(tmp_path):
+    (tmp_path / rundir.ENVIRONMENT).write_text(json.dumps(
+        {"source": "sim", "standin": True, "gpus": [{"name": "RTX PRO 6000", "power_limit_w": 600}],
+         "warnings": ["P2P unavailable between GPU 0 and GPU 1"]}))
+    text = report.write_report(tmp_path).read_text()
+    assert "stand-in server, not from SGLang on GPUs" in text
+    assert "Warning: P2P unavailable" in text
+    assert "Nothing measured yet" in text
+
+
+def test_leading_cause_falls_back_to_the_top_ranked_diff(tmp_path):
+    pd.DataFrame([
+        {"field": "attention_backend", "current": "flashinfer", "reference": "triton", "impact": "medium", "rank": 2},
+        {"field": "max_running_requests", "current": 64, "reference": 2048, "impact": "high", "rank": 1},
+    ]).to_csv(tmp_path / report.DIFF, index=False)
+    assert report.summarize(tmp_path)["leading_cause"]["field"] == "max_running_requests"
+
+
+def test_failed_notebooks_are_reported_and_missing_folder_is_an_error(tmp_path):
+    (tmp_path / report.NOTEBOOKS_STATUS).write_text(json.dumps(
+        [{"name": "02-measure-baseline.ipynb", "status": "failed", "error": "ServerLaunchError: oom"}]))
+    text = report.write_report(tmp_path).read_text()
+    assert "**Incomplete run**: 02-measure-baseline.ipynb failed: ServerLaunchError: oom" in text
+    with pytest.raises(ConfigError, match="does not exist"):
+        report.summarize(tmp_path / "nope")
