@@ -1,0 +1,1543 @@
+"""Parse SGLang server logs and bench_serving output into tidy pandas tables.
+
+SGLang says a great deal about itself while it runs: its resolved arguments, how much memory
+the weights, the KV cache and the CUDA graphs took, and every few decode steps how many
+requests are running, how full the KV pool is and how many tokens per second it generates.
+This module turns that text into data:
+
+* :func:`parse_server_args` reads a ``server_args=ServerArgs(...)`` line (wrapped or cut off
+  when pasted) into a dict of Python values;
+* :func:`parse_log` reads a whole log into a :class:`ServerLog` (server args, startup facts,
+  readiness, decode/prefill/retraction tables, fatal errors);
+* :func:`follow_log` reads a log that a running server is still writing, a piece at a time;
+* :func:`parse_bench_result` reads ``bench_serving`` JSONL files and printed result blocks;
+* :func:`classify_fatal` tells whether a single line is a fatal signature (OOM, NaN, NCCL...).
+
+Formats drift between SGLang releases (2024 to 2026), so scheduler lines are parsed by key:
+known keys get fixed snake_case column names, unknown keys become extra columns. Garbage never
+raises: lines that cannot be understood are counted in ``ServerLog.skipped`` with examples.
+
+Times in the tables are naive :class:`pandas.Timestamp` values as printed in the log (the
+server's local clock); :func:`to_epoch` converts them for alignment with telemetry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import io
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+__all__ = [
+    "ERROR_KINDS",
+    "LogFollower",
+    "ServerArgs",
+    "ServerLog",
+    "classify_fatal",
+    "follow_log",
+    "mask_secrets",
+    "mask_text",
+    "parse_bench_result",
+    "parse_log",
+    "parse_server_args",
+    "register_cli",
+    "to_epoch",
+]
+
+log = logging.getLogger(__name__)
+
+ERROR_KINDS = ("oom", "nan", "nccl", "scheduler_exception", "health_check", "sigquit", "other")
+MASK = "***"
+_MAX_SKIPPED_EXAMPLES = 20
+_FALLBACK_DATE = "1970-01-01"
+
+# --------------------------------------------------------------------------------------------
+# Secrets
+
+
+_SECRET_KEY_RE = re.compile(
+    r"(?:^|_)(?:api_key|apikey|key|token|secret|password|passwd|credential|credentials|auth)$"
+    r"|(?:^|_)(?:hf_token|access_token|auth_token|secret_key|access_key)(?:$|_)",
+    re.IGNORECASE,
+)
+# Keys that end like secrets but hold none (a tokenizer mode, a metrics header name...).
+_NOT_SECRET_KEYS = frozenset({"tokenizer_metrics_custom_labels_header", "radix_eviction_key"})
+_SECRET_VALUE_RE = re.compile(
+    r"^(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,}"
+    r"|xox[abpr]-[A-Za-z0-9-]{10,}|Bearer\s+\S+|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)$"
+)
+_SECRET_IN_TEXT_RE = re.compile(
+    r"(?P<key>\b(?:[a-z_]*api_key|[a-z_]*_token|token|secret|password)\s*[=:]\s*)"
+    r"(?P<q>['\"]?)(?P<val>(?!None\b)[^'\",\s)]+)(?P=q)",
+    re.IGNORECASE,
+)
+_TOKEN_IN_TEXT_RE = re.compile(r"\b(?:hf_[A-Za-z0-9]{20,}|sk-[A-Za-z0-9_-]{16,}|gh[pousr]_[A-Za-z0-9]{20,})")
+
+
+def _is_secret_key(key: str) -> bool:
+    return key not in _NOT_SECRET_KEYS and bool(_SECRET_KEY_RE.search(key))
+
+
+def mask_secrets(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with secrets replaced by ``"***"``.
+
+    A value is masked when its key names a secret (``api_key``, ``admin_api_key``, ``hf_token``,
+    ``*_secret``, ``password``...) and the value is set (not None, not empty), or when the value
+    itself looks like a credential (``hf_...``, ``sk-...``, ``Bearer ...``). Nested dicts and
+    lists are masked too. Keys such as ``max_total_tokens`` are not secrets and are kept.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"mask_secrets expects a mapping (e.g. server_args), got {type(data).__name__}")
+    return {k: _mask_value(v, str(k)) for k, v in data.items()}
+
+
+def _mask_value(value: Any, key: str | None) -> Any:
+    if key is not None and _is_secret_key(key) and value not in (None, "", [], {}, False):
+        return MASK
+    if isinstance(value, Mapping):
+        return {k: _mask_value(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_mask_value(v, None) for v in value)
+    if isinstance(value, str) and _SECRET_VALUE_RE.match(value.strip()):
+        return MASK
+    return value
+
+
+def mask_text(text: str) -> str:
+    """``text`` with ``api_key='...'``-style assignments and credential-looking words masked."""
+    if not text:
+        return text
+    text = _SECRET_IN_TEXT_RE.sub(lambda m: f"{m['key']}{m['q']}{MASK}{m['q']}", text)
+    return _TOKEN_IN_TEXT_RE.sub(MASK, text)
+
+
+# --------------------------------------------------------------------------------------------
+# Server arguments
+
+
+class ServerArgs(dict):
+    """The dict :func:`parse_server_args` returns; ``incomplete`` is True when the text was cut."""
+
+    incomplete: bool = False
+    unparsed: list[str]
+
+    def __init__(self, *args: Any, incomplete: bool = False, unparsed: Iterable[str] = (), **kw: Any):
+        super().__init__(*args, **kw)
+        self.incomplete = incomplete
+        self.unparsed = list(unparsed)
+
+    def masked(self) -> dict[str, Any]:
+        """A plain dict copy with secrets masked (what to display or save)."""
+        return mask_secrets(self)
+
+    def __repr__(self) -> str:
+        # Never print a secret by accident, e.g. when a notebook shows the object.
+        tail = ", incomplete=True" if self.incomplete else ""
+        return f"ServerArgs({dict.__repr__(self.masked())}{tail})"
+
+
+_TOKEN_SCAN_RE = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|[\[\](){},<>]|['\"]")
+_FIELD_NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$", re.DOTALL)
+_CLOSERS = {"]": "[", ")": "(", "}": "{", ">": "<"}
+
+
+def parse_server_args(text: str) -> ServerArgs:
+    """Read SGLang's ``server_args=ServerArgs(...)`` line (or the bare ``ServerArgs(...)`` repr).
+
+    Values become Python values (int, float, bool, None, str, list, dict); a value that is not
+    a Python literal (an enum repr, an object) is kept as its text. Lines wrapped by a terminal
+    or a paste are joined. A truncated text yields every complete ``name=value`` it holds and
+    the result's ``incomplete`` attribute is True. Secrets are kept in the dict (so a server can
+    be relaunched) but masked by its ``repr`` and by :meth:`ServerArgs.masked`.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse_server_args expects the log text as str, got {type(text).__name__}")
+    text = _strip_ansi(text)
+    start = text.find("ServerArgs(")
+    if start >= 0:
+        body = text[start + len("ServerArgs(") :]
+    else:
+        body = text.split("server_args=", 1)[1] if "server_args=" in text else text
+    # A terminal or a paste wraps the line; the repr itself never holds a raw newline.
+    body = body.replace("\r", "").replace("\n", "")
+    pieces, closed = _split_top_level(body)
+    result: dict[str, Any] = {}
+    unparsed: list[str] = []
+    incomplete = not closed
+    for i, piece in enumerate(pieces):
+        m = _FIELD_NAME_RE.match(piece)
+        last_open = (not closed) and i == len(pieces) - 1
+        if not m:
+            if piece.strip():
+                unparsed.append(piece.strip())
+                incomplete = True
+            continue
+        name, raw = m.group(1), m.group(2).strip()
+        if last_open:
+            # The final piece of a cut text may itself be cut ("max_running_requests=10" of 1024).
+            incomplete = True
+            continue
+        result[name] = _literal(raw)
+    if not result and start < 0 and "server_args=" not in text:
+        incomplete = True
+    return ServerArgs(result, incomplete=incomplete, unparsed=unparsed)
+
+
+def _split_top_level(body: str) -> tuple[list[str], bool]:
+    """Split ``a=1, b=[1, 2], c='x, y')...`` at top-level commas; True when the ``)`` was seen."""
+    pieces: list[str] = []
+    stack: list[str] = []
+    start = 0
+    for m in _TOKEN_SCAN_RE.finditer(body):
+        tok = m.group()
+        if len(tok) > 1 or tok in "'\"":
+            if len(tok) == 1:
+                # An unterminated quote: the rest of the text is a cut-off string.
+                pieces.append(body[start:])
+                return pieces, False
+            continue
+        if tok in "[({":
+            stack.append(tok)
+        elif tok == "<":
+            # Enum reprs such as <LoadFormat.AUTO: 'auto'>; a lone '<' elsewhere is harmless.
+            if body[m.end() : m.end() + 1].isalpha():
+                stack.append(tok)
+        elif tok in "])}>":
+            if stack and stack[-1] == _CLOSERS[tok]:
+                stack.pop()
+            elif tok == ")" and not stack:
+                pieces.append(body[start : m.start()])
+                return pieces, True
+        elif tok == "," and not stack:
+            pieces.append(body[start : m.start()])
+            start = m.end()
+    pieces.append(body[start:])
+    return pieces, False
+
+
+_SIMPLE_LITERALS = {"None": None, "True": True, "False": False, "inf": math.inf, "nan": math.nan}
+
+
+def _literal(raw: str) -> Any:
+    if raw in _SIMPLE_LITERALS:
+        return _SIMPLE_LITERALS[raw]
+    try:
+        return ast.literal_eval(raw)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        pass
+    if raw.startswith("<") and raw.endswith(">"):
+        m = re.match(r"<[\w.]+: (.*)>$", raw)
+        if m:
+            try:
+                return ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+                return m.group(1)
+    return raw
+
+
+# --------------------------------------------------------------------------------------------
+# Line-level recognition
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# [2025-01-01 12:00:00.123 DP0 TP3] or [12:00:00 TP0] or [2025-01-01 12:00:00] -- then an
+# optional "[gpu_id=0] " (2024 builds) and an optional "INFO file.py:12: " (2026 root handler).
+_PREFIX_RE = re.compile(
+    r"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ?"
+    r"(?:\[gpu(?:_id)?=(\d+)\] ?)?"
+    r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.<>-]+:\d+: )?"
+)
+_GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
+_GLUED_PREFIX_RE = re.compile(r"(?<=[^\n])(?=\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] )")
+_UVICORN_RE = re.compile(
+    r'^(?:INFO|WARNING|ERROR):\s+(\S+?):(\d+) - "(\w+) (\S+) [^"]*" (\d{3})'
+)
+_GLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ")
+_OTHER_RUNTIME_RE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+_NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)|NCCL (?:INFO|WARN|version)")
+_TQDM_RE = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+ \[|it/s\]|s/it\]")
+_EXC_LINE_RE = re.compile(
+    r"^\s*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|"
+    r"AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*)|\s*$)"
+)
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _strip_ansi(text: str) -> str:
+    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+# Fatal signatures, in the order a block is classified: the most specific cause wins.
+_FATAL_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "oom",
+        (
+            "CUDA out of memory",
+            "OutOfMemoryError",
+            "CUDA error: out of memory",
+            "Not enough memory. Please try to increase --mem-fraction-static",
+            "RuntimeError: Not enough memory",
+            "HIP out of memory",
+        ),
+    ),
+    ("nan", ("NaN in the logits", "nan in the logits")),
+    (
+        "nccl",
+        (
+            "NCCL error",
+            "ncclUnhandledCudaError",
+            "ncclSystemError",
+            "ncclInternalError",
+            "ncclInvalidUsage",
+            "ncclRemoteError",
+            "DistBackendError",
+            "Watchdog caught collective operation timeout",
+        ),
+    ),
+    ("health_check", ("Health check failed",)),
+    (
+        "scheduler_exception",
+        (
+            "Scheduler hit an exception",
+            "hit an exception:",
+            "Exception in ControllerSingle",
+            "Exception in ControllerMulti",
+            "Exception in ModelTpServer",
+            "Exception in run_tp_server",
+        ),
+    ),
+    ("sigquit", ("Received sigquit from a child process", "kill_process_tree called")),
+)
+_FATAL_PRECHECK = ("memory", "NaN", "nan in", "NCCL", "nccl", "DistBackend", "Watchdog", "Health", "xception", "sigquit", "kill_process_tree")
+
+
+def classify_fatal(line: str) -> str | None:
+    """The fatal kind a single log line signals (``oom``, ``nan``, ``nccl``, ``health_check``,
+    ``scheduler_exception``, ``sigquit``), or None for an ordinary line.
+
+    Cheap enough to call on every line a starting server prints. A bare ``Traceback`` is not
+    fatal by itself (libraries print warnings with tracebacks); its cause line is.
+    """
+    if not isinstance(line, str) or not line:
+        return None
+    if not any(s in line for s in _FATAL_PRECHECK):
+        return None
+    line = _strip_ansi(line)
+    for kind, needles in _FATAL_SIGNATURES:
+        for needle in needles:
+            if needle in line:
+                return kind
+    return None
+
+
+def _classify_block(text: str) -> str:
+    kind = classify_fatal(text)
+    return kind or "other"
+
+
+# --------------------------------------------------------------------------------------------
+# Scheduler lines
+
+# Known keys -> column names. Anything else is snake_cased by _column_name.
+_KEY_MAP = {
+    "#running-req": "running_req",
+    "#token": "num_token",
+    "token usage": "token_usage",
+    "cuda graph": "cuda_graph",
+    "cpu graph": "cuda_graph",
+    "npu graph": "cuda_graph",
+    "gen throughput (token/s)": "gen_throughput",
+    "#queue-req": "queue_req",
+    "#queue": "queue_req",
+    "#new-seq": "new_seq",
+    "#new-token": "new_token",
+    "#cached-token": "cached_token",
+    "cache hit rate": "cache_hit_rate",
+    "largest-len": "largest_len",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "#full token": "full_token",
+    "full token usage": "full_token_usage",
+    "#swa token": "swa_token",
+    "swa token usage": "swa_token_usage",
+    "mamba num": "mamba_num",
+    "mamba usage": "mamba_usage",
+    "pre-allocated usage": "pre_allocated_usage",
+    "#prealloc-req": "prealloc_req",
+    "#transfer-req": "transfer_req",
+    "#retracted-req": "retracted_req",
+    "#inflight-req": "inflight_req",
+    "#pending-token": "pending_token",
+    "input throughput (token/s)": "input_throughput",
+    "est. decode TFLOPS/s (per GPU)": "est_decode_tflops_per_gpu",
+    "est. prefill TFLOPS/s (per GPU)": "est_prefill_tflops_per_gpu",
+    "est. read BW (GB/s per GPU)": "est_read_bw_gb_s_per_gpu",
+    "est. write BW (GB/s per GPU)": "est_write_bw_gb_s_per_gpu",
+    "fwd occupancy": "fwd_occupancy",
+    # Very old "new fill batch" lines (early 2024).
+    "#seq": "new_seq",
+    "#cached_token": "cached_token",
+    "#new_token": "new_token",
+    "#remaining_req": "queue_req",
+    "#running_req": "running_req",
+    "tree_cache_hit_rate": "cache_hit_rate",
+    # Retraction lines.
+    "#retracted_reqs": "retracted_reqs",
+    "#aborted_retracted_reqs": "aborted_retracted_reqs",
+}
+_DECODE_COLUMNS = ("running_req", "num_token", "token_usage", "cuda_graph", "gen_throughput", "queue_req")
+_PREFILL_COLUMNS = ("new_seq", "new_token", "cached_token", "token_usage", "running_req", "queue_req")
+_RETRACT_COLUMNS = ("retracted_reqs", "new_token_ratio_before", "new_token_ratio_after")
+_BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False}
+
+
+def _column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a memo
+    name = _cache.get(key)
+    if name is None:
+        name = _KEY_MAP.get(key)
+        if name is None:
+            name = re.sub(r"[^0-9a-zA-Z]+", "_", key.replace("#", "num_").replace("%", "pct")).strip("_").lower()
+            name = re.sub(r"^num_num_", "num_", name) or "value"
+        _cache[key] = name
+    return name
+
+
+# The shape every 0.5.x line without extras has; matched with one regex for speed.
+_DECODE_FAST_RE = re.compile(
+    r"Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: (\d+(?:\.\d+)?), "
+    r"(?:cuda|cpu|npu) graph: (True|False), gen throughput \(token/s\): (\d+(?:\.\d+)?), "
+    r"#queue-req: (\d+)(?:, ?)?$"
+)
+_DECODE_FAST_KEYS = ("running_req", "num_token", "token_usage", "cuda_graph", "gen_throughput", "queue_req")
+
+
+def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``#a: 1, b c: 2.5, d: True, `` -> (columns, raw values); None when a part is malformed."""
+    body = body.strip().rstrip(",").strip()
+    if not body:
+        return (), ()
+    keys: list[str] = []
+    vals: list[str] = []
+    for part in body.split(", "):
+        key, sep, val = part.rpartition(": ")
+        if not sep:
+            return None
+        key = key.strip()
+        val = val.strip().rstrip(".,")
+        if not key or not val:
+            return None
+        keys.append(_column_name(key))
+        vals.append(val)
+    return tuple(keys), tuple(vals)
+
+
+def _convert_column(values: list[Any]) -> Any:
+    """Raw string values of one column -> numpy/pandas array of the natural type."""
+    sample = next((v for v in values if v is not None), None)
+    if sample is None:
+        return pd.array([None] * len(values), dtype=object)
+    if sample in _BOOL_VALUES:
+        if all(v in _BOOL_VALUES for v in values):
+            return np.fromiter((_BOOL_VALUES[v] for v in values), dtype=bool, count=len(values))
+        return pd.array([_BOOL_VALUES.get(v) if v is not None else None for v in values], dtype="boolean")
+    if isinstance(sample, str) and sample.endswith("%"):
+        cleaned = [v[:-1] if isinstance(v, str) and v.endswith("%") else v for v in values]
+        arr = pd.to_numeric(pd.Series(cleaned, dtype=object), errors="coerce").to_numpy(dtype=float)
+        return arr / 100.0
+    try:
+        if None not in values and all(v.isdigit() for v in values):
+            return np.array(values, dtype=np.int64)
+        return np.array(values, dtype=np.float64) if None not in values else pd.to_numeric(
+            pd.Series(values, dtype=object), errors="coerce"
+        ).to_numpy()
+    except (ValueError, TypeError, OverflowError, AttributeError):
+        converted = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
+        if converted.isna().sum() > sum(v is None for v in values):
+            return np.array(values, dtype=object)
+        return converted.to_numpy()
+
+
+# --------------------------------------------------------------------------------------------
+# The result
+
+
+@dataclass
+class ServerLog:
+    """Everything :func:`parse_log` reads from one SGLang server log."""
+
+    server_args: dict[str, Any] = field(default_factory=dict)
+    server_args_incomplete: bool = False
+    startup: dict[str, Any] = field(default_factory=dict)
+    ready_at: pd.Timestamp | None = None
+    decode: pd.DataFrame = field(default_factory=pd.DataFrame)
+    prefill: pd.DataFrame = field(default_factory=pd.DataFrame)
+    retractions: pd.DataFrame = field(default_factory=pd.DataFrame)
+    errors: pd.DataFrame = field(default_factory=pd.DataFrame)
+    http: pd.DataFrame = field(default_factory=pd.DataFrame)
+    skipped: int = 0
+    skipped_examples: list[str] = field(default_factory=list)
+    standin: str | None = None
+    standin_path: str | None = None
+    lines: int = 0
+    first_time: pd.Timestamp | None = None
+    last_time: pd.Timestamp | None = None
+
+    @property
+    def ready(self) -> bool:
+        """True when the log says the server became ready."""
+        return self.ready_at is not None
+
+    @property
+    def fatal(self) -> bool:
+        """True when the log holds at least one error row."""
+        return not self.errors.empty
+
+    def crash_cause(self) -> str | None:
+        """The most specific error kind in the log (oom before nccl before sigquit...), or None."""
+        if self.errors.empty:
+            return None
+        kinds = set(self.errors["kind"])
+        for kind in ERROR_KINDS:
+            if kind in kinds:
+                return kind
+        return None
+
+    def masked_server_args(self) -> dict[str, Any]:
+        """The server args with secrets masked (what to display or save)."""
+        return mask_secrets(self.server_args)
+
+    def summary(self) -> dict[str, Any]:
+        """A JSON-ready digest: the args that matter, startup facts, decode stats and errors."""
+        return _summary(self)
+
+    def __repr__(self) -> str:
+        return (
+            f"ServerLog(lines={self.lines}, server_args={len(self.server_args)} fields"
+            f"{' (incomplete)' if self.server_args_incomplete else ''}, ready_at={self.ready_at}, "
+            f"decode={len(self.decode)} rows, prefill={len(self.prefill)} rows, "
+            f"retractions={len(self.retractions)}, errors={len(self.errors)}, skipped={self.skipped}"
+            f"{f', standin={self.standin!r}' if self.standin else ''})"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# The parser
+
+
+_STANDIN_RE = re.compile(r"glm5lib stand-in server \(not SGLang\): profile '([^']*)' \(([^)]*)\)")
+_KV_EQ_RE = re.compile(r"([A-Za-z_][\w ]*?)\s*=\s*([^,]+?)(?=,\s*[A-Za-z_][\w ]*\s*=|[,.]?\s*$)")
+_NUM_UNIT_RE = re.compile(r"^(-?\d+(?:\.\d+)?)\s*(GB|GiB|MB|s|ms|%)?\.?$")
+_BS_LIST_RE = re.compile(r"bs \[([\d,\s]*)\]|bs=\[([\d,\s]*)\]|\[([\d,\s]+)\]")
+
+
+def _typed(value: str) -> Any:
+    value = value.strip().rstrip(".")
+    m = _NUM_UNIT_RE.match(value)
+    if m:
+        num = m.group(1)
+        return int(num) if num.lstrip("-").isdigit() else float(num)
+    if value in _SIMPLE_LITERALS:
+        return _SIMPLE_LITERALS[value]
+    return value
+
+
+def _kv_pairs(text: str) -> dict[str, Any]:
+    """``a=1, avail mem=3.5 GB, type=Cls`` -> {"a": 1, "avail_mem_gb": 3.5, "type": "Cls"}."""
+    out: dict[str, Any] = {}
+    for m in _KV_EQ_RE.finditer(text):
+        key = m.group(1).strip().lower().replace(" ", "_")
+        raw = m.group(2).strip()
+        unit = _NUM_UNIT_RE.match(raw.rstrip("."))
+        if unit and unit.group(2):
+            key = f"{key}_{unit.group(2).lower().replace('gib', 'gb')}"
+            if unit.group(2) == "%":
+                key = key[:-2] + "_pct"
+        out[key] = _typed(raw)
+    return out
+
+
+_GB_RE = re.compile(r"(avail mem|mem usage|K size|V size|KV size)\s*[=:]\s*(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
+_ELAPSED_RE = re.compile(r"(?:[Tt]ime elapsed|elapsed)\s*[:=]\s*(\d+(?:\.\d+)?)\s*s")
+
+
+class _Parser:
+    """Line-at-a-time state machine; rows are kept raw and typed in bulk by :meth:`build`."""
+
+    def __init__(self, date: str | None = None) -> None:
+        self.date = date
+        self.date_given = date is not None
+        self.last_date: str | None = date
+        self.last_time_str: str | None = None
+        self.last_clock: str | None = None
+        self.lines = 0
+        self.skipped = 0
+        self.skipped_examples: list[str] = []
+        self.server_args: dict[str, Any] = {}
+        self.server_args_incomplete = False
+        self._args_buffer: str | None = None
+        self.startup: dict[str, Any] = {}
+        self.ready_at: str | None = None
+        self.standin: str | None = None
+        self.standin_path: str | None = None
+        self.first_time: str | None = None
+        # Scheduler rows: kind -> shape (columns tuple) -> [line numbers, times, ranks, value tuples]
+        self.rows: dict[str, dict[tuple[str, ...], list[list[Any]]]] = {
+            "decode": {},
+            "prefill": {},
+            "retract": {},
+        }
+        self.http_rows: list[tuple[str, str, str, str, int]] = []
+        self.errors: list[dict[str, Any]] = []
+        self._open_blocks: list[dict[str, Any]] = []
+        self._block_body_started = False
+        self._cache: dict[str, tuple[int, pd.DataFrame]] = {}
+        self._cache_errors: tuple[int, pd.DataFrame] | None = None
+
+    # ---- helpers
+    def _skip(self, line: str) -> None:
+        self.skipped += 1
+        if len(self.skipped_examples) < _MAX_SKIPPED_EXAMPLES:
+            self.skipped_examples.append(mask_text(line[:300]))
+
+    def _stamp(self, date: str | None, clock: str) -> str:
+        clock = clock.replace(",", ".")
+        if date is None:
+            base = self.last_date or _FALLBACK_DATE
+            # A time-only log that passes midnight: the clock goes backwards by hours.
+            if self.last_clock is not None and clock < self.last_clock and self.last_clock[:2] >= "12" and clock[:2] < "12":
+                base = (pd.Timestamp(base) + pd.Timedelta(days=1)).strftime("%Y-%m-%d")
+            self.last_date = base
+            date = base
+        else:
+            self.last_date = date
+        self.last_clock = clock
+        stamp = f"{date} {clock}"
+        self.last_time_str = stamp
+        if self.first_time is None:
+            self.first_time = stamp
+        return stamp
+
+    # ---- main entry
+    def feed(self, lines: Iterable[str], final: bool = True) -> None:
+        lines = list(lines)
+        n = len(lines)
+        for i, line in enumerate(lines):
+            self.lines += 1
+            try:
+                self._line(line, cut=final and i == n - 1)
+            except Exception as exc:  # pragma: no cover - a parser bug must not lose the log
+                log.debug("could not parse line %r: %s", line[:200], exc)
+                self._skip(line)
+
+    def _line(self, raw: str, cut: bool = False) -> None:
+        line = raw.rstrip("\r\n")
+        if not line.strip():
+            if self._args_buffer is not None:
+                return
+            if self._open_blocks:
+                self._block_text("")
+            return
+        if self._args_buffer is not None and not line.startswith("["):
+            self._args_buffer += line
+            self._try_finish_args(final=False)
+            return
+        if self._args_buffer is not None:
+            self._try_finish_args(final=True)
+
+        if line[0] == "[":
+            m = _PREFIX_RE.match(line)
+            if m is not None:
+                msg = line[m.end() :]
+                stamp = self._stamp(m.group(1), m.group(2))
+                rank = m.group(3).strip()
+                if m.group(4) is not None and not rank:
+                    rank = f"TP{m.group(4)}"
+                self._message(msg, stamp, rank, line, cut)
+                return
+            g = _GPU_PREFIX_RE.match(line)
+            if g is not None:
+                self._message(line[g.end() :], self.last_time_str or self._stamp(None, "00:00:00"), f"TP{g.group(1)}", line, cut)
+                return
+        self._unprefixed(line, cut)
+
+    def _message(self, msg: str, stamp: str, rank: str, line: str, cut: bool) -> None:
+        # Decode lines dominate a long log: test for them first, with the cheapest checks.
+        if msg.startswith("Decode batch"):
+            self._close_blocks()
+            fm = _DECODE_FAST_RE.match(msg)
+            if fm is not None:
+                self._add("decode", _DECODE_FAST_KEYS, fm.groups(), stamp, rank)
+                return
+            self._scheduler("decode", msg, stamp, rank, line, cut)
+            return
+        if msg.startswith("Prefill batch") or msg.startswith("new fill batch"):
+            self._close_blocks()
+            self._scheduler("prefill", msg, stamp, rank, line, cut)
+            return
+        if msg.startswith("KV cache pool is full"):
+            self._close_blocks()
+            self._retract(msg, stamp, rank, line)
+            return
+        if msg.startswith(("INFO:", "WARNING:", "ERROR:")):
+            um = _UVICORN_RE.match(msg)
+            if um is not None:
+                self._close_blocks()
+                self.http_rows.append((stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
+                return
+        kind = classify_fatal(msg)
+        if _TRACEBACK in msg or (kind is not None and kind in ("scheduler_exception",) and msg.rstrip().endswith(":")):
+            self._open_block(kind, stamp, rank, msg)
+            return
+        self._close_blocks()
+        if kind is not None:
+            self.errors.append(
+                {"time": stamp, "rank": rank, "kind": kind, "message": msg.strip(), "text": msg.strip()}
+            )
+            return
+        if msg.startswith("server_args=") or msg.startswith("ServerArgs("):
+            self._args_buffer = msg
+            self._try_finish_args(final=cut)
+            return
+        if "glm5lib stand-in server" in msg:
+            sm = _STANDIN_RE.search(msg)
+            if sm:
+                self.standin, self.standin_path = sm.group(1), sm.group(2)
+            return
+        if "ready to roll" in msg:
+            if self.ready_at is None:
+                self.ready_at = stamp
+            return
+        self._startup(msg, rank)
+
+    def _unprefixed(self, line: str, cut: bool) -> None:
+        if self._open_blocks:
+            if _UVICORN_RE.match(line) or _NCCL_RE.search(line) or _GLOG_RE.match(line):
+                self._close_blocks()
+            else:
+                self._block_text(line)
+                return
+        stripped = line.strip()
+        if stripped.startswith(_TRACEBACK) or stripped.startswith("Traceback"):
+            self._open_block(None, self.last_time_str or self._stamp(None, "00:00:00"), "", stripped)
+            return
+        um = _UVICORN_RE.match(line)
+        if um is not None:
+            self.http_rows.append(
+                (self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
+            )
+            return
+        if _NCCL_RE.search(line) or _GLOG_RE.match(line) or _OTHER_RUNTIME_RE.match(line):
+            kind = classify_fatal(line)
+            if kind is not None:
+                self.errors.append(
+                    {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}
+                )
+            return
+        kind = classify_fatal(line)
+        if kind is not None:
+            self.errors.append(
+                {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}
+            )
+            return
+        if _TQDM_RE.search(line) or stripped.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:")):
+            return
+        # A bare scheduler or startup line (some wrappers drop the prefix).
+        if stripped.startswith(("Decode batch", "Prefill batch", "KV cache pool is full", "server_args=", "Load weight", "KV Cache is allocated", "Capture ", "max_total_num_tokens=", "The server is fired up")):
+            self._message(stripped, self.last_time_str or self._stamp(None, "00:00:00"), "", line, cut)
+            return
+        if "glm5lib stand-in server" in line:
+            self._message(stripped, self.last_time_str or self._stamp(None, "00:00:00"), "", line, cut)
+            return
+        self._skip(line)
+
+    # ---- scheduler
+    def _add(self, kind: str, keys: tuple[str, ...], vals: tuple[str, ...], stamp: str, rank: str) -> None:
+        bucket = self.rows[kind].get(keys)
+        if bucket is None:
+            bucket = self.rows[kind][keys] = [[], [], [], []]
+        bucket[0].append(self.lines)
+        bucket[1].append(stamp)
+        bucket[2].append(rank)
+        bucket[3].append(vals)
+
+    def _scheduler(self, kind: str, msg: str, stamp: str, rank: str, line: str, cut: bool) -> None:
+        if cut and "#queue" not in msg and "#remaining_req" not in msg:
+            # The final line of a file still being written, or of a cut paste.
+            self._skip(line)
+            return
+        head_end = msg.find("batch") + len("batch")
+        rest = msg[head_end:]
+        extra_keys: list[str] = []
+        extra_vals: list[str] = []
+        if rest.startswith(" ["):
+            close = rest.find("]")
+            if close > 0 and rest[2:close].isdigit():
+                extra_keys.append("iter")
+                extra_vals.append(rest[2:close])
+                rest = rest[close + 1 :]
+        if rest.startswith("(mixed"):
+            close = rest.find(")")
+            inner = rest[len("(mixed") : close] if close > 0 else ""
+            parsed_inner = _parse_kv_body(inner)
+            if parsed_inner is not None:
+                extra_keys.extend(f"mixed_{k}" for k in parsed_inner[0])
+                extra_vals.extend(parsed_inner[1])
+            rest = rest[close + 1 :] if close > 0 else ""
+        rest = rest.lstrip(".,").strip()
+        if msg.startswith("new fill batch"):
+            rest = rest.replace(". ", ", ").rstrip(".")
+        parsed = _parse_kv_body(rest)
+        if parsed is None:
+            self._skip(line)
+            return
+        keys, vals = parsed
+        if extra_keys:
+            keys = tuple(extra_keys) + keys
+            vals = tuple(extra_vals) + vals
+        if not keys:
+            self._skip(line)
+            return
+        self._add(kind, keys, vals, stamp, rank)
+
+    def _retract(self, msg: str, stamp: str, rank: str, line: str) -> None:
+        body = msg.split("Retract requests.", 1)[1] if "Retract requests." in msg else msg.split(".", 1)[-1]
+        keys: list[str] = []
+        vals: list[str] = []
+        for part in body.strip().rstrip(".,").split(", "):
+            key, sep, val = part.partition(": ")
+            if not sep:
+                continue
+            key = key.strip()
+            if "->" in val and "new_token_ratio" in key:
+                before, _, after = val.partition("->")
+                keys += ["new_token_ratio_before", "new_token_ratio_after"]
+                vals += [before.strip(), after.strip().rstrip(".,")]
+            else:
+                keys.append(_column_name(key))
+                vals.append(val.strip().rstrip(".,"))
+        if "retracted_reqs" not in keys:
+            self._skip(line)
+            return
+        self._add("retract", tuple(keys), tuple(vals), stamp, rank)
+
+    # ---- server args
+    def _try_finish_args(self, final: bool) -> None:
+        buf = self._args_buffer or ""
+        _pieces, closed = _split_top_level(buf.split("ServerArgs(", 1)[-1].replace("\n", ""))
+        if closed or final:
+            parsed = parse_server_args(buf)
+            if not self.server_args or len(parsed) >= len(self.server_args):
+                self.server_args = dict(parsed)
+                self.server_args_incomplete = parsed.incomplete
+            self._args_buffer = None
+
+    # ---- startup facts
+    def _startup(self, msg: str, rank: str) -> None:
+        s = self.startup
+        first_rank = not rank or rank.endswith("TP0") or "TP" not in rank
+        if msg.startswith("Load weight begin"):
+            m = _GB_RE.search(msg)
+            if m and first_rank:
+                s.setdefault("load_weight_begin_avail_mem_gb", float(m.group(2)))
+            return
+        if msg.startswith("Load weight end"):
+            if not first_rank and "weight_load_time_s" in s:
+                return
+            kv = _kv_pairs(msg.split(".", 1)[1] if "." in msg else msg)
+            key = "weight" if "weight_load_time_s" not in s else "draft_weight"
+            if "elapsed_s" in kv:
+                s[f"{key}_load_time_s"] = kv.pop("elapsed_s")
+            for name, val in kv.items():
+                s.setdefault(f"{key}_{name}" if key == "draft_weight" else _weight_key(name), val)
+            return
+        if msg.startswith("KV Cache is allocated") or "KV Cache is allocated" in msg:
+            if "kv_cache_tokens" in s and not first_rank:
+                return
+            m = re.search(r"#tokens:\s*(\d+)", msg)
+            if m:
+                s["kv_cache_tokens"] = int(m.group(1))
+            m = re.search(r"dtype:\s*([\w.]+)", msg)
+            if m:
+                s["kv_cache_dtype"] = m.group(1)
+            sizes = {k.lower().replace(" ", "_"): float(v) for k, v in _GB_RE.findall(msg)}
+            for k, v in sizes.items():
+                s[f"kv_cache_{k}_gb".replace("kv_cache_kv_size", "kv_cache_size").replace("_size_gb", "_size_gb")] = v
+            total = sizes.get("kv_size", sizes.get("k_size", 0.0) + sizes.get("v_size", 0.0))
+            if total:
+                s["kv_cache_size_gb"] = round(total, 4)
+            return
+        if "mem usage:" in msg and "KVPool" in msg:
+            m = re.search(r"(\w*KVPool) mem usage:\s*(\d+(?:\.\d+)?)\s*GB", msg)
+            if m:
+                s.setdefault("kv_cache_size_gb", float(m.group(2)))
+            for k, v in re.findall(r"(swa size|full size):\s*(\d+)", msg):
+                s.setdefault(f"kv_cache_{k.replace(' ', '_')}_tokens", int(v))
+            return
+        if msg.startswith("Memory pool end"):
+            m = _GB_RE.search(msg)
+            if m and "memory_pool_end_avail_mem_gb" not in s:
+                s["memory_pool_end_avail_mem_gb"] = float(m.group(2))
+            return
+        low = msg.lower()
+        if low.startswith("capture") and "graph" in low:
+            stage = "draft_cuda_graph" if "draft" in low else "cuda_graph"
+            if "piecewise" in low:
+                stage = "piecewise_cuda_graph"
+            bs = _BS_LIST_RE.search(msg)
+            if bs and (" bs" in msg or "bs=" in msg):
+                nums = bs.group(1) or bs.group(2) or bs.group(3) or ""
+                s.setdefault(f"{stage}_batch_sizes", [int(x) for x in re.findall(r"\d+", nums)])
+            if " end" in low:
+                if f"{stage}_capture_time_s" in s:
+                    return
+                m = _ELAPSED_RE.search(msg)
+                if m:
+                    s[f"{stage}_capture_time_s"] = float(m.group(1))
+                for k, v in _GB_RE.findall(msg):
+                    s[f"{stage}_{k.lower().replace(' ', '_')}_gb"] = float(v)
+            elif " begin" in low:
+                m = _GB_RE.search(msg)
+                if m:
+                    s.setdefault(f"{stage}_begin_avail_mem_gb", float(m.group(2)))
+            return
+        if msg.startswith("max_total_num_tokens="):
+            if "max_total_num_tokens" in s and not first_rank:
+                return
+            for name, val in _kv_pairs(msg).items():
+                s[name] = val
+            return
+        if msg.startswith("Init torch distributed ends"):
+            kv = _kv_pairs(msg.split(".", 1)[1] if "." in msg else "")
+            if "elapsed_s" in kv:
+                s.setdefault("init_torch_distributed_time_s", kv["elapsed_s"])
+            if "mem_usage_gb" in kv:
+                s.setdefault("init_torch_distributed_mem_usage_gb", kv["mem_usage_gb"])
+            return
+        if msg.startswith("Engine startup timings"):
+            body = msg.split(":", 1)[1] if ":" in msg else ""
+            s.setdefault("startup_timings_s", {k: v for k, v in _kv_pairs(body).items()})
+            return
+
+    # ---- tracebacks
+    def _open_block(self, kind: str | None, stamp: str | None, rank: str, first: str) -> None:
+        if self._open_blocks and self._block_body_started:
+            # A second traceback in the body: chained ("During handling...") or another rank's.
+            if first.strip().startswith("Traceback") and not rank:
+                self._block_text(first)
+                return
+            self._close_blocks()
+        self._open_blocks.append({"time": stamp, "rank": rank, "head": kind, "lines": [first.strip()]})
+
+    def _block_text(self, line: str) -> None:
+        if line.strip():
+            self._block_body_started = True
+        for block in self._open_blocks:
+            block["lines"].append(line)
+
+    def _close_blocks(self) -> None:
+        if not self._open_blocks:
+            return
+        for block in self._open_blocks:
+            self.errors.append(_block_row(block))
+        self._open_blocks = []
+        self._block_body_started = False
+
+    # ---- tables
+    def build(self) -> ServerLog:
+        errors = list(self.errors) + [_block_row(b) for b in self._open_blocks]
+        server_args = dict(self.server_args)
+        incomplete = self.server_args_incomplete
+        if self._args_buffer is not None:
+            parsed = parse_server_args(self._args_buffer)
+            if len(parsed) >= len(server_args):
+                server_args, incomplete = dict(parsed), parsed.incomplete
+        return ServerLog(
+            server_args=server_args,
+            server_args_incomplete=incomplete,
+            startup=dict(self.startup),
+            ready_at=pd.Timestamp(self.ready_at) if self.ready_at else None,
+            decode=self._frame("decode", _DECODE_COLUMNS),
+            prefill=self._frame("prefill", _PREFILL_COLUMNS),
+            retractions=self._frame("retract", _RETRACT_COLUMNS),
+            errors=self._errors_frame(errors),
+            http=self._http_frame(),
+            skipped=self.skipped,
+            skipped_examples=list(self.skipped_examples),
+            standin=self.standin,
+            standin_path=self.standin_path,
+            lines=self.lines,
+            first_time=pd.Timestamp(self.first_time) if self.first_time else None,
+            last_time=pd.Timestamp(self.last_time_str) if self.last_time_str else None,
+        )
+
+    def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        shapes = self.rows[kind]
+        total = sum(len(b[0]) for b in shapes.values())
+        cached = self._cache.get(kind)
+        if cached is not None and cached[0] == total:
+            return cached[1].copy()
+        parts = []
+        for keys, (order, times, ranks, values) in shapes.items():
+            if not order:
+                continue
+            cols: dict[str, Any] = {"_order": np.array(order, dtype=np.int64)}
+            cols["time"] = times
+            cols["rank"] = ranks
+            transposed = list(zip(*values, strict=True)) if values else [[] for _ in keys]
+            for key, col in zip(keys, transposed, strict=True):
+                if key in cols:
+                    continue
+                cols[key] = _convert_column(list(col))
+            parts.append(pd.DataFrame(cols))
+        base = ["time", "rank", *columns]
+        if not parts:
+            frame = pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in base})
+        else:
+            frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
+            if len(parts) > 1:
+                frame = frame.sort_values("_order", kind="stable", ignore_index=True)
+            frame = frame.drop(columns="_order")
+            frame["time"] = _to_timestamps(frame["time"])
+            if kind == "decode":
+                _fill_hybrid(frame)
+            for c in columns:
+                if c not in frame.columns:
+                    frame[c] = pd.array([pd.NA] * len(frame), dtype="boolean") if c == "cuda_graph" else np.nan
+            if "cuda_graph" in frame.columns and frame["cuda_graph"].dtype == object:
+                frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
+            extras = [c for c in frame.columns if c not in base]
+            frame = frame[base + extras]
+        self._cache[kind] = (total, frame)
+        return frame.copy()
+
+    def _errors_frame(self, errors: list[dict[str, Any]]) -> pd.DataFrame:
+        cols = ["time", "rank", "kind", "message", "text"]
+        if not errors:
+            return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in cols})
+        frame = pd.DataFrame(errors, columns=cols)
+        frame["time"] = _to_timestamps(frame["time"])
+        return frame
+
+    def _http_frame(self) -> pd.DataFrame:
+        cols = ["time", "client", "method", "path", "status"]
+        if not self.http_rows:
+            return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in cols})
+        frame = pd.DataFrame(self.http_rows, columns=cols)
+        frame["time"] = _to_timestamps(frame["time"])
+        return frame
+
+
+def _weight_key(name: str) -> str:
+    return {
+        "avail_mem_gb": "weight_avail_mem_gb",
+        "mem_usage_gb": "weight_mem_usage_gb",
+        "type": "model_class",
+        "dtype": "weight_dtype",
+        "quant": "weight_quant",
+        "quant_algo": "weight_quant_algo",
+    }.get(name, f"weight_{name}")
+
+
+def _block_row(block: dict[str, Any]) -> dict[str, Any]:
+    lines = [ln for ln in block["lines"]]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    text = mask_text("\n".join(lines))
+    message = ""
+    for ln in reversed(lines):
+        if _EXC_LINE_RE.match(ln) and not ln.strip().startswith(("File ", "Traceback")):
+            message = ln.strip()
+            break
+    if not message:
+        message = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+    kind = _classify_block(text)
+    if kind == "other" and block.get("head"):
+        kind = block["head"]
+    return {"time": block["time"], "rank": block["rank"], "kind": kind, "message": mask_text(message), "text": text}
+
+
+def _fill_hybrid(frame: pd.DataFrame) -> None:
+    """Hybrid (SWA / mamba) models log per-pool counts; fill the common columns as SGLang's
+    metrics do: the fuller pool counts."""
+    if "full_token" not in frame.columns:
+        return
+    for col, parts in (("num_token", ("full_token", "swa_token")), ("token_usage", ("full_token_usage", "swa_token_usage"))):
+        present = [p for p in parts if p in frame.columns]
+        filled = frame[present].max(axis=1)
+        frame[col] = filled if col not in frame.columns else frame[col].fillna(filled)
+
+
+def _to_timestamps(values: Any) -> pd.Series:
+    series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    try:
+        return pd.to_datetime(series, format="ISO8601")
+    except (ValueError, TypeError):
+        return pd.to_datetime(series, errors="coerce", format="mixed")
+
+
+# --------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def _split_text(text: str) -> list[str]:
+    text = _strip_ansi(text)
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "][" in text or "] [" in text or "%|" in text or "it/s]" in text:
+        text = _GLUED_PREFIX_RE.sub("\n", text)
+    return text.split("\n")
+
+
+def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
+    if isinstance(path_or_text, bytes):
+        return path_or_text.decode("utf-8", errors="replace")
+    if isinstance(path_or_text, os.PathLike):
+        path = Path(path_or_text)
+        if not path.is_file():
+            raise FileNotFoundError(f"server log {str(path)!r} does not exist (pass a path or the log text)")
+        return path.read_bytes().decode("utf-8", errors="replace")
+    if not isinstance(path_or_text, str):
+        raise TypeError(
+            f"expected a path or the log text, got {type(path_or_text).__name__}"
+        )
+    if "\n" not in path_or_text and len(path_or_text) < 4096 and not path_or_text.lstrip().startswith("["):
+        path = Path(path_or_text)
+        try:
+            if path.is_file():
+                return path.read_bytes().decode("utf-8", errors="replace")
+        except OSError:
+            pass
+        if path.suffix in (".log", ".txt", ".out", ".jsonl", ".json") or os.sep in path_or_text:
+            raise FileNotFoundError(f"server log {path_or_text!r} does not exist (pass a path or the log text)")
+    return path_or_text
+
+
+def parse_log(path_or_text: str | os.PathLike[str] | bytes, *, date: str | None = None) -> ServerLog:
+    """Parse a whole SGLang server log (a path, the text, or bytes) into a :class:`ServerLog`.
+
+    ``date`` (``YYYY-MM-DD``) dates the lines of old builds that print only ``HH:MM:SS``;
+    without it such lines get the date of the last dated line, or 1970-01-01.
+    """
+    text = _read_text(path_or_text)
+    parser = _Parser(date=date)
+    lines = _split_text(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+        parser.feed(lines, final=False)
+    else:
+        parser.feed(lines, final=True)
+    parser._close_blocks()
+    if parser._args_buffer is not None:
+        parser._try_finish_args(final=True)
+    return parser.build()
+
+
+class LogFollower:
+    """Incremental reader of a log a running server is still writing.
+
+    Each :meth:`update` reads only the bytes appended since the last call, parses the complete
+    lines among them (a partial last line waits for its newline) and returns the
+    :class:`ServerLog` so far. A file that shrinks (rotated or truncated) is read again from
+    its start.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, date: str | None = None) -> None:
+        self.path = Path(path)
+        self._date = date
+        self._reset()
+
+    def _reset(self) -> None:
+        self._parser = _Parser(date=self._date)
+        self._offset = 0
+        self._pending = b""
+
+    @property
+    def offset(self) -> int:
+        """Bytes of the file consumed so far (complete lines only)."""
+        return self._offset - len(self._pending)
+
+    def update(self) -> ServerLog:
+        """Read what was appended, return the :class:`ServerLog` so far."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return self._parser.build()
+        if size < self._offset:
+            log.info("%s shrank (%d < %d bytes): reading it again from the start", self.path, size, self._offset)
+            self._reset()
+        if size > self._offset:
+            with self.path.open("rb") as fh:
+                fh.seek(self._offset)
+                data = fh.read(size - self._offset)
+            self._offset += len(data)
+            data = self._pending + data
+            cut = data.rfind(b"\n")
+            cr = data.rfind(b"\r")
+            cut = max(cut, cr)
+            if cut < 0:
+                self._pending = data
+            else:
+                self._pending = data[cut + 1 :]
+                text = data[: cut + 1].decode("utf-8", errors="replace")
+                lines = _split_text(text)
+                if lines and lines[-1] == "":
+                    lines.pop()
+                self._parser.feed(lines, final=False)
+        return self._parser.build()
+
+    def finish(self) -> ServerLog:
+        """Parse the pending partial line too (the server has stopped writing)."""
+        self.update()
+        if self._pending:
+            text = self._pending.decode("utf-8", errors="replace")
+            self._pending = b""
+            self._parser.feed(_split_text(text), final=True)
+        self._parser._close_blocks()
+        return self._parser.build()
+
+
+def follow_log(path: str | os.PathLike[str], *, date: str | None = None) -> LogFollower:
+    """A :class:`LogFollower` for ``path`` (which may not exist yet)."""
+    return LogFollower(path, date=date)
+
+
+def to_epoch(series: pd.Series | pd.Timestamp | Any, tz: str | None = None) -> Any:
+    """Log times (naive, the server's local clock) -> float Unix epoch seconds.
+
+    ``tz`` names the server's time zone (e.g. ``"Europe/Berlin"``); by default this machine's
+    local zone, which is right when the log was written here. NaT becomes NaN.
+    """
+    if isinstance(series, pd.Timestamp | str):
+        return float(to_epoch(pd.Series([pd.Timestamp(series)]), tz=tz).iloc[0])
+    s = pd.to_datetime(pd.Series(series))
+    if s.dt.tz is None:
+        if tz is None:
+            import time as _time
+
+            # The local zone's UTC offset for each stamp (DST-aware through mktime).
+            naive = s
+            out = np.full(len(naive), np.nan)
+            valid = naive.notna().to_numpy()
+            if valid.any():
+                vals = naive[valid]
+                offsets = {}
+                res = []
+                for ts in vals:
+                    key = (ts.year, ts.month, ts.day, ts.hour)
+                    off = offsets.get(key)
+                    if off is None:
+                        wall = ts.replace(minute=0, second=0, microsecond=0, nanosecond=0)
+                        off = _time.mktime(wall.timetuple()) - (wall - pd.Timestamp("1970-01-01")).total_seconds()
+                        offsets[key] = off
+                    res.append((ts - pd.Timestamp("1970-01-01")).total_seconds() + off)
+                out[valid] = res
+            return pd.Series(out, index=s.index, name=getattr(series, "name", None))
+        s = s.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward")
+    epoch = (s.dt.tz_convert("UTC") - pd.Timestamp("1970-01-01", tz="UTC")).dt.total_seconds()
+    return epoch
+
+
+# --------------------------------------------------------------------------------------------
+# bench_serving results
+
+_BENCH_LABELS = {
+    "backend": "backend",
+    "traffic request rate": "request_rate",
+    "request rate": "request_rate",
+    "max request concurrency": "max_concurrency",
+    "max reqeuest concurrency": "max_concurrency",
+    "successful requests": "completed",
+    "failed requests": "failed",
+    "benchmark duration (s)": "duration",
+    "total input tokens": "total_input_tokens",
+    "total input text tokens": "total_input_text_tokens",
+    "total input vision tokens": "total_input_vision_tokens",
+    "total generated tokens": "total_output_tokens",
+    "total generated tokens (retokenized)": "total_output_tokens_retokenized",
+    "request throughput (req/s)": "request_throughput",
+    "input token throughput (tok/s)": "input_throughput",
+    "output token throughput (tok/s)": "output_throughput",
+    "peak output token throughput (tok/s)": "max_output_tokens_per_s",
+    "peak concurrent requests": "max_concurrent_requests",
+    "total token throughput (tok/s)": "total_throughput",
+    "total throughput (tok/s)": "total_throughput",
+    "concurrency": "concurrency",
+    "accept length": "accept_length",
+    "request rate configured (rps)": "request_rate",
+    "maximum request concurrency": "max_concurrency",
+}
+_BENCH_METRIC_RE = re.compile(
+    r"^(mean|median|std|p\d+(?:\.\d+)?|max|min) (e2e latency|e2el|ttft|tpot|itl) \(ms\)$"
+)
+_BENCH_METRIC_NAMES = {"e2e latency": "e2e_latency", "e2el": "e2el", "ttft": "ttft", "tpot": "tpot", "itl": "itl"}
+_BENCH_HEADER_RE = re.compile(r"^=+\s*Serving Benchmark Result\s*=+\s*$")
+
+
+def parse_bench_result(path_or_text: str | os.PathLike[str] | bytes) -> pd.DataFrame:
+    """bench_serving output -> one row per run, with bench_serving's own field names.
+
+    Reads its ``--output-file`` JSONL (one JSON object per line) and its printed
+    ``Serving Benchmark Result`` blocks (mixed in any other output). Each row has ``tool``:
+    ``"sglang"``, or ``"vllm"`` for a ``vllm bench serve`` block or JSON record (its latency
+    fields keep vLLM's names, e.g. ``mean_e2el_ms``), and ``source``: ``"jsonl"`` or ``"printed"``.
+    """
+    text = _strip_ansi(_read_text(path_or_text))
+    rows: list[dict[str, Any]] = []
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    i = 0
+    while i < len(lines):
+        line = lines[i].strip()
+        if line.startswith("{") and line.endswith("}"):
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict) and ("completed" in obj or "output_throughput" in obj):
+                obj = dict(obj)
+                obj.setdefault("tool", _bench_tool_json(obj))
+                obj.setdefault("source", "jsonl")
+                rows.append(obj)
+            i += 1
+            continue
+        if _BENCH_HEADER_RE.match(line):
+            row, i = _bench_block(lines, i + 1)
+            if row:
+                rows.append(row)
+            continue
+        i += 1
+    if not rows and text.strip().startswith("[") and text.strip().endswith("]"):
+        try:
+            arr = json.loads(text)
+            rows = [dict(o, tool=_bench_tool_json(o), source="jsonl") for o in arr if isinstance(o, dict)]
+        except ValueError:
+            pass
+    if not rows:
+        return pd.DataFrame(columns=["tool", "source", "backend", "completed", "duration", "output_throughput"])
+    frame = pd.DataFrame(rows)
+    lead = [c for c in ("tool", "source", "backend", "max_concurrency", "request_rate", "completed") if c in frame.columns]
+    return frame[lead + [c for c in frame.columns if c not in lead]]
+
+
+def _bench_tool_json(obj: Mapping[str, Any]) -> str:
+    if any(k in obj for k in ("mean_e2el_ms", "model_id", "tokenizer_id", "burstiness", "num_prompts")) and "dataset_name" not in obj:
+        return "vllm"
+    if "mean_e2el_ms" in obj and "mean_e2e_latency_ms" not in obj:
+        return "vllm"
+    return "sglang"
+
+
+def _bench_block(lines: list[str], i: int) -> tuple[dict[str, Any], int]:
+    row: dict[str, Any] = {}
+    labels_seen: set[str] = set()
+    while i < len(lines):
+        raw = lines[i].strip()
+        if not raw:
+            i += 1
+            continue
+        if set(raw) == {"="}:
+            i += 1
+            break
+        if raw.startswith("-") or raw.startswith("="):
+            i += 1
+            continue
+        label, sep, value = raw.partition(":")
+        if not sep:
+            break
+        label = label.strip().lower()
+        labels_seen.add(label)
+        value = value.strip()
+        name = _BENCH_LABELS.get(label)
+        if name is None:
+            m = _BENCH_METRIC_RE.match(label)
+            if m:
+                stat, metric = m.group(1), _BENCH_METRIC_NAMES[m.group(2)]
+                name = f"{stat}_{metric}_ms"
+            else:
+                name = re.sub(r"[^0-9a-z]+", "_", label).strip("_")
+        row[name] = _bench_value(value)
+        i += 1
+    is_vllm = "failed requests" in labels_seen or "request rate configured (rps)" in labels_seen or (
+        "backend" not in labels_seen and any(k.endswith("e2el (ms)") for k in labels_seen)
+    )
+    row["tool"] = "vllm" if is_vllm else "sglang"
+    row["source"] = "printed"
+    if not is_vllm:
+        # SGLang names the end-to-end latency e2e_latency in its JSON.
+        row = {k.replace("_e2el_ms", "_e2e_latency_ms"): v for k, v in row.items()}
+    return row, i
+
+
+def _bench_value(value: str) -> Any:
+    if value in ("inf", "Inf"):
+        return math.inf
+    if value in ("None", "none", "N/A"):
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        pass
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+# --------------------------------------------------------------------------------------------
+# Summary and the `glm5 logs` command
+
+# The arguments that decide throughput (see the diagnosis notes), shown first.
+IMPORTANT_ARGS = (
+    "model_path",
+    "served_model_name",
+    "tp_size",
+    "dp_size",
+    "ep_size",
+    "pp_size",
+    "max_running_requests",
+    "max_total_tokens",
+    "mem_fraction_static",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "schedule_policy",
+    "page_size",
+    "kv_cache_dtype",
+    "quantization",
+    "attention_backend",
+    "decode_attention_backend",
+    "prefill_attention_backend",
+    "moe_runner_backend",
+    "fp4_gemm_runner_backend",
+    "enable_flashinfer_allreduce_fusion",
+    "disable_radix_cache",
+    "disable_cuda_graph",
+    "cuda_graph_max_bs",
+    "enable_dp_attention",
+    "speculative_algorithm",
+    "enable_metrics",
+    "api_key",
+)
+
+
+def _summary(slog: ServerLog) -> dict[str, Any]:
+    args = mask_secrets(slog.server_args)
+    important = {k: args[k] for k in IMPORTANT_ARGS if k in args}
+    out: dict[str, Any] = {
+        "lines": slog.lines,
+        "standin": slog.standin,
+        "first_time": _iso(slog.first_time),
+        "last_time": _iso(slog.last_time),
+        "ready_at": _iso(slog.ready_at),
+        "server_args": important,
+        "server_args_fields": len(slog.server_args),
+        "server_args_incomplete": slog.server_args_incomplete,
+        "startup": slog.startup,
+        "skipped": slog.skipped,
+    }
+    d = slog.decode
+    if not d.empty:
+        busy = d[d["running_req"] > 0] if "running_req" in d.columns else d
+        out["decode"] = {
+            "rows": len(d),
+            "max_running_req": _num(d["running_req"].max()),
+            "mean_running_req_busy": _num(busy["running_req"].mean()) if not busy.empty else None,
+            "max_queue_req": _num(d["queue_req"].max()),
+            "max_token_usage": _num(d["token_usage"].max()),
+            "max_gen_throughput": _num(d["gen_throughput"].max()),
+            "mean_gen_throughput_busy": _num(busy["gen_throughput"].mean()) if not busy.empty else None,
+            "cuda_graph_share": _num(d["cuda_graph"].astype("float").mean()) if d["cuda_graph"].notna().any() else None,
+        }
+        cap = slog.startup.get("max_running_requests", slog.server_args.get("max_running_requests"))
+        if isinstance(cap, int) and cap > 0:
+            out["decode"]["rows_at_running_cap"] = int((d["running_req"] >= cap).sum())
+    else:
+        out["decode"] = {"rows": 0}
+    out["prefill"] = {"rows": len(slog.prefill)}
+    out["retractions"] = {
+        "rows": len(slog.retractions),
+        "retracted_reqs": _num(slog.retractions["retracted_reqs"].sum()) if not slog.retractions.empty else 0,
+    }
+    out["errors"] = [
+        {"time": _iso(r.time), "rank": r.rank, "kind": r.kind, "message": r.message}
+        for r in slog.errors.itertuples(index=False)
+    ]
+    out["crash_cause"] = slog.crash_cause()
+    return out
+
+
+def _iso(ts: Any) -> str | None:
+    if ts is None or (isinstance(ts, float) and math.isnan(ts)) or ts is pd.NaT:
+        return None
+    return pd.Timestamp(ts).isoformat(sep=" ")
+
+
+def _num(value: Any) -> Any:
+    if value is None or value is pd.NA:
+        return None
+    if isinstance(value, np.integer | int) and not isinstance(value, bool):
+        return int(value)
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else round(f, 4)
+
+
+def _format_summary(s: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = buf.write
+    w(f"lines: {s['lines']}  skipped: {s['skipped']}\n")
+    if s["standin"]:
+        w(f"stand-in profile: {s['standin']} (not a real SGLang server)\n")
+    w(f"time: {s['first_time']} .. {s['last_time']}  ready at: {s['ready_at'] or 'never'}\n")
+    w(f"\nserver args ({s['server_args_fields']} fields{', incomplete' if s['server_args_incomplete'] else ''}):\n")
+    for k, v in s["server_args"].items():
+        w(f"  {k} = {v!r}\n")
+    w("\nstartup:\n")
+    for k, v in s["startup"].items():
+        w(f"  {k} = {v}\n")
+    w("\ndecode:\n")
+    for k, v in s["decode"].items():
+        w(f"  {k} = {v}\n")
+    w(f"\nprefill rows: {s['prefill']['rows']}  retractions: {s['retractions']['rows']} "
+      f"({s['retractions']['retracted_reqs']} requests)\n")
+    w(f"\nerrors: {len(s['errors'])}" + (f"  (cause: {s['crash_cause']})" if s["crash_cause"] else "") + "\n")
+    for e in s["errors"][:20]:
+        w(f"  [{e['time']} {e['rank']}] {e['kind']}: {e['message'][:200]}\n")
+    return buf.getvalue()
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    from glm5lib.errors import ConfigError
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise ConfigError(f"log file {args.file!r} does not exist", field="file")
+    slog = parse_log(path)
+    summary = slog.summary()
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(_format_summary(summary), end="")
+    return 0
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``glm5 logs FILE [--json]``: a summary of an SGLang server log."""
+    p = sub.add_parser(
+        "logs",
+        help="summarise an SGLang server log (args that matter, startup, decode stats, errors)",
+        description="Parse an SGLang server log and print what matters for throughput.",
+    )
+    p.add_argument("file", help="the server log (e.g. data/runs/<run>/<phase>/server.log)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=_cmd_logs)
