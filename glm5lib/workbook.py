@@ -4,19 +4,26 @@
 (``data/runs/<run-id>/``). Every notebook receives the same parameters (those it does not
 declare are ignored), plus ``RUN_DIR``. A notebook that raises stops the run; the error names
 the notebook and the cell, and everything written so far stays in the run folder.
+
+After the notebooks (also after a failed one), ``report.md`` and ``summary.json`` are written
+from what the run folder holds (:func:`glm5lib.report.write_report`), and ``notebooks.json``
+records which notebooks ran and how each ended.
 """
 
 from __future__ import annotations
 
 import ast
+import json
 import logging
 import re
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, NotebookFailedError
+from glm5lib.report import NOTEBOOKS_STATUS
 
 __all__ = ["list_notebooks", "notebooks_dir", "parse_parameter", "register_cli", "run_workbook"]
 
@@ -60,11 +67,13 @@ def run_workbook(
     notebooks: str | Path | None = None,
     kernel_name: str | None = None,
     progress: bool = True,
+    report: bool = True,
 ) -> Path:
     """Execute the notebooks in order into a run folder and return that folder.
 
     ``only`` restricts the run to notebooks whose number ``NN`` is listed. Raises
-    :class:`NotebookFailedError` naming the notebook and cell when one fails.
+    :class:`NotebookFailedError` naming the notebook and cell when one fails, after writing the
+    report of what was done so far. ``report=False`` skips ``report.md``/``summary.json``.
     """
     import papermill as pm
     from papermill.exceptions import PapermillExecutionError
@@ -87,9 +96,14 @@ def run_workbook(
     params["RUN_DIR"] = str(out.resolve())
     if not paths:
         log.warning("no notebooks found in %s; nothing to run", notebooks or notebooks_dir())
+    status = _load_status(out)
     for path in paths:
         target = out / path.name
         log.info("running %s -> %s", path.name, target)
+        started = time.time()
+        entry = {"name": path.name, "status": "running", "started": started}
+        status = [s for s in status if s.get("name") != path.name] + [entry]
+        _save_status(out, status)
         try:
             pm.execute_notebook(
                 str(path),
@@ -101,6 +115,11 @@ def run_workbook(
                 report_mode=False,
             )
         except PapermillExecutionError as exc:
+            entry.update(status="failed", seconds=round(time.time() - started, 1), cell=exc.exec_count,
+                         error=f"{exc.ename}: {_first_line(exc.evalue)}")
+            _save_status(out, status)
+            if report:
+                _write_report(out)
             raise NotebookFailedError(
                 f"{path.name} failed in cell [{exc.exec_count}] ({_first_line(exc.source)!r}): "
                 f"{exc.ename}: {exc.evalue} "
@@ -109,7 +128,39 @@ def run_workbook(
                 cell=exc.exec_count,
                 run_dir=str(out),
             ) from exc
+        except BaseException as exc:
+            # kernel died, KeyboardInterrupt...: keep the record of how far the run got
+            entry.update(status="failed", seconds=round(time.time() - started, 1),
+                         error=f"{type(exc).__name__}: {_first_line(str(exc))}")
+            _save_status(out, status)
+            raise
+        entry.update(status="ok", seconds=round(time.time() - started, 1))
+        _save_status(out, status)
+    if report:
+        _write_report(out)
     return out
+
+
+def _load_status(out: Path) -> list[dict]:
+    try:
+        data = json.loads((out / NOTEBOOKS_STATUS).read_text())
+    except (OSError, ValueError):
+        return []
+    return data if isinstance(data, list) else []
+
+
+def _save_status(out: Path, status: list[dict]) -> None:
+    (out / NOTEBOOKS_STATUS).write_text(json.dumps(status, indent=2) + "\n")
+
+
+def _write_report(out: Path) -> Path | None:
+    from glm5lib.report import write_report
+
+    try:
+        return write_report(out)
+    except Exception:  # the run's own results matter more than its summary
+        log.exception("report for %s could not be written", out)
+        return None
 
 
 def _first_line(source: str) -> str:
@@ -119,8 +170,21 @@ def _first_line(source: str) -> str:
 
 def _cmd_run(args) -> int:
     params = dict(parse_parameter(p) for p in args.parameter or [])
-    only = [int(n) for n in args.only.split(",")] if args.only else None
-    out = run_workbook(params, run_dir=args.run_dir, only=only, progress=not args.quiet)
+    try:
+        only = [int(n) for n in args.only.split(",")] if args.only else None
+    except ValueError:
+        raise ConfigError(f"--only {args.only!r} is not a comma-separated list of notebook numbers, e.g. 2,4",
+                          field="only") from None
+    try:
+        out = run_workbook(params, run_dir=args.run_dir, only=only, progress=not args.quiet,
+                           report=not args.no_report, notebooks=args.notebooks)
+    except NotebookFailedError as exc:
+        if exc.run_dir:
+            print(f"Workbook results so far are in {exc.run_dir}")
+            report = Path(exc.run_dir) / rundir.REPORT
+            if report.exists():
+                print(f"Report (partial): {report}")
+        raise
     print(f"Workbook results are in {out}")
     report = out / rundir.REPORT
     if report.exists():
@@ -139,4 +203,6 @@ def register_cli(sub) -> None:
     run.add_argument("--run-dir", help="run folder (default: data/runs/<timestamp>)")
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 2,4")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    run.add_argument("--notebooks", help="folder of NN-*.ipynb notebooks (default: the workbook's)")
+    run.add_argument("--no-report", action="store_true", help="do not write report.md/summary.json")
     run.set_defaults(func=_cmd_run)

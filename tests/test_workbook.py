@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 
@@ -58,3 +60,59 @@ def test_only_rejects_unknown_numbers(tmp_path):
     _notebook(nbs / "01-first.ipynb", "pass")
     with pytest.raises(ConfigError, match="names no notebook"):
         workbook.run_workbook({}, run_dir=tmp_path / "run", notebooks=nbs, only=[9], progress=False)
+
+
+def _sweep_notebook(nbs, name, phase, throughput):
+    code = (
+        "import pathlib, pandas as pd\n"
+        f"d = pathlib.Path(RUN_DIR, '{phase}'); d.mkdir(exist_ok=True)\n"
+        f"pd.DataFrame({{'concurrency': [256], 'output_throughput': [{throughput}]}}).to_csv(d / 'sweep.csv', index=False)"
+    )
+    _notebook(nbs / name, code)
+
+
+def test_report_is_written_at_the_end_with_notebook_status(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _sweep_notebook(nbs, "01-base.ipynb", "baseline", 880.0)
+    _sweep_notebook(nbs, "02-fix.ipynb", "fix", 1950.0)
+    out = workbook.run_workbook({}, run_dir=tmp_path / "run", notebooks=nbs, progress=False)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["throughput"] == {"baseline": {"256": 880.0}, "fix": {"256": 1950.0}}
+    assert [n["status"] for n in summary["notebooks"]] == ["ok", "ok"]
+    assert "| 256 | 880 | 1,950 | 2.22 |" in (out / "report.md").read_text()
+
+
+def test_failed_run_keeps_results_and_reports_what_it_has(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _sweep_notebook(nbs, "01-base.ipynb", "baseline", 880.0)
+    _notebook(nbs / "02-broken.ipynb", "raise ValueError('server gone')")
+    with pytest.raises(NotebookFailedError):
+        workbook.run_workbook({}, run_dir=tmp_path / "run", notebooks=nbs, progress=False)
+    run = tmp_path / "run"
+    status = json.loads((run / "notebooks.json").read_text())
+    assert [(n["name"], n["status"]) for n in status] == [("01-base.ipynb", "ok"), ("02-broken.ipynb", "failed")]
+    assert status[1]["error"] == "ValueError: server gone"
+    text = (run / "report.md").read_text()
+    assert "880 tok/s at 256" in text
+    assert "**Incomplete run**: 02-broken.ipynb failed: ValueError: server gone" in text
+
+
+def test_cli_prints_where_results_and_report_went(tmp_path, capsys):
+    from glm5lib import cli
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _sweep_notebook(nbs, "01-base.ipynb", "baseline", 880.0)
+    code = cli.main(["workbook", "run", "-q", "--notebooks", str(nbs), "--run-dir", str(tmp_path / "run")])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert f"Workbook results are in {tmp_path / 'run'}" in out
+    assert f"Report: {tmp_path / 'run' / 'report.md'}" in out
+    _notebook(nbs / "02-broken.ipynb", "raise ValueError('x')")
+    code = cli.main(["workbook", "run", "-q", "--notebooks", str(nbs), "--run-dir", str(tmp_path / "run2")])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert f"Report (partial): {tmp_path / 'run2' / 'report.md'}" in captured.out
+    assert "02-broken.ipynb failed in cell" in captured.err
