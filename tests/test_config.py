@@ -1,0 +1,407 @@
+"""Tests for glm5lib.config: the SGLang flag catalogue and ServerConfig."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import pytest
+
+from glm5lib import config as cfgmod
+from glm5lib.config import (
+    SGLANG_FLAGS,
+    SGLANG_SOURCE,
+    ServerConfig,
+    field_for,
+    flag_for,
+    shipped_configs,
+)
+from glm5lib.errors import ConfigError
+
+# --------------------------------------------------------------------------- catalogue
+
+
+def test_catalogue_records_its_sglang_source():
+    assert SGLANG_SOURCE["version"] == "0.5.9"
+    assert len(SGLANG_SOURCE["sha256"]) == 64
+    # 0.5.9's ServerArgs has several hundred fields; a broken generator yields few
+    assert len(SGLANG_FLAGS) > 300
+
+
+@pytest.mark.parametrize(
+    ("field", "flag"),
+    [
+        ("fp4_gemm_runner_backend", "--fp4-gemm-backend"),
+        ("fp8_gemm_runner_backend", "--fp8-gemm-backend"),
+        ("max_running_requests", "--max-running-requests"),
+        ("tp_size", "--tensor-parallel-size"),
+        ("model_path", "--model-path"),
+    ],
+)
+def test_flag_for_and_field_for_are_inverse(field, flag):
+    assert flag_for(field) == flag
+    assert field_for(flag) == field
+
+
+def test_field_for_accepts_aliases_and_unambiguous_prefixes():
+    assert field_for("--tp-size") == "tp_size"
+    assert field_for("--model") == "model_path"
+    assert field_for("--max-running-requests=64") == "max_running_requests"
+    assert field_for("--mem-fraction") == "mem_fraction_static"
+
+
+def test_field_for_unknown_flag_suggests_closest():
+    with pytest.raises(ConfigError) as info:
+        field_for("--max-runing-requests")
+    assert "--max-running-requests" in str(info.value)
+    assert info.value.field == "--max-runing-requests"
+    assert info.value.valid[0] == "--max-running-requests"
+
+
+def test_field_for_ambiguous_prefix_lists_candidates():
+    with pytest.raises(ConfigError, match="ambiguous") as info:
+        field_for("--disable-cuda")
+    assert "--disable-cuda-graph" in info.value.valid
+    assert "--disable-cuda-graph-padding" in info.value.valid
+    # an exact spelling is never ambiguous, even when it prefixes another flag
+    assert field_for("--disable-cuda-graph") == "disable_cuda_graph"
+
+
+def test_catalogue_entries_match_sglang_defaults():
+    assert SGLANG_FLAGS["attention_backend"].default is None
+    assert "flashinfer" in SGLANG_FLAGS["attention_backend"].choices
+    assert "triton" in SGLANG_FLAGS["attention_backend"].choices
+    assert SGLANG_FLAGS["moe_runner_backend"].default == "auto"
+    assert SGLANG_FLAGS["disable_cuda_graph"].value_type == "bool"
+    assert SGLANG_FLAGS["cuda_graph_bs"].value_type == "list"
+    assert SGLANG_FLAGS["cuda_graph_bs"].item_type == "int"
+    assert SGLANG_FLAGS["port"].default == 30000
+    assert SGLANG_FLAGS["host"].default == "127.0.0.1"
+
+
+def test_no_method_hides_a_field():
+    public = {name for name in dir(ServerConfig) if not name.startswith("_")}
+    assert not public & set(SGLANG_FLAGS)
+
+
+def test_validation_rules_name_real_fields():
+    assert set(SGLANG_FLAGS) >= cfgmod._POSITIVE
+    assert set(cfgmod._RANGES) <= set(SGLANG_FLAGS)
+
+
+# --------------------------------------------------------------------------- argv
+
+
+def test_from_argv_parses_values_switches_lists_and_launcher():
+    cfg = ServerConfig.from_argv(
+        "python -m sglang.launch_server --model zai-org/GLM-5 --tp 8 --max-running-requests 64 "
+        "--attention-backend flashinfer --enable-flashinfer-allreduce-fusion "
+        "--cuda-graph-bs 1 2 4 --mem-fraction-static=0.85 --fp4-gemm-backend auto"
+    )
+    assert cfg.model_path == "zai-org/GLM-5"
+    assert cfg.tp_size == 8
+    assert cfg.max_running_requests == 64
+    assert cfg.enable_flashinfer_allreduce_fusion is True
+    assert cfg.cuda_graph_bs == [1, 2, 4]
+    assert cfg.mem_fraction_static == pytest.approx(0.85)
+    assert cfg.fp4_gemm_runner_backend == "auto"
+    assert set(cfg.explicit) == {
+        "model_path", "tp_size", "max_running_requests", "attention_backend",
+        "enable_flashinfer_allreduce_fusion", "cuda_graph_bs", "mem_fraction_static",
+        "fp4_gemm_runner_backend",
+    }
+    # unset fields read as SGLang's defaults
+    assert cfg.disable_cuda_graph is False
+    assert cfg.schedule_policy == "fcfs"
+
+
+def test_to_argv_round_trips_and_uses_real_flag_names():
+    cfg = ServerConfig(
+        model_path="m", tp_size=8, fp4_gemm_runner_backend="auto", disable_cuda_graph=True,
+        cuda_graph_bs=[1, 8], json_model_override_args='{"a": 1}', chunked_prefill_size=-1,
+    )
+    argv = cfg.to_argv()
+    assert argv[argv.index("--fp4-gemm-backend") + 1] == "auto"
+    assert "--fp4-gemm-runner-backend" not in argv
+    assert "--disable-cuda-graph" in argv
+    assert argv[argv.index("--cuda-graph-bs") + 1 : argv.index("--cuda-graph-bs") + 3] == ["1", "8"]
+    assert argv[argv.index("--chunked-prefill-size") + 1] == "-1"
+    assert ServerConfig.from_argv(argv) == cfg
+    assert ServerConfig.from_argv(argv).explicit == cfg.explicit
+
+
+def test_switch_set_false_is_not_written():
+    assert "--disable-cuda-graph" not in ServerConfig(model_path="m", disable_cuda_graph=False).to_argv()
+
+
+def test_negative_number_is_a_value_not_a_flag():
+    assert ServerConfig.from_argv(["--chunked-prefill-size", "-1"]).chunked_prefill_size == -1
+
+
+def test_repeated_flag_last_wins():
+    assert ServerConfig.from_argv(["--tp-size", "2", "--tp-size", "8"]).tp_size == 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "field", "needle"),
+    [
+        (["--max-runing-requests", "5"], "--max-runing-requests", "--max-running-requests"),
+        (["--attention-backend", "flashinfr"], "attention_backend", "flashinfer"),
+        (["--tp-size", "0"], "tp_size", "positive"),
+        (["--tp-size", "eight"], "tp_size", "integer"),
+        (["--max-running-requests"], "max_running_requests", "expects a value"),
+        (["--mem-fraction-static", "1.5"], "mem_fraction_static", "(0.0, 1.0]"),
+        (["--disable-cuda-graph=yes"], "disable_cuda_graph", "switch"),
+        (["--port", "70000"], "port", "65535"),
+    ],
+)
+def test_from_argv_rejects_bad_input_naming_the_field(argv, field, needle):
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.from_argv(argv)
+    assert info.value.field == field
+    assert needle in str(info.value)
+
+
+def test_unknown_attention_backend_lists_valid_values():
+    with pytest.raises(ConfigError) as info:
+        ServerConfig(attention_backend="flash")
+    assert "triton" in info.value.valid and "flashinfer" in info.value.valid
+    assert "'triton'" in str(info.value)
+
+
+def test_stray_positional_is_rejected():
+    with pytest.raises(ConfigError, match="unexpected argument"):
+        ServerConfig.from_argv(["--tp-size", "8", "extra"])
+
+
+def test_parse_known_argv_returns_foreign_flags():
+    cfg, rest = ServerConfig.parse_known_argv(
+        ["--model-path", "m", "--sim-fault", "oom-at-start", "--sim-profile", "p", "--tp", "8"]
+    )
+    assert cfg.tp_size == 8 and cfg.model_path == "m"
+    assert rest == ["--sim-fault", "oom-at-start", "--sim-profile", "p"]
+
+
+def test_parse_known_argv_still_validates_known_flags():
+    with pytest.raises(ConfigError):
+        ServerConfig.parse_known_argv(["--sim-fault", "x", "--tp-size", "-3"])
+
+
+# --------------------------------------------------------------------------- keyword fields
+
+
+@pytest.mark.parametrize(
+    ("fields", "bad"),
+    [
+        ({"max_running_request": 5}, "max_running_request"),
+        ({"max_running_requests": 0}, "max_running_requests"),
+        ({"max_running_requests": "64"}, "max_running_requests"),
+        ({"max_running_requests": True}, "max_running_requests"),
+        ({"disable_cuda_graph": "yes"}, "disable_cuda_graph"),
+        ({"page_size": -4}, "page_size"),
+        ({"schedule_policy": "fifo"}, "schedule_policy"),
+        ({"tp_size": None}, "tp_size"),
+        ({"cuda_graph_bs": [1, 0]}, "cuda_graph_bs"),
+    ],
+)
+def test_keyword_validation(fields, bad):
+    with pytest.raises(ConfigError) as info:
+        ServerConfig(**fields)
+    assert info.value.field == bad
+
+
+def test_unknown_keyword_suggests_closest_field():
+    with pytest.raises(ConfigError, match="did you mean 'max_running_requests'"):
+        ServerConfig(max_running_request=5)
+
+
+def test_attribute_typo_suggests_field():
+    with pytest.raises(AttributeError, match="max_running_requests"):
+        _ = ServerConfig().max_runing_requests
+
+
+def test_immutable_and_with_changes_returns_new_config():
+    base = ServerConfig(model_path="m", max_running_requests=64)
+    with pytest.raises(AttributeError, match="with_changes"):
+        base.max_running_requests = 1024
+    fixed = base.with_changes(max_running_requests=1024, disable_cuda_graph=True)
+    assert base.max_running_requests == 64 and fixed.max_running_requests == 1024
+    assert fixed.diff(base) == {"max_running_requests": (1024, 64), "disable_cuda_graph": (True, False)}
+    with pytest.raises(ConfigError):
+        base.with_changes(max_running_requests=-1)
+    assert base.without("max_running_requests").max_running_requests is None
+
+
+def test_diff_uses_defaults_for_unset_fields():
+    a = ServerConfig(model_path="m", schedule_policy="fcfs")
+    b = ServerConfig(model_path="m")
+    assert a.diff(b) == {}
+    assert a == b
+    c = ServerConfig(model_path="m", schedule_policy="lpm")
+    assert c.diff(b) == {"schedule_policy": ("lpm", "fcfs")}
+
+
+def test_validate_requires_model_path_to_launch():
+    with pytest.raises(ConfigError) as info:
+        ServerConfig(tp_size=8).validate()
+    assert info.value.field == "model_path"
+    assert ServerConfig(tp_size=8).validate(require_model=False).tp_size == 8
+
+
+# --------------------------------------------------------------------------- server args
+
+
+def test_from_server_args_keeps_only_non_defaults_and_extras():
+    logged = {
+        "model_path": "moonshotai/Kimi-K2-Thinking",
+        "tp_size": 8,
+        "disable_cuda_graph": True,
+        "moe_runner_backend": "auto",  # the default: not explicit
+        "fp4_gemm_runner_backend": "auto",
+        "attention_backend": "triton",
+        "page_size": 1,
+        "max_running_requests": 2048,
+        "schedule_policy": "fcfs",
+        "api_key": "***",
+        "max_total_num_tokens": 123456,  # /get_server_info extra
+        "version": "0.5.9",
+    }
+    cfg = ServerConfig.from_server_args(logged)
+    assert cfg.max_running_requests == 2048
+    assert "moe_runner_backend" not in cfg.explicit and cfg.moe_runner_backend == "auto"
+    assert "api_key" not in cfg.explicit
+    assert cfg.extras == {"max_total_num_tokens": 123456, "version": "0.5.9"}
+    assert cfg.diff(ServerConfig.load("k2-thinking-reference")).keys() == {"model_path"}
+
+
+def test_from_server_args_strict_rejects_unknown_keys():
+    with pytest.raises(ConfigError, match="did you mean 'tp_size'"):
+        ServerConfig.from_server_args({"tp_sizes": 8}, strict=True)
+
+
+def test_from_server_args_keeps_values_newer_sglang_accepted(caplog):
+    cfg = ServerConfig.from_server_args({"attention_backend": "some_future_backend"})
+    assert cfg.attention_backend == "some_future_backend"
+    assert "some_future_backend" in caplog.text
+    with pytest.raises(ConfigError):
+        ServerConfig.from_server_args({"attention_backend": "some_future_backend"}, strict=True)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def test_shipped_configs_hold_the_investigation_facts():
+    assert {"glm5-baseline", "glm5-fix", "k2-thinking-reference"} <= set(shipped_configs())
+    base = ServerConfig.load("glm5-baseline")
+    assert base.name == "glm5-baseline"
+    assert (base.tp_size, base.max_running_requests, base.attention_backend) == (8, 64, "flashinfer")
+    assert base.enable_flashinfer_allreduce_fusion is True and base.disable_cuda_graph is False
+    fix = ServerConfig.load("glm5-fix")
+    assert fix.diff(base) == {
+        "max_running_requests": (1024, 64),
+        "disable_radix_cache": (True, False),
+        "disable_cuda_graph": (True, False),
+    }
+    ref = ServerConfig.load("k2-thinking-reference")
+    assert ref.disable_cuda_graph is True
+    assert (ref.moe_runner_backend, ref.fp4_gemm_runner_backend) == ("auto", "auto")
+    assert (ref.attention_backend, ref.page_size, ref.max_running_requests) == ("triton", 1, 2048)
+    assert ref.enable_flashinfer_allreduce_fusion is False
+    for name in ("glm5-baseline", "glm5-fix", "k2-thinking-reference"):
+        ServerConfig.load(name).validate()
+
+
+def test_load_unknown_name_suggests_shipped():
+    with pytest.raises(ConfigError, match="glm5-baseline") as info:
+        ServerConfig.load("glm5-basline")
+    assert "glm5-baseline" in info.value.valid
+
+
+def test_save_masks_secrets_and_load_round_trips(tmp_path):
+    cfg = ServerConfig(model_path="m", tp_size=8, api_key="sk-very-secret", max_running_requests=256)
+    path = cfg.save(tmp_path / "c.json", name="mine", description="test")
+    text = path.read_text()
+    assert "sk-very-secret" not in text
+    data = json.loads(text)
+    assert data["server_args"]["api_key"] == "***"
+    assert data["name"] == "mine"
+    back = ServerConfig.load(path)
+    assert "api_key" not in back.explicit
+    assert back.diff(cfg) == {"api_key": (None, "sk-very-secret")}
+    assert "sk-very-secret" not in repr(cfg)
+    assert "sk-very-secret" not in cfg.to_shell()
+    assert "sk-very-secret" in cfg.to_argv()  # needed to launch
+
+
+def test_load_accepts_argv_files_and_reports_bad_json(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"argv": ["--model-path", "m", "--tp", "4"]}))
+    assert ServerConfig.load(tmp_path / "a.json").tp_size == 4
+    (tmp_path / "b.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        ServerConfig.load(tmp_path / "b.json")
+    (tmp_path / "c.json").write_text(json.dumps({"server_args": {"tp_size": "8"}}))
+    with pytest.raises(ConfigError) as info:
+        ServerConfig.load(tmp_path / "c.json")
+    assert info.value.field == "tp_size"
+
+
+def test_to_frame_lists_explicit_fields():
+    frame = ServerConfig.load("glm5-baseline").to_frame()
+    assert list(frame.columns) == ["field", "flag", "value", "default", "explicit"]
+    row = frame.set_index("field").loc["max_running_requests"]
+    assert row["value"] == 64 and row["flag"] == "--max-running-requests"
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _run_cli(capsys, *argv: str) -> tuple[int, str]:
+    """Run ``glm5 config ...`` through this module's own sub-command registration."""
+    parser = argparse.ArgumentParser(prog="glm5")
+    cfgmod.register_cli(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(list(argv))
+    try:
+        code = args.func(args)
+    except ConfigError as exc:
+        return 2, str(exc)
+    return code, capsys.readouterr().out
+
+
+def test_cli_argv_with_set(capsys):
+    code, out = _run_cli(capsys, "config", "argv", "glm5-fix", "--set", "max_running_requests=2048", "--json")
+    assert code == 0
+    argv = json.loads(out)
+    assert argv[argv.index("--max-running-requests") + 1] == "2048"
+    assert "--disable-radix-cache" in argv
+
+
+def test_cli_diff_and_show(capsys):
+    code, out = _run_cli(capsys, "config", "diff", "glm5-baseline", "k2-thinking-reference", "--json")
+    assert code == 0
+    assert json.loads(out)["attention_backend"] == ["flashinfer", "triton"]
+    code, out = _run_cli(capsys, "config", "diff", "glm5-baseline", "glm5-fix", "--exit-code")
+    assert code == 1 and "max_running_requests" in out
+    code, message = _run_cli(capsys, "config", "show", "glm5-baseline", "--set", "max_runing_requests=3")
+    assert code == 2 and "max_running_requests" in message
+    code, out = _run_cli(capsys, "config", "show", "glm5-baseline", "--json")
+    assert json.loads(out)["max_running_requests"] == 64
+
+
+def test_cli_flags_and_check(capsys):
+    code, out = _run_cli(capsys, "config", "flags", "fp4")
+    assert code == 0 and "--fp4-gemm-backend" in out and "--max-running-requests" not in out
+    code, out = _run_cli(capsys, "config", "check", "--", "--model-path", "m", "--tp", "8")
+    assert code == 0 and json.loads(out) == {"model_path": "m", "tp_size": 8}
+    code, message = _run_cli(capsys, "config", "check", "--", "--attention-backend", "flashinfr")
+    assert code == 2 and "flashinfer" in message
+
+
+def test_python_m_glm5lib_config_runs():
+    done = subprocess.run(
+        [sys.executable, "-c", "from glm5lib.config import ServerConfig as S; print(S.load('glm5-fix').to_argv())"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "--disable-cuda-graph" in done.stdout
