@@ -1,0 +1,295 @@
+"""One streamed request against SGLang's ``/generate`` or an OpenAI-compatible endpoint.
+
+The hot path reads whatever bytes have arrived, splits server-sent events on the blank line and,
+per event, only looks up the cumulative ``completion_tokens`` the server reports (``meta_info``
+for ``/generate``, per-chunk ``usage`` for OpenAI endpoints asked for continuous usage stats).
+It never decodes a whole ``/generate`` chunk (each carries all the text so far): only the last
+event of a stream is parsed as JSON, once, for prompt tokens and the request id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+__all__ = ["API_PATHS", "RequestRecord", "build_body", "stream_request"]
+
+API_PATHS = {
+    "generate": "/generate",
+    "completions": "/v1/completions",
+    "chat": "/v1/chat/completions",
+}
+
+_COMPLETION_KEY = b'"completion_tokens":'
+_INT_AFTER = re.compile(rb"\s*(\d+)")
+_EMPTY_CONTENT = (b'"content":""', b'"content": ""', b'"content":null', b'"content": null')
+_EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+_ERROR_KEY = b'"error"'
+
+
+@dataclass
+class RequestRecord:
+    """What happened to one request; ``to_json()`` gives the requests.jsonl line."""
+
+    level: int
+    index: int
+    warmup: bool = False
+    level_id: str = ""
+    start: float | None = None
+    first_token: float | None = None
+    end: float | None = None
+    chunk_times: list[float] = field(default_factory=list)
+    # Cumulative completion tokens the server reported with each chunk (None where it did not).
+    chunk_tokens: list[int | None] = field(default_factory=list)
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    status: str = "error"
+    http_status: int | None = None
+    error: str | None = None
+    id: str | None = None
+    token_source: str = "none"  # chunk | final_usage | none
+    connection_lost: bool = False  # the error was a refused or dropped connection
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "level": self.level,
+                "index": self.index,
+                "warmup": self.warmup,
+                "level_id": self.level_id,
+                "start": self.start,
+                "first_token": self.first_token,
+                "end": self.end,
+                "chunk_times": self.chunk_times,
+                "chunk_tokens": self.chunk_tokens,
+                "prompt_tokens": self.prompt_tokens,
+                "output_tokens": self.output_tokens,
+                "status": self.status,
+                "http_status": self.http_status,
+                "error": self.error,
+                "id": self.id,
+                "token_source": self.token_source,
+            },
+            separators=(",", ":"),
+        )
+
+
+def build_body(
+    api: str,
+    prompt: str | list[int],
+    output_len: int,
+    *,
+    model: str | None,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    extra_body: dict[str, Any] | None = None,
+) -> bytes:
+    """The JSON body for one streamed request of ``api`` (generate | completions | chat)."""
+    if api == "generate":
+        sampling: dict[str, Any] = {
+            "max_new_tokens": output_len,
+            "temperature": temperature,
+            "ignore_eos": ignore_eos,
+        }
+        body: dict[str, Any] = {
+            "input_ids" if isinstance(prompt, list) else "text": prompt,
+            "sampling_params": sampling,
+            "stream": True,
+        }
+        if extra_body:
+            extra = dict(extra_body)
+            sampling.update(extra.pop("sampling_params", {}))
+            body.update(extra)
+    else:
+        body = {
+            "model": model,
+            "max_tokens": output_len,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if ignore_eos:
+            body["ignore_eos"] = True
+            body["min_tokens"] = output_len
+        if api == "chat":
+            text = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = prompt
+        if extra_body:
+            body.update(extra_body)
+    return json.dumps(body, separators=(",", ":")).encode()
+
+
+def _short(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _error_message(obj: Any) -> str:
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(err, dict):
+        return str(err.get("message") or err)
+    return str(err if err is not None else obj)
+
+
+def _finish_from_last(rec: RequestRecord, payload: bytes, api: str) -> None:
+    """Fill prompt tokens and id from the last event, parsed once."""
+    try:
+        obj = json.loads(payload)
+    except ValueError:
+        return
+    if not isinstance(obj, dict):
+        return
+    if api == "generate":
+        meta = obj.get("meta_info") or {}
+        rec.prompt_tokens = meta.get("prompt_tokens", rec.prompt_tokens)
+        rec.id = meta.get("id", rec.id)
+    else:
+        usage = obj.get("usage") or {}
+        rec.prompt_tokens = usage.get("prompt_tokens", rec.prompt_tokens)
+        rec.id = obj.get("id", rec.id)
+
+
+async def stream_request(
+    session: aiohttp.ClientSession,
+    url: str,
+    body: bytes,
+    headers: dict[str, str],
+    rec: RequestRecord,
+    api: str,
+) -> None:
+    """Send one streamed request and fill ``rec``; cancellation marks it ``cancelled`` and re-raises."""
+    chat = api == "chat"
+    openai = api != "generate"
+    times = rec.chunk_times
+    toks = rec.chunk_tokens
+    prev = 0
+    final = None
+    last: tuple[bytes, int, int] | None = None  # (buffer, start, end) of the last event with usage
+    done = False
+    clock = time.time
+    rec.start = clock()
+    try:
+        async with session.post(url, data=body, headers=headers) as resp:
+            rec.http_status = resp.status
+            if resp.status != 200:
+                text = await resp.text(errors="replace")
+                rec.error = f"HTTP {resp.status}: {_short(text) or resp.reason}"
+                rec.end = clock()
+                return
+            content = resp.content
+            crlf = None
+            buf = b""
+            while not done:
+                data = await content.readany()
+                if not data:
+                    break
+                now = clock()
+                if crlf is None:
+                    crlf = b"\r\n" in data
+                if crlf:
+                    data = data.replace(b"\r\n", b"\n")
+                if buf:
+                    data = buf + data
+                    buf = b""
+                pos = 0
+                while True:
+                    j = data.find(b"\n\n", pos)
+                    if j < 0:
+                        if pos < len(data):
+                            buf = data[pos:]
+                        break
+                    s = data.find(b"data:", pos, j)
+                    pos = j + 2
+                    if s < 0:
+                        continue  # comment or keep-alive event
+                    s += 5
+                    if data[s : s + 1] == b" ":
+                        s += 1
+                    if j - s == 6 and data[s:j] == b"[DONE]":
+                        done = True
+                        break
+                    i = data.rfind(_COMPLETION_KEY, s, j)
+                    if i >= 0:
+                        m = _INT_AFTER.match(data, i + 20, j)
+                        tok = int(m.group(1)) if m else None
+                    else:
+                        tok = None
+                    if tok is None:
+                        if data.find(_ERROR_KEY, s, j) >= 0:
+                            try:
+                                obj = json.loads(data[s:j])
+                            except ValueError:
+                                obj = None
+                            if isinstance(obj, dict) and "error" in obj:
+                                rec.error = f"error in stream: {_short(_error_message(obj))}"
+                                rec.end = now
+                                return
+                        if chat and any(data.find(e, s, j) >= 0 for e in _EMPTY_CONTENT):
+                            continue
+                        if openai and any(data.find(e, s, j) >= 0 for e in _EMPTY_CHOICES):
+                            continue
+                        if not times:
+                            rec.first_token = now
+                        times.append(now)
+                        toks.append(None)
+                        continue
+                    final = tok
+                    last = (data, s, j)
+                    if tok > prev:
+                        # An OpenAI usage-only chunk after content chunks that carried no usage
+                        # is the final count, not a chunk of text.
+                        if (
+                            openai
+                            and toks
+                            and toks[-1] is None
+                            and any(data.find(e, s, j) >= 0 for e in _EMPTY_CHOICES)
+                        ):
+                            continue
+                        if not times:
+                            rec.first_token = now
+                        times.append(now)
+                        toks.append(tok)
+                        prev = tok
+            rec.end = clock()
+            if not times:
+                rec.error = "stream ended without any token chunk" + (
+                    "" if done else " (no [DONE])"
+                )
+                return
+            rec.status = "ok"
+    except asyncio.CancelledError:
+        rec.status = "cancelled"
+        rec.end = clock()
+        raise
+    except asyncio.TimeoutError:
+        rec.end = clock()
+        rec.error = f"timeout: no data from the server after {len(times)} chunks"
+    except aiohttp.ClientConnectorError as exc:
+        rec.end = clock()
+        rec.connection_lost = True
+        rec.error = f"cannot connect: {_short(str(exc))}"
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError) as exc:
+        rec.end = clock()
+        rec.connection_lost = True
+        rec.error = f"disconnected after {len(times)} chunks: {type(exc).__name__}: {_short(str(exc))}"
+    except aiohttp.ClientError as exc:
+        rec.end = clock()
+        rec.error = f"{type(exc).__name__}: {_short(str(exc))}"
+    finally:
+        if final is not None:
+            rec.output_tokens = final
+        if times:
+            rec.token_source = "chunk" if toks[-1] is not None else (
+                "final_usage" if final is not None else "none"
+            )
+        if last is not None:
+            data, s, j = last
+            _finish_from_last(rec, data[s:j], api)

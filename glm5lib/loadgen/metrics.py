@@ -1,0 +1,199 @@
+"""Per-level statistics from request records, with bench_serving's field names.
+
+Throughput is measured over a steady-state window that drops the ramp-up (until the load is
+established) and the drain (after the last request was issued), from the cumulative token
+counts the server reported with each chunk. Where a server gave only a final usage count, that
+count is spread evenly over the request's chunks (``token_source`` says so); chunks are never
+taken for tokens.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from glm5lib.loadgen.client import RequestRecord
+
+__all__ = ["SWEEP_COLUMNS", "level_stats", "steady_window"]
+
+SWEEP_COLUMNS = [
+    "concurrency",
+    "max_concurrency",
+    "request_rate",
+    "mode",
+    "completed",
+    "failed",
+    "cancelled",
+    "duration",
+    "total_input_tokens",
+    "total_output_tokens",
+    "request_throughput",
+    "input_throughput",
+    "output_throughput",
+    "total_throughput",
+    "output_throughput_overall",
+    "mean_concurrency",
+    *[
+        f"{stat}_{metric}_ms"
+        for metric in ("ttft", "itl", "tpot", "e2e_latency")
+        for stat in ("mean", "median", "p90", "p99")
+    ],
+    "start_time",
+    "end_time",
+    "window_start",
+    "window_end",
+    "window_note",
+    "token_source",
+    "client_cpu_pct",
+    "loop_lag_p99_ms",
+    "client_bound",
+    "error_summary",
+    "api",
+    "input_len",
+    "output_len",
+    "level_id",
+]
+
+
+def _token_steps(rec: RequestRecord) -> tuple[list[float], list[float]]:
+    """(times, tokens added at each time) for one request."""
+    times = rec.chunk_times
+    if not times:
+        return [], []
+    toks = rec.chunk_tokens
+    if toks and toks[-1] is not None and all(t is not None for t in toks):
+        steps, prev = [], 0
+        for t in toks:
+            steps.append(float(t - prev))  # type: ignore[operator]
+            prev = t  # type: ignore[assignment]
+        return times, steps
+    if rec.output_tokens:
+        each = rec.output_tokens / len(times)
+        return times, [each] * len(times)
+    return times, [0.0] * len(times)
+
+
+def steady_window(
+    records: Sequence[RequestRecord], concurrency: int, last_issue: float | None
+) -> tuple[float, float, str]:
+    """Choose the steady-state window of a level: ``(start, end, note)``.
+
+    Start: the earlier of the first completion and the moment the first ``concurrency`` requests
+    all had their first token (ramp-up over). End: the later of the last request issued (after it
+    the in-flight count only falls) and the first completion. When these leave no window, the
+    whole level is used and the note says so.
+    """
+    starts = [r.start for r in records if r.start is not None]
+    ends = [r.end for r in records if r.end is not None]
+    level_start = min(starts) if starts else 0.0
+    level_end = max(ends) if ends else level_start
+    firsts = sorted(r.first_token for r in records if r.first_token is not None)
+    completions = sorted(r.end for r in records if r.status == "ok" and r.end is not None)
+    ramp_done = firsts[min(concurrency, len(firsts)) - 1] if firsts else None
+    first_done = completions[0] if completions else None
+    candidates = [t for t in (ramp_done, first_done) if t is not None]
+    if not candidates:
+        return level_start, level_end, "whole level (no tokens)"
+    ws = min(candidates)
+    we = max(t for t in (last_issue, first_done, ws) if t is not None)
+    if we > level_end:
+        we = level_end
+    if we - ws < 0.05 * max(level_end - level_start, 1e-9):
+        return level_start, level_end, "whole level (no steady state)"
+    return ws, we, "steady"
+
+
+def _pct(values: Any, prefix: str, out: dict[str, Any]) -> None:
+    arr = np.asarray(values, dtype=float) * 1000.0
+    if arr.size == 0:
+        for stat in ("mean", "median", "p90", "p99"):
+            out[f"{stat}_{prefix}_ms"] = float("nan")
+        return
+    out[f"mean_{prefix}_ms"] = float(arr.mean())
+    out[f"median_{prefix}_ms"] = float(np.median(arr))
+    out[f"p90_{prefix}_ms"] = float(np.percentile(arr, 90))
+    out[f"p99_{prefix}_ms"] = float(np.percentile(arr, 99))
+
+
+def error_summary(records: Sequence[RequestRecord], limit: int = 5) -> str:
+    """``'12x HTTP 500: ...; 3x disconnected ...'`` for the failed requests."""
+    counts = Counter(r.error or "unknown error" for r in records if r.status == "error")
+    parts = [f"{n}x {msg}" for msg, n in counts.most_common(limit)]
+    if len(counts) > limit:
+        parts.append(f"... {len(counts) - limit} more kinds")
+    return "; ".join(parts)
+
+
+def level_stats(
+    records: Sequence[RequestRecord],
+    *,
+    concurrency: int,
+    last_issue: float | None,
+) -> dict[str, Any]:
+    """The sweep.csv figures for one level's (non-warm-up) records."""
+    ok = [r for r in records if r.status == "ok"]
+    row: dict[str, Any] = {
+        "completed": len(ok),
+        "failed": sum(r.status == "error" for r in records),
+        "cancelled": sum(r.status == "cancelled" for r in records),
+    }
+    starts = [r.start for r in records if r.start is not None]
+    ends = [r.end for r in records if r.end is not None]
+    start = min(starts) if starts else float("nan")
+    end = max(ends) if ends else float("nan")
+    row["start_time"], row["end_time"] = start, end
+    row["duration"] = end - start if starts and ends else float("nan")
+    row["total_input_tokens"] = int(sum(r.prompt_tokens or 0 for r in ok))
+    row["total_output_tokens"] = int(sum(r.output_tokens or 0 for r in ok))
+
+    ws, we, note = steady_window(records, concurrency, last_issue)
+    row["window_start"], row["window_end"], row["window_note"] = ws, we, note
+    span = we - ws
+    out_tokens = 0.0
+    in_tokens = 0
+    inflight = 0.0
+    for r in records:
+        times, steps = _token_steps(r)
+        if times:
+            a = np.asarray(times)
+            mask = (a >= ws) & (a <= we)
+            if mask.any():
+                out_tokens += float(np.asarray(steps)[mask].sum())
+        if r.first_token is not None and ws <= r.first_token <= we:
+            in_tokens += r.prompt_tokens or 0
+        if r.start is not None and r.end is not None:
+            inflight += max(0.0, min(r.end, we) - max(r.start, ws))
+    done_in_window = sum(1 for r in ok if r.end is not None and ws <= r.end <= we)
+    if span > 0:
+        row["output_throughput"] = out_tokens / span
+        row["input_throughput"] = in_tokens / span
+        row["request_throughput"] = done_in_window / span
+        row["mean_concurrency"] = inflight / span
+    else:
+        for k in ("output_throughput", "input_throughput", "request_throughput", "mean_concurrency"):
+            row[k] = float("nan")
+    row["total_throughput"] = row["output_throughput"] + row["input_throughput"]
+    dur = row["duration"]
+    row["output_throughput_overall"] = row["total_output_tokens"] / dur if dur and dur > 0 else float("nan")
+
+    sources = {r.token_source for r in records if r.chunk_times}
+    row["token_source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else "none")
+
+    ttft = [r.first_token - r.start for r in ok if r.first_token is not None and r.start is not None]
+    e2e = [r.end - r.start for r in ok if r.end is not None and r.start is not None]
+    tpot = [
+        (r.end - r.first_token) / (r.output_tokens - 1)
+        for r in ok
+        if r.output_tokens and r.output_tokens > 1 and r.end is not None and r.first_token is not None
+    ]
+    itl_parts = [np.diff(r.chunk_times) for r in ok if len(r.chunk_times) > 1]
+    itl = np.concatenate(itl_parts) if itl_parts else np.empty(0)
+    _pct(ttft, "ttft", row)
+    _pct(itl, "itl", row)
+    _pct(tpot, "tpot", row)
+    _pct(e2e, "e2e_latency", row)
+    row["error_summary"] = error_summary(records)
+    return row

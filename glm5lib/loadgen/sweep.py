@@ -1,0 +1,679 @@
+"""Concurrency and rate sweeps: levels run one after another on one shared aiohttp session.
+
+Each level is closed-loop (C requests always in flight) or open-loop (Poisson arrivals at a
+rate, optionally capped at C in flight), bounded by a request count, a duration, or both. A
+duration-bound level stops issuing at its deadline and cancels what is still in flight (recorded
+as ``cancelled``, not failed), so a server with a long queue does not stretch a level for minutes.
+Records go to ``requests.jsonl`` as each request finishes and a row to ``sweep.csv`` as each level
+finishes, so an interrupted sweep loses nothing and resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import aiohttp
+import numpy as np
+import pandas as pd
+import psutil
+
+from glm5lib import rundir
+from glm5lib.errors import ConfigError, LoadGenError, SweepAbortedError
+from glm5lib.loadgen.client import API_PATHS, RequestRecord, build_body, stream_request
+from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
+from glm5lib.loadgen.workload import RequestSpec, make_workload
+
+__all__ = ["load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
+
+log = logging.getLogger(__name__)
+
+# A level whose client used this much of a core, or whose event loop lagged this much at p99,
+# measured the client rather than the server.
+CLIENT_CPU_BOUND_PCT = 90.0
+LOOP_LAG_BOUND_MS = 25.0
+_KEY_COLUMNS = ("concurrency", "mode", "request_rate", "api", "input_len", "output_len")
+
+
+class _ServerLike(Protocol):
+    def alive(self) -> bool: ...
+
+    def fatal_lines(self) -> list[str]: ...
+
+
+class _Aborted(Exception):
+    def __init__(self, message: str, log_lines: Sequence[str] = ()):
+        super().__init__(message)
+        self.log_lines = list(log_lines)
+
+
+def _mask(key: str | None) -> str:
+    return "***" if key else "None"
+
+
+def _levels(
+    concurrencies: Sequence[int] | int, mode: str, rate: float | Sequence[float] | None
+) -> list[tuple[int, float]]:
+    conc = [concurrencies] if isinstance(concurrencies, int) else list(concurrencies)
+    if not conc:
+        raise ConfigError("concurrencies is empty: give at least one level, e.g. [1, 64, 256]", field="concurrencies")
+    for c in conc:
+        if not isinstance(c, (int, np.integer)) or isinstance(c, bool) or c < 1:
+            raise ConfigError(
+                f"concurrency {c!r} is not valid: use whole numbers of at least 1, e.g. [1, 64, 256]",
+                field="concurrencies",
+            )
+    if mode == "closed":
+        if rate is not None:
+            raise ConfigError("rate is only used with mode='poisson'", field="rate", valid=["closed", "poisson"])
+        return [(int(c), math.inf) for c in conc]
+    if mode != "poisson":
+        raise ConfigError(f"mode {mode!r} is not valid", field="mode", valid=["closed", "poisson"])
+    if rate is None:
+        raise ConfigError("mode='poisson' needs rate= (requests per second, or a list of them)", field="rate")
+    rates = [float(rate)] if isinstance(rate, (int, float)) else [float(r) for r in rate]
+    if any(not r > 0 for r in rates):
+        raise ConfigError(f"rate {rate!r} is not valid: use rates above 0 requests/s", field="rate")
+    if len(conc) == 1:
+        conc = conc * len(rates)
+    if len(rates) == 1:
+        rates = rates * len(conc)
+    if len(conc) != len(rates):
+        raise ConfigError(
+            f"{len(conc)} concurrency caps for {len(rates)} rates: give one cap, one rate, or as many of each",
+            field="rate",
+        )
+    return [(int(c), r) for c, r in zip(conc, rates, strict=True)]
+
+
+def load_sweep(run_dir: str | Path) -> pd.DataFrame:
+    """The ``sweep.csv`` of a run (phase) folder; an empty frame with the columns when absent."""
+    path = Path(run_dir) / rundir.SWEEP
+    if not path.exists():
+        return pd.DataFrame(columns=SWEEP_COLUMNS)
+    return pd.read_csv(path)
+
+
+def load_requests(run_dir: str | Path, *, complete_levels_only: bool = True) -> pd.DataFrame:
+    """Per-request records of a run folder as a DataFrame (``requests.jsonl``).
+
+    With ``complete_levels_only`` the records of level attempts that never reached sweep.csv
+    (an interrupted level that was later rerun) are left out.
+    """
+    path = Path(run_dir) / rundir.REQUESTS
+    if not path.exists():
+        return pd.DataFrame()
+    frame = pd.read_json(path, lines=True)
+    if complete_levels_only and not frame.empty and "level_id" in frame:
+        done = set(load_sweep(run_dir).get("level_id", pd.Series(dtype=str)).dropna())
+        frame = frame[frame["level_id"].isin(done) | frame["warmup"].astype(bool)]
+    return frame.reset_index(drop=True)
+
+
+def _same_level(row: pd.Series, key: dict[str, Any]) -> bool:
+    for k, v in key.items():
+        if k not in row.index:
+            return False
+        have = row[k]
+        if isinstance(v, float) and math.isinf(v):
+            if not (isinstance(have, (int, float)) and math.isinf(float(have))):
+                return False
+        elif isinstance(v, (int, float)):
+            try:
+                if float(have) != float(v):
+                    return False
+            except (TypeError, ValueError):
+                return False
+        elif str(have) != str(v):
+            return False
+    return True
+
+
+class _LevelState:
+    """Counters the progress bar, the callback and the watchdog read while a level runs."""
+
+    def __init__(self) -> None:
+        self.issued = 0
+        self.completed = 0
+        self.failed = 0
+        self.cancelled = 0
+        self.output_tokens = 0
+        self.last_issue: float | None = None
+        self.records: list[RequestRecord] = []
+        self.connection_errors = asyncio.Event()
+        self.rejected = 0  # HTTP 4xx
+
+
+class _Sweep:
+    def __init__(self, base_url: str, **kw: Any) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.__dict__.update(kw)
+        self.headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            self.headers["Authorization"] = f"Bearer {self.api_key}"
+        self.url = self.base_url + API_PATHS[self.api]
+        self.out_dir: Path | None = Path(self.run_dir) if self.run_dir is not None else None
+        self.jsonl = None
+        self.proc = psutil.Process(os.getpid())
+
+    # -- records ---------------------------------------------------------------------------
+    def _sink(self, rec: RequestRecord, state: _LevelState | None) -> None:
+        if self.jsonl is not None:
+            self.jsonl.write(rec.to_json() + "\n")
+            self.jsonl.flush()
+        if state is None:
+            return
+        state.records.append(rec)
+        if rec.status == "ok":
+            state.completed += 1
+        elif rec.status == "cancelled":
+            state.cancelled += 1
+        else:
+            state.failed += 1
+            if rec.connection_lost:
+                state.connection_errors.set()
+            if rec.http_status is not None and 400 <= rec.http_status < 500:
+                state.rejected += 1
+        state.output_tokens += rec.output_tokens or 0
+
+    async def _one(
+        self, session: aiohttp.ClientSession, spec: RequestSpec, level: int, level_id: str,
+        state: _LevelState | None, warmup: bool = False,
+    ) -> None:
+        rec = RequestRecord(level=level, index=spec.index, warmup=warmup, level_id=level_id)
+        body = build_body(
+            self.api, spec.prompt, spec.output_len, model=self.model, ignore_eos=self.ignore_eos,
+            temperature=self.temperature, extra_body=self.extra_body,
+        )
+        if state is not None:
+            state.issued += 1
+            state.last_issue = time.time()
+        try:
+            await stream_request(session, self.url, body, self.headers, rec, self.api)
+        finally:
+            self._sink(rec, state)
+
+    # -- health ----------------------------------------------------------------------------
+    async def _check_alive(self, session: aiohttp.ClientSession) -> tuple[bool, str, list[str]]:
+        """(alive, why not, fatal log lines)."""
+        if self.server is not None:
+            alive = await asyncio.to_thread(self.server.alive)
+            if alive:
+                return True, "", []
+            lines: list[str] = []
+            with contextlib.suppress(Exception):
+                lines = list(await asyncio.to_thread(self.server.fatal_lines))
+            log_path = getattr(self.server, "log_path", None)
+            where = f" (log: {log_path})" if log_path else ""
+            return False, f"the server process is gone or unhealthy{where}", lines
+        failures = []
+        for attempt in range(3):
+            try:
+                async with session.get(
+                    self.base_url + "/health", headers=self.headers,
+                    timeout=aiohttp.ClientTimeout(total=5.0),
+                ) as resp:
+                    if resp.status < 500:
+                        return True, "", []
+                    failures.append(f"/health answered HTTP {resp.status}")
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                failures.append(f"/health failed: {type(exc).__name__}: {exc}")
+            if attempt < 2:
+                await asyncio.sleep(0.5)
+        return False, failures[-1] + " (3 tries)", []
+
+    async def _watchdog(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
+        while True:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(state.connection_errors.wait(), timeout=self.health_interval)
+            state.connection_errors.clear()
+            alive, why, lines = await self._check_alive(session)
+            if not alive:
+                raise _Aborted(why, lines)
+            if state.completed == 0 and state.rejected >= min(20, max(1, state.issued)) and state.rejected == state.failed:
+                bad = next((r.error for r in state.records if r.status == "error"), "")
+                raise _Aborted(f"every request was rejected by the server: {bad}")
+
+    # -- self-check ------------------------------------------------------------------------
+    @staticmethod
+    async def _lag_probe(lags: list[float], interval: float = 0.01) -> None:
+        clock = time.perf_counter
+        while True:
+            t = clock()
+            await asyncio.sleep(interval)
+            lags.append(clock() - t - interval)
+
+    async def _reporter(self, state: _LevelState, level: int, bar: Any, t0: float) -> None:
+        shown = 0
+        last_t, last_tok = t0, 0
+        next_cb = 0.0
+        while True:
+            await asyncio.sleep(0.25)
+            now = time.time()
+            done = state.completed + state.failed + state.cancelled
+            if bar is not None:
+                if bar.total is not None:
+                    bar.update(done - shown)
+                    shown = done
+                else:
+                    bar.n = round(now - t0)
+                    bar.refresh()
+            if self.callback is not None and now >= next_cb:
+                rate = (state.output_tokens - last_tok) / max(now - last_t, 1e-9)
+                last_t, last_tok = now, state.output_tokens
+                next_cb = now + 0.5
+                self._call_back({
+                    "event": "progress", "level": level, "elapsed": now - t0,
+                    "issued": state.issued, "completed": state.completed,
+                    "failed": state.failed, "cancelled": state.cancelled,
+                    "in_flight": state.issued - done, "output_tokens": state.output_tokens,
+                    "recent_output_throughput": rate,
+                })
+
+    def _call_back(self, event: dict[str, Any]) -> None:
+        try:
+            self.callback(event)
+        except Exception:  # a broken widget must not stop a measurement
+            log.exception("sweep callback raised on %s event; continuing", event.get("event"))
+
+    # -- one level -------------------------------------------------------------------------
+    async def _run_level(
+        self, session: aiohttp.ClientSession, conc: int, rate: float, specs: list[RequestSpec],
+        level_id: str, bar: Any,
+    ) -> tuple[_LevelState, float, float, list[float]]:
+        state = _LevelState()
+        t0 = time.time()
+        deadline = t0 + self.duration if self.duration else None
+        lags: list[float] = []
+        cpu0 = self.proc.cpu_times()
+        wall0 = time.perf_counter()
+        it = iter(specs)
+        tasks: set[asyncio.Task] = set()
+
+        async def worker() -> None:
+            for spec in it:
+                if deadline is not None and time.time() >= deadline:
+                    return
+                await self._one(session, spec, conc, level_id, state)
+
+        async def poisson() -> None:
+            rng = np.random.default_rng([self.seed, conc, int(rate * 1000)])
+            sem = asyncio.Semaphore(conc)
+            next_t = time.perf_counter()
+
+            async def capped(spec: RequestSpec) -> None:
+                try:
+                    await self._one(session, spec, conc, level_id, state)
+                finally:
+                    sem.release()
+
+            for spec in specs:
+                next_t += float(rng.exponential(1.0 / rate))
+                delay = next_t - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                await sem.acquire()
+                if deadline is not None and time.time() >= deadline:
+                    sem.release()
+                    return
+                task = asyncio.create_task(capped(spec))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            while tasks:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+
+        if math.isinf(rate):
+            main = [asyncio.create_task(worker()) for _ in range(conc)]
+        else:
+            main = [asyncio.create_task(poisson())]
+        helpers = [
+            asyncio.create_task(self._lag_probe(lags)),
+            asyncio.create_task(self._reporter(state, conc, bar, t0)),
+        ]
+        watchdog = asyncio.create_task(self._watchdog(session, state))
+        aborted: _Aborted | None = None
+        try:
+            pending = set(main)
+            while pending:
+                timeout = None if deadline is None else max(0.0, deadline - time.time())
+                done, pending = await asyncio.wait(
+                    pending | {watchdog}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                )
+                pending.discard(watchdog)
+                if watchdog in done:
+                    exc = watchdog.exception()
+                    aborted = exc if isinstance(exc, _Aborted) else _Aborted(f"health watchdog failed: {exc!r}")
+                    break
+                if deadline is not None and time.time() >= deadline:
+                    break
+        finally:
+            for t in [*main, *tasks, watchdog, *helpers]:
+                t.cancel()
+            await asyncio.gather(*main, *tasks, watchdog, *helpers, return_exceptions=True)
+        wall = time.perf_counter() - wall0
+        cpu1 = self.proc.cpu_times()
+        cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max(wall, 1e-9)
+        if aborted is not None:
+            raise aborted
+        return state, cpu_pct, wall, lags
+
+    async def _warmup(self, session: aiohttp.ClientSession, conc: int) -> None:
+        if not self.warmup:
+            return
+        specs = make_workload(
+            self.warmup, level=-1, seed=self.seed, input_len=self.input_len,
+            output_len=min(self.output_len, 16), range_ratio=1.0, dataset=self._dataset_pairs,
+            token_ids=self.token_ids,
+        )
+        sem = asyncio.Semaphore(max(1, min(conc, self.warmup)))
+        recs: list[RequestRecord] = []
+
+        async def one(spec: RequestSpec) -> None:
+            async with sem:
+                rec = RequestRecord(level=conc, index=spec.index, warmup=True, level_id="warmup")
+                body = build_body(self.api, spec.prompt, spec.output_len, model=self.model,
+                                  ignore_eos=self.ignore_eos, temperature=self.temperature,
+                                  extra_body=self.extra_body)
+                try:
+                    await stream_request(session, self.url, body, self.headers, rec, self.api)
+                finally:
+                    recs.append(rec)
+                    self._sink(rec, None)
+
+        await asyncio.gather(*(one(s) for s in specs))
+        bad = [r for r in recs if r.status != "ok"]
+        if bad and len(bad) == len(recs):
+            alive, why, lines = await self._check_alive(session)
+            if not alive:
+                raise _Aborted(why, lines)
+            raise LoadGenError(
+                f"every warm-up request to {self.url} failed, e.g. {bad[0].error}; "
+                "check the api, model and prompt settings"
+            )
+        if bad:
+            log.warning("%d of %d warm-up requests failed, e.g. %s", len(bad), len(recs), bad[0].error)
+
+    async def _preflight(self, session: aiohttp.ClientSession) -> None:
+        try:
+            async with session.get(self.base_url + "/health", headers=self.headers,
+                                   timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+                await resp.read()
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            raise LoadGenError(
+                f"no server answers at {self.base_url} ({type(exc).__name__}: {exc}); "
+                "start one or check the URL"
+            ) from None
+        if self.api != "generate" and self.model is None:
+            try:
+                async with session.get(self.base_url + "/v1/models", headers=self.headers,
+                                       timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+                    data = await resp.json(content_type=None)
+                self.model = data["data"][0]["id"]
+            except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
+                raise LoadGenError(
+                    f"api={self.api!r} needs a model name and {self.base_url}/v1/models did not give one "
+                    f"({type(exc).__name__}); pass model=..."
+                ) from None
+
+    def _write_row(self, row: dict[str, Any]) -> None:
+        if self.out_dir is None:
+            return
+        path = self.out_dir / rundir.SWEEP
+        frame = load_sweep(self.out_dir)
+        key = {k: row[k] for k in _KEY_COLUMNS}
+        if not frame.empty:
+            frame = frame[~frame.apply(_same_level, axis=1, key=key)]
+        new = pd.DataFrame([row], columns=SWEEP_COLUMNS)
+        frame = new if frame.empty else pd.concat([frame, new], ignore_index=True)
+        tmp = path.with_suffix(".csv.tmp")
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+
+    async def run(self) -> pd.DataFrame:
+        levels = _levels(self.concurrencies, self.mode, self.rate)
+        done_rows: dict[int, dict[str, Any]] = {}
+        if self.out_dir is not None:
+            self.out_dir.mkdir(parents=True, exist_ok=True)
+            if self.resume:
+                existing = load_sweep(self.out_dir)
+                for n, (conc, rate) in enumerate(levels):
+                    key = self._key(conc, rate)
+                    match = existing[existing.apply(_same_level, axis=1, key=key)] if not existing.empty else existing
+                    if not match.empty:
+                        done_rows[n] = match.iloc[-1].to_dict()
+                        log.info("level %s already in %s: skipped (resume)", conc, self.out_dir / rundir.SWEEP)
+            self.jsonl = open(self.out_dir / rundir.REQUESTS, "a", encoding="utf-8")  # noqa: SIM115
+        rows: list[dict[str, Any]] = []
+        connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=self.read_timeout)
+        completed_levels: list[int] = [levels[n][0] for n in done_rows]
+        try:
+            async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
+                await self._preflight(session)
+                todo = [n for n in range(len(levels)) if n not in done_rows]
+                if todo:
+                    try:
+                        await self._warmup(session, levels[todo[0]][0])
+                    except _Aborted as exc:
+                        raise SweepAbortedError(
+                            f"the server at {self.base_url} died during warm-up: {exc}",
+                            level=levels[todo[0]][0], log_lines=exc.log_lines, completed_levels=completed_levels,
+                        ) from None
+                for n, (conc, rate) in enumerate(levels):
+                    if n in done_rows:
+                        rows.append(done_rows[n])
+                        continue
+                    row = await self._level(session, conc, rate, completed_levels)
+                    rows.append(row)
+                    completed_levels.append(conc)
+        finally:
+            if self.jsonl is not None:
+                self.jsonl.close()
+        return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+
+    def _key(self, conc: int, rate: float) -> dict[str, Any]:
+        return {"concurrency": conc, "mode": self.mode, "request_rate": rate, "api": self.api,
+                "input_len": self.input_len, "output_len": self.output_len}
+
+    def _count_for(self, conc: int) -> int:
+        if self.requests_per_level is not None:
+            return int(self.requests_per_level)
+        if self.duration:
+            # Enough never to run out before the deadline at any plausible speed.
+            return max(1000, conc * 64)
+        return max(2 * conc, 16)
+
+    async def _level(self, session: aiohttp.ClientSession, conc: int, rate: float,
+                     completed_levels: list[int]) -> dict[str, Any]:
+        n = self._count_for(conc)
+        specs = make_workload(
+            n, level=conc if math.isinf(rate) else f"{conc}@{rate}", seed=self.seed,
+            input_len=self.input_len, output_len=self.output_len, range_ratio=self.range_ratio,
+            dataset=self._dataset_pairs, token_ids=self.token_ids,
+        )
+        level_id = f"c{conc}{'' if math.isinf(rate) else f'-r{rate:g}'}-{int(time.time() * 1000)}"
+        bar = None
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
+            if self.duration and self.requests_per_level is None:
+                bar = tqdm(total=None, desc=desc, unit="s", leave=True)
+            else:
+                bar = tqdm(total=n, desc=desc, unit="req", leave=True)
+        if self.callback is not None:
+            self._call_back({"event": "level_start", "level": conc, "request_rate": rate,
+                             "requests": n, "duration": self.duration})
+        try:
+            try:
+                state, cpu_pct, _wall, lags = await self._run_level(session, conc, rate, specs, level_id, bar)
+            except _Aborted as exc:
+                if self.callback is not None:
+                    self._call_back({"event": "aborted", "level": conc, "reason": str(exc)})
+                raise SweepAbortedError(
+                    f"sweep stopped at level {conc}: {exc}. Server: {self.base_url}. "
+                    f"Levels completed and kept: {completed_levels or 'none'}"
+                    + ("" if exc.log_lines else "" if self.server is not None else
+                       " (pass server= to see the fatal lines of its log)"),
+                    level=conc, log_lines=exc.log_lines, completed_levels=completed_levels,
+                ) from None
+        finally:
+            if bar is not None:
+                bar.close()
+        stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue)
+        lag_p99 = float(np.percentile(lags, 99)) * 1000.0 if lags else float("nan")
+        row: dict[str, Any] = {
+            **self._key(conc, rate),
+            "max_concurrency": conc,
+            **stats,
+            "client_cpu_pct": cpu_pct,
+            "loop_lag_p99_ms": lag_p99,
+            "client_bound": bool(cpu_pct >= CLIENT_CPU_BOUND_PCT or lag_p99 >= LOOP_LAG_BOUND_MS),
+            "level_id": level_id,
+        }
+        if row["client_bound"]:
+            log.warning(
+                "level %s: the client may have been the limit (CPU %.0f%% of a core, loop lag p99 %.1f ms)",
+                conc, cpu_pct, lag_p99,
+            )
+        if row["failed"]:
+            log.warning("level %s: %d failed requests: %s", conc, row["failed"], row["error_summary"])
+        self._write_row(row)
+        if self.callback is not None:
+            self._call_back({"event": "level_done", "level": conc, "row": row})
+        return row
+
+
+async def run_sweep_async(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) -> pd.DataFrame:
+    """The coroutine behind :func:`run_sweep`, for callers already inside an event loop."""
+    return await _make(base_url, concurrencies, **kwargs).run()
+
+
+def _make(
+    base_url: str,
+    concurrencies: Sequence[int] | int,
+    *,
+    api: str = "generate",
+    model: str | None = None,
+    input_len: int = 256,
+    output_len: int = 256,
+    range_ratio: float = 1.0,
+    dataset: str | Path | None = None,
+    requests_per_level: int | None = None,
+    duration: float | None = None,
+    warmup: int = 2,
+    mode: str = "closed",
+    rate: float | Sequence[float] | None = None,
+    run_dir: str | Path | None = None,
+    api_key: str | None = None,
+    seed: int = 0,
+    server: _ServerLike | None = None,
+    progress: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    resume: bool = True,
+    token_ids: bool | None = None,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    extra_body: dict[str, Any] | None = None,
+    read_timeout: float = 300.0,
+    health_interval: float = 2.0,
+) -> _Sweep:
+    if api not in API_PATHS:
+        raise ConfigError(f"api {api!r} is not valid", field="api", valid=list(API_PATHS))
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"base_url {base_url!r} is not valid: use a URL like http://127.0.0.1:30000", field="base_url"
+        )
+    if requests_per_level is not None and requests_per_level < 1:
+        raise ConfigError(f"requests_per_level={requests_per_level} must be at least 1", field="requests_per_level")
+    if duration is not None and not duration > 0:
+        raise ConfigError(f"duration={duration} must be above 0 seconds", field="duration")
+    if warmup < 0:
+        raise ConfigError(f"warmup={warmup} must be 0 or more requests", field="warmup")
+    _levels(concurrencies, mode, rate)  # validate early
+    if token_ids is None:
+        token_ids = api != "chat"
+    if token_ids and api == "chat":
+        raise ConfigError("api='chat' takes text prompts: leave token_ids unset or False", field="token_ids")
+    pairs = None
+    if dataset is not None:
+        from glm5lib.loadgen.workload import load_prompts
+
+        pairs = load_prompts(dataset)
+    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, api, _mask(api_key))
+    return _Sweep(
+        base_url, concurrencies=concurrencies, api=api, model=model, input_len=input_len,
+        output_len=output_len, range_ratio=range_ratio, dataset=dataset, _dataset_pairs=pairs,
+        requests_per_level=requests_per_level, duration=duration, warmup=warmup, mode=mode,
+        rate=rate, run_dir=run_dir, api_key=api_key, seed=seed, server=server, progress=progress,
+        callback=callback, resume=resume, token_ids=token_ids, ignore_eos=ignore_eos,
+        temperature=temperature, extra_body=extra_body, read_timeout=read_timeout,
+        health_interval=health_interval,
+    )
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def _run_coro(coro: Any) -> Any:
+    loop = _new_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) -> pd.DataFrame:
+    """Drive ``base_url`` at each concurrency level in turn; one row per level.
+
+    Keyword arguments: ``api`` ("generate" | "completions" | "chat"), ``model`` (OpenAI APIs; read
+    from /v1/models when None), ``input_len``, ``output_len``, ``range_ratio`` (lengths uniform in
+    [len*ratio, len]), ``dataset`` (prompt file), ``requests_per_level`` and/or ``duration``
+    (seconds; in-flight requests are cancelled at the deadline), ``warmup`` (requests before the
+    first level, excluded), ``mode`` ("closed" | "poisson") and ``rate`` (requests/s, one or a
+    list; with poisson each concurrency is a cap on requests in flight), ``run_dir`` (writes
+    sweep.csv and requests.jsonl there), ``api_key``, ``seed``, ``server`` (anything with
+    ``alive()`` and ``fatal_lines()``; else /health is polled), ``progress`` (tqdm bars),
+    ``callback`` (called with event dicts: level_start, progress, level_done, aborted),
+    ``resume`` (skip levels already in sweep.csv), ``token_ids`` (random prompts as token ids;
+    default for generate/completions), ``ignore_eos``, ``temperature``, ``extra_body``,
+    ``read_timeout`` (seconds without data before a request fails), ``health_interval``.
+
+    Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
+    the server dies, and :class:`ConfigError` for bad arguments.
+    """
+    sweep = _make(base_url, concurrencies, **kwargs)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return _run_coro(sweep.run())
+    # Inside a running loop (a notebook cell): run on a loop of our own in a thread.
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = _run_coro(sweep.run())
+        except BaseException as exc:  # re-raised in the caller's thread
+            result["error"] = exc
+
+    thread = threading.Thread(target=target, name="glm5-sweep", daemon=True)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]
