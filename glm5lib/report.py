@@ -34,9 +34,11 @@ __all__ = [
     "HYPOTHESIS",
     "NOTEBOOKS_STATUS",
     "SERVER_INFO",
+    "leading_hypothesis",
     "list_phases",
     "render_markdown",
     "summarize",
+    "verdict",
     "write_report",
 ]
 
@@ -298,6 +300,63 @@ def summarize(run_dir: str | Path) -> dict:
     return _frames_and_summary(run_dir)[0]
 
 
+def leading_hypothesis(diff: pd.DataFrame, findings: pd.DataFrame | None = None) -> dict:
+    """The configuration difference to test first: the best-ranked one the evidence supports.
+
+    Walks the findings most important first and returns the best-ranked row of ``diff``
+    (:func:`glm5lib.diagnose.diff_configs`) whose field or flag the finding names, with the
+    finding's evidence and suggestion; with no such finding, the top-ranked difference, marked
+    as not yet backed by evidence.
+    """
+    if diff is None or diff.empty or "field" not in diff.columns:
+        raise ConfigError("the config diff is empty: nothing differs from the reference", field="diff")
+    ranked = diff.sort_values("rank", kind="stable") if "rank" in diff.columns else diff
+    names = {
+        row["field"]: [str(row["field"])] + ([str(row["flag"])] if "flag" in ranked.columns and pd.notna(row["flag"]) else [])
+        for _, row in ranked.iterrows()
+    }
+    chosen, backing = None, None
+    if findings is not None and not findings.empty:
+        for _, finding in findings.iterrows():
+            text = " ".join(str(finding.get(c, "")) for c in ("finding", "evidence", "suggestion"))
+            text_norm = text.replace("-", "_")
+            for _, row in ranked.iterrows():
+                if any(n in text or n.lstrip("-").replace("-", "_") in text_norm for n in names[row["field"]]):
+                    chosen, backing = row, finding
+                    break
+            if chosen is not None:
+                break
+    if chosen is None:
+        chosen = ranked.iloc[0]
+    out = {k: chosen[k] for k in ("field", "current", "reference", "impact", "rank", "rationale", "flag")
+           if k in ranked.columns}
+    if backing is not None:
+        out.update(evidence=backing.get("evidence"), test=backing.get("suggestion"),
+                   finding=backing.get("finding"), confidence=backing.get("confidence"), supported=True)
+    else:
+        out.update(evidence="no finding in the baseline's evidence names this field yet", supported=False,
+                   test=f"relaunch with {out.get('flag') or out['field']} set as in the reference and rerun the sweep")
+    return _clean(out)
+
+
+def verdict(summary: Mapping[str, Any]) -> str:
+    """One paragraph: the measured gain of the fix per concurrency level, or why there is none."""
+    rows = summary.get("comparison") or []
+    if not rows:
+        return "No before/after comparison yet: run the baseline and the fix phases."
+    parts = [f"{_fmt(r['concurrency'])}: {_fmt(r['before'])} -> {_fmt(r['after'])} tok/s "
+             f"({r['gain']:.2f}x)" for r in rows if r.get("gain") is not None]
+    gains = [r["gain"] for r in rows if r.get("gain") is not None]
+    better = [r for r in rows if (r.get("gain") or 0) >= 1.1]
+    if not better:
+        head = "The fix did not raise throughput by 10% or more at any level."
+    else:
+        head = (f"The fix raised throughput by 10% or more at {len(better)} of {len(rows)} levels, "
+                f"most ({max(gains):.2f}x) at {_fmt(max(better, key=lambda r: r['gain'])['concurrency'])} "
+                "concurrent requests.")
+    return head + " Per level: " + "; ".join(parts) + "."
+
+
 # -- figures ----------------------------------------------------------------------------------
 def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
     from glm5lib import plots
@@ -470,7 +529,7 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines.append("")
 
     if comparison:
-        lines += ["## Before and after", ""]
+        lines += ["## Before and after", "", verdict(summary), ""]
         changes = summary.get("fix_changes") or {}
         if changes:
             lines.append("Changed: " + ", ".join(f"`{k}` {v[0]!r} -> {v[1]!r}" for k, v in changes.items()) + ".")

@@ -23,9 +23,22 @@ from typing import Any
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, NotebookFailedError
-from glm5lib.report import NOTEBOOKS_STATUS
+from glm5lib.report import NOTEBOOKS_STATUS, SERVER_INFO
 
-__all__ = ["list_notebooks", "notebooks_dir", "parse_parameter", "register_cli", "run_workbook"]
+__all__ = [
+    "BACKENDS",
+    "list_notebooks",
+    "notebooks_dir",
+    "parse_parameter",
+    "register_cli",
+    "resolve_run_dir",
+    "run_workbook",
+    "save_server_info",
+    "start_server",
+]
+
+#: Values of a notebook's ``BACKEND`` parameter, besides an http(s) URL to attach to.
+BACKENDS = ("sim", "sglang")
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +174,94 @@ def _write_report(out: Path) -> Path | None:
     except Exception:  # the run's own results matter more than its summary
         log.exception("report for %s could not be written", out)
         return None
+
+
+def resolve_run_dir(value: str | Path | None) -> Path:
+    """A notebook's ``RUN_DIR`` as a folder (created): a path, or a bare name under data/runs/.
+
+    Notebooks run from ``notebooks/``, so a bare name like ``"interactive"`` means
+    ``data/runs/interactive`` (or under ``GLM5_RUNS_DIR``), the same folder for every notebook.
+    """
+    if value is None or str(value).strip() == "":
+        raise ConfigError("RUN_DIR is empty: give a folder path or a run name like 'interactive'",
+                          field="RUN_DIR")
+    path = Path(str(value)).expanduser()
+    if not path.is_absolute() and len(path.parts) == 1 and path.name not in (".", ".."):
+        path = rundir.new_run_dir(run_id=path.name)
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+def _check_backend(backend: str) -> str:
+    if backend in BACKENDS or str(backend).startswith(("http://", "https://")):
+        return backend
+    raise ConfigError(
+        f"BACKEND {backend!r} is not valid: use 'sim' (the stand-in), 'sglang' (launch SGLang here) "
+        f"or the http(s) URL of a running server to attach to",
+        field="BACKEND",
+        valid=[*BACKENDS, "http://HOST:PORT"],
+    )
+
+
+def start_server(
+    backend: str,
+    config,
+    folder: str | Path,
+    *,
+    sim_profile: str | None = None,
+    ready_timeout: float = 600.0,
+    api_key: str | None = None,
+    extra_args: Sequence[str] = (),
+):
+    """Launch (``sim``/``sglang``) or attach to (a URL) the server of one phase.
+
+    The server log goes to ``<folder>/server.log``; the configuration to ``config.json`` and
+    the server's own ``/get_server_info`` to ``server_info.json`` (secrets masked). Returns the
+    :mod:`glm5lib.server` object (``Server`` or ``AttachedServer``).
+    """
+    from glm5lib import server as server_mod
+
+    backend = _check_backend(backend)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if backend in BACKENDS:
+        args = list(extra_args)
+        if backend == "sim" and sim_profile:
+            args = ["--sim-profile", sim_profile, *args]
+        srv = server_mod.launch(config, backend=backend, log_path=folder / rundir.SERVER_LOG,
+                                ready_timeout=ready_timeout, extra_args=args)
+        config.save(folder / rundir.CONFIG)
+    else:
+        srv = server_mod.attach(backend, api_key=api_key)
+        cfg = getattr(srv, "config", None)
+        if cfg is not None:
+            cfg.save(folder / rundir.CONFIG)
+    save_server_info(srv.base_url, folder, api_key=api_key)
+    return srv
+
+
+def save_server_info(base_url: str, folder: str | Path, *, api_key: str | None = None) -> dict | None:
+    """Write the server's ``/get_server_info`` (or ``/server_info``) to ``server_info.json``."""
+    import urllib.error
+    import urllib.request
+
+    from glm5lib.logs import mask_secrets
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    for path in ("/get_server_info", "/server_info"):
+        request = urllib.request.Request(base_url.rstrip("/") + path, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                info = json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            log.debug("%s%s: %s", base_url, path, exc)
+            continue
+        if isinstance(info, dict):
+            info = mask_secrets(info)
+            (Path(folder) / SERVER_INFO).write_text(json.dumps(info, indent=2, default=str) + "\n")
+            return info
+    log.warning("%s answers neither /get_server_info nor /server_info; no server_info.json", base_url)
+    return None
 
 
 def _first_line(source: str) -> str:

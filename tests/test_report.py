@@ -128,3 +128,37 @@ def test_failed_notebooks_are_reported_and_missing_folder_is_an_error(tmp_path):
     assert "**Incomplete run**: 02-measure-baseline.ipynb failed: ServerLaunchError: oom" in text
     with pytest.raises(ConfigError, match="does not exist"):
         report.summarize(tmp_path / "nope")
+
+
+DIFF = pd.DataFrame([
+    {"field": "disable_cuda_graph", "current": False, "reference": True, "impact": "high", "rank": 1,
+     "rationale": "graphs", "flag": "--disable-cuda-graph"},
+    {"field": "max_running_requests", "current": 64, "reference": 2048, "impact": "high", "rank": 2,
+     "rationale": "caps the batch", "flag": "--max-running-requests"},
+])
+
+
+def test_leading_hypothesis_is_the_best_ranked_difference_the_evidence_names():
+    findings = pd.DataFrame([
+        {"finding": "concurrency cap: at most 64 requests run at once", "evidence": "#running-req stayed at 64",
+         "suggestion": "raise --max-running-requests from 64 to 1024", "confidence": 0.9},
+    ])
+    h = report.leading_hypothesis(DIFF, findings)
+    assert h["field"] == "max_running_requests" and h["supported"] is True
+    assert h["reference"] == 2048
+    assert h["test"] == "raise --max-running-requests from 64 to 1024"
+
+
+def test_leading_hypothesis_without_evidence_is_the_top_diff_marked_unsupported():
+    h = report.leading_hypothesis(DIFF, pd.DataFrame(columns=["finding", "evidence", "suggestion"]))
+    assert h["field"] == "disable_cuda_graph" and h["supported"] is False
+    assert "--disable-cuda-graph" in h["test"]
+    with pytest.raises(ConfigError, match="nothing differs"):
+        report.leading_hypothesis(DIFF.iloc[0:0])
+
+
+def test_verdict_quotes_the_gain_per_level(run):
+    text = report.verdict(report.summarize(run))
+    assert text.startswith("The fix raised throughput by 10% or more at 2 of 3 levels, most (4.20x) at 1,024")
+    assert "256: 880 -> 1,950 tok/s (2.22x)" in text
+    assert report.verdict({}).startswith("No before/after comparison")
