@@ -566,6 +566,12 @@ class GpuSampler:
         if self._resolved == "unavailable":
             log.warning("GPU telemetry unavailable: %s", self._reason)
             return self
+        if self._resolved == "nvml" and self._nvml is None:
+            self._nvml, why = _load_nvml(self._nvml_override)
+            if self._nvml is None:
+                self._resolved, self._reason = "unavailable", why
+                log.warning("GPU telemetry unavailable: %s", why)
+                return self
         if self._resolved == "nvml":
             count = self._nvml.nvmlDeviceGetCount()
             indices = self._check_gpus(list(range(count)))
@@ -619,8 +625,7 @@ class GpuSampler:
             if self._nvml is not None:
                 with contextlib.suppress(Exception):
                     self._nvml.nvmlShutdown()
-                self._nvml = None
-                self._resolved = None  # a later start() initialises NVML again
+                self._nvml = None  # a later start() initialises NVML again
         return self.frame()
 
     def __enter__(self) -> GpuSampler:
