@@ -1,0 +1,378 @@
+"""Tests for glm5lib.server: launch, readiness, failure causes, stop, restart, attach.
+
+Two kinds of real child processes: the stand-in (``python -m glm5lib.sim``) for the behaviour
+the workbook relies on, and small scripts standing in for the interpreter (``python=``) for
+process-handling edge cases the stand-in does not produce (a server that ignores SIGTERM, one
+whose child leaves the process group). Every test checks that no process outlives it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from glm5lib import server as srv
+from glm5lib.config import ServerConfig
+from glm5lib.errors import ConfigError, ServerLaunchError
+
+SIM_AVAILABLE = (Path(srv.__file__).parent / "sim" / "__main__.py").exists()
+needs_sim = pytest.mark.skipif(not SIM_AVAILABLE, reason="glm5lib.sim has no __main__ yet")
+SIM_PROFILE = "glm5-nvfp4-8x-rtxpro6000"
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_processes():
+    """Fail the test if a process it started is still running afterwards."""
+    before = _descendants()
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        left = [
+            p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    for proc in left:
+        proc.kill()
+    assert not left, f"processes outlived the test: {[(p.pid, p.cmdline()) for p in left]}"
+    assert not srv.live_servers()
+
+
+# --------------------------------------------------------------------------- fake interpreters
+
+FAKE_PYTHON = '''#!{python}
+"""Acts as `python -m <module> <launch flags>`; behaviour chosen by FAKE_MODE."""
+import http.server, os, signal, subprocess, sys, threading, time
+
+args = sys.argv[3:]
+port = int(args[args.index("--port") + 1])
+mode = os.environ.get("FAKE_MODE", "ready")
+print("[2026-01-01 00:00:00] starting fake server", flush=True)
+
+def serve():
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+
+if mode == "exit3":
+    print("something went wrong", flush=True)
+    sys.exit(3)
+if mode == "port-log":
+    print("OSError: [Errno 98] error while attempting to bind on address: address already in use", flush=True)
+    sys.exit(1)
+if mode == "oom-alive":
+    print("[2026-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
+    print("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", flush=True)
+    time.sleep(600)
+if mode == "never-ready":
+    time.sleep(600)
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "escape":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    print(f"escaped child {{child.pid}}", flush=True)
+if mode == "secret":
+    print(f"server_args=ServerArgs(api_key={{args[args.index('--api-key') + 1]!r}}, hf={{os.environ['HF_TOKEN']}})", flush=True)
+threading.Thread(target=serve, daemon=True).start()
+time.sleep(0.3)
+print("[2026-01-01 00:00:02] The server is fired up and ready to roll!", flush=True)
+while True:
+    time.sleep(1)
+'''
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    path = tmp_path / "fake-python"
+    path.write_text(FAKE_PYTHON.format(python=sys.executable))
+    path.chmod(0o755)
+    return str(path)
+
+
+def _fake_launch(fake_python, tmp_path, mode, **kw):
+    kw.setdefault("ready_timeout", 20)
+    env = {"FAKE_MODE": mode, **kw.pop("env", {})}
+    return srv.launch(
+        ServerConfig(model_path="m"), backend="sim", python=fake_python,
+        log_path=tmp_path / "server.log", env=env, **kw,
+    )
+
+
+def test_ready_server_stops_cleanly(fake_python, tmp_path):
+    server = _fake_launch(fake_python, tmp_path, "ready")
+    assert server.alive() and server.healthy()
+    assert server.base_url == f"http://127.0.0.1:{server.port}"
+    assert srv.live_servers() == [server]
+    assert server.ready_at >= server.started_at
+    assert "The server is fired up" in server.log_path.read_text()
+    code = server.stop(grace=5)
+    assert code == -signal.SIGTERM
+    assert not server.alive() and server.crash_cause() is None
+    assert server.stop() == code  # idempotent
+
+
+def test_exit_before_ready_is_reported_at_once(fake_python, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(ServerLaunchError) as info:
+        _fake_launch(fake_python, tmp_path, "exit3", ready_timeout=60)
+    assert time.monotonic() - started < 10  # not the 60 s timeout
+    err = info.value
+    assert err.cause == "exited" and err.exit_code == 3
+    assert "something went wrong" in err.log_lines
+    assert err.log_path == str(tmp_path / "server.log")
+
+
+def test_fatal_line_while_alive_fails_fast(fake_python, tmp_path):
+    started = time.monotonic()
+    with pytest.raises(ServerLaunchError) as info:
+        _fake_launch(fake_python, tmp_path, "oom-alive", ready_timeout=60)
+    assert time.monotonic() - started < 15
+    assert info.value.cause == "oom"  # the specific cause, not the scheduler exception
+    assert any("Not enough memory" in line for line in info.value.log_lines)
+
+
+def test_port_in_use_logged_by_the_server(fake_python, tmp_path):
+    with pytest.raises(ServerLaunchError) as info:
+        _fake_launch(fake_python, tmp_path, "port-log")
+    assert info.value.cause == "port_in_use"
+
+
+def test_timeout_stops_the_server(fake_python, tmp_path):
+    with pytest.raises(ServerLaunchError) as info:
+        _fake_launch(fake_python, tmp_path, "never-ready", ready_timeout=1.5)
+    assert info.value.cause == "timeout"
+    assert "not ready after" in str(info.value)
+
+
+def test_sigterm_ignored_escalates_to_sigkill(fake_python, tmp_path):
+    server = _fake_launch(fake_python, tmp_path, "ignore-term")
+    started = time.monotonic()
+    assert server.stop(grace=0.5) == -signal.SIGKILL
+    assert time.monotonic() - started < 5
+
+
+def test_child_that_left_the_group_is_killed_too(fake_python, tmp_path):
+    server = _fake_launch(fake_python, tmp_path, "escape")
+    line = next(t for t in server.tail() if t.startswith("escaped child"))
+    escaped = psutil.Process(int(line.split()[-1]))
+    assert escaped.is_running()
+    server.stop(grace=5)
+    assert not escaped.is_running() or escaped.status() == psutil.STATUS_ZOMBIE
+
+
+def test_secrets_never_reach_the_log(fake_python, tmp_path):
+    config = ServerConfig(model_path="m", api_key="sk-launch-secret-123")
+    server = srv.launch(
+        config, backend="sim", python=fake_python, log_path=tmp_path / "server.log",
+        env={"FAKE_MODE": "secret", "HF_TOKEN": "hf_abcdefghijklmnop"}, ready_timeout=20,
+    )
+    with server:
+        text = server.log_path.read_text()
+        assert "api_key='***'" in text and "hf=***" in text
+        assert "sk-launch-secret-123" not in text and "hf_abcdefghijklmnop" not in text
+        info = server.info()
+        assert "sk-launch-secret-123" not in repr(info) and "hf_abcdefghijklmnop" not in repr(info)
+        assert info["env"]["HF_TOKEN"] == "***"
+        assert "sk-launch-secret-123" in server.argv  # the process itself needs it
+
+
+def test_port_already_taken_is_refused_before_spawning(fake_python, tmp_path):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        before = _descendants()
+        with pytest.raises(ServerLaunchError) as info:
+            _fake_launch(fake_python, tmp_path, "ready", port=port)
+        assert _descendants() == before
+    assert info.value.cause == "port_in_use"
+    assert str(port) in str(info.value)
+
+
+def test_missing_sglang_is_detected_before_spawning(tmp_path):
+    assert srv.importlib.util.find_spec("sglang") is None, "this test expects a machine without SGLang"
+    before = _descendants()
+    with pytest.raises(ServerLaunchError) as info:
+        srv.launch("glm5-baseline", backend="sglang", log_path=tmp_path / "server.log")
+    assert info.value.cause == "sglang_not_installed"
+    assert "backend='sim'" in str(info.value)
+    assert _descendants() == before
+    assert not (tmp_path / "server.log").exists()
+
+
+def test_bad_backend_and_config_raise_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="sim"):
+        srv.launch(ServerConfig(model_path="m"), backend="vllm")
+    with pytest.raises(ConfigError) as info:
+        srv.launch(["--model-path", "m", "--tp-size", "0"], backend="sim")
+    assert info.value.field == "tp_size"
+    with pytest.raises(ConfigError) as info:
+        srv.launch(ServerConfig(tp_size=8), backend="sglang")
+    assert info.value.field == "model_path"
+
+
+def test_keyboard_interrupt_while_launching_leaves_nothing(fake_python, tmp_path):
+    timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _fake_launch(fake_python, tmp_path, "never-ready", ready_timeout=30)
+    finally:
+        timer.cancel()
+    assert not srv.live_servers()
+
+
+def test_attach_without_server_info(fake_python, tmp_path):
+    with _fake_launch(fake_python, tmp_path, "ready") as server:
+        attached = srv.attach(server.base_url + "/")
+        assert attached.base_url == server.base_url
+        assert attached.config is None  # no /get_server_info on this server
+        assert attached.alive() and attached.crash_cause() is None
+        attached.stop()
+        assert server.alive()  # attach never stops what it did not start
+        assert attached.fatal_lines() == [] and attached.logs() is None
+    assert not attached.alive()
+    assert attached.crash_cause() == "unreachable"
+    with pytest.raises(ConfigError):
+        srv.attach("localhost:30000")
+
+
+def test_atexit_stops_servers_at_interpreter_exit(fake_python, tmp_path):
+    script = tmp_path / "script.py"
+    script.write_text(textwrap.dedent(f"""
+        from glm5lib import server, config
+        s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake_python!r},
+                          env={{"FAKE_MODE": "ready"}}, ready_timeout=20)
+        print(s.pid, flush=True)
+    """))
+    done = psutil.subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pid = int(done.stdout.split()[-1])
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+# --------------------------------------------------------------------------- the stand-in
+
+
+def _sim(tmp_path, *faults, name="server.log", **kw):
+    extra = ["--sim-profile", SIM_PROFILE]
+    for fault in faults:
+        extra += ["--sim-fault", fault]
+    kw.setdefault("ready_timeout", 30)
+    return srv.launch("glm5-baseline", backend="sim", log_path=tmp_path / name, extra_args=extra, **kw)
+
+
+@needs_sim
+def test_sim_launch_logs_restart_attach(tmp_path):
+    server = _sim(tmp_path)
+    try:
+        assert server.healthy()
+        log = server.logs()
+        assert log.ready and log.standin == SIM_PROFILE
+        assert log.server_args["max_running_requests"] == 64
+        attached = srv.attach(server.base_url)
+        assert attached.standin is not None
+        assert attached.config.max_running_requests == 64
+        assert attached.config.attention_backend == "flashinfer"
+        old_pid, old_log = server.pid, server.log_path
+        server = server.restart(max_running_requests=1024, disable_cuda_graph=True)
+        assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
+        assert server.log_path != old_log and server.log_path.name == "server-restart1.log"
+        assert server.logs().server_args["max_running_requests"] == 1024
+        assert srv.attach(server.base_url).config.max_running_requests == 1024
+    finally:
+        server.stop()
+
+
+@needs_sim
+@pytest.mark.parametrize(("fault", "cause"), [("oom-at-start", "oom"), ("nccl-at-start", "nccl")])
+def test_sim_start_faults(tmp_path, fault, cause):
+    started = time.monotonic()
+    with pytest.raises(ServerLaunchError) as info:
+        _sim(tmp_path, fault, ready_timeout=60)
+    assert time.monotonic() - started < 20
+    assert info.value.cause == cause
+    assert info.value.log_lines
+
+
+@needs_sim
+def test_sim_slow_start_and_timeout(tmp_path):
+    with pytest.raises(ServerLaunchError) as info:
+        _sim(tmp_path, "slow-start=30", ready_timeout=2)
+    assert info.value.cause == "timeout"
+    started = time.monotonic()
+    with _sim(tmp_path, "slow-start=1.5", name="slow.log") as server:
+        assert time.monotonic() - started >= 1.5
+        assert server.healthy()
+
+
+@needs_sim
+def test_sim_kill_while_launching(tmp_path):
+    def kill_soon():
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            for s in list(srv._LIVE):
+                os.kill(s.pid, signal.SIGKILL)
+                return
+            time.sleep(0.05)
+
+    killer = threading.Thread(target=kill_soon)
+    killer.start()
+    with pytest.raises(ServerLaunchError) as info:
+        _sim(tmp_path, "slow-start=20", ready_timeout=30)
+    killer.join()
+    assert info.value.cause == "exited"
+    assert info.value.exit_code == -signal.SIGKILL
+
+
+def _generate(server, n):
+    import json
+    import urllib.request
+
+    for _ in range(n):
+        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}).encode()
+        request = urllib.request.Request(server.base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(request, timeout=3).read()
+        except OSError:
+            return
+
+
+@needs_sim
+def test_sim_nan_after_ready_is_seen_by_the_user(tmp_path):
+    with _sim(tmp_path, "nan-after=1") as server:
+        _generate(server, 3)
+        deadline = time.monotonic() + 10
+        while server.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not server.alive()
+        assert server.crash_cause() == "nan"
+        assert any("NaN" in line for line in server.fatal_lines())
+
+
+@needs_sim
+def test_sim_hang_after_keeps_process_alive_but_unhealthy(tmp_path):
+    with _sim(tmp_path, "hang-after=1") as server:
+        _generate(server, 2)
+        assert server.alive()
+        assert not server.healthy(timeout=1.0)
+        assert server.crash_cause() is None
