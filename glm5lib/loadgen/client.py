@@ -55,6 +55,7 @@ class RequestRecord:
     id: str | None = None
     token_source: str = "none"  # chunk | final_usage | none
     connection_lost: bool = False  # the error was a refused or dropped connection
+    stalled: float = 0.0  # set (to the stall limit, s) by the sweep before it cancels a stalled request
 
     def to_json(self) -> str:
         return json.dumps(
@@ -172,7 +173,7 @@ async def stream_request(
     toks = rec.chunk_tokens
     prev = 0
     final = None
-    last: tuple[bytes, int, int] | None = None  # (buffer, start, end) of the last event with usage
+    last: tuple[bytes, int] | None = None  # (event, payload offset) of the last event with usage
     done = False
     clock = time.time
     rec.start = clock()
@@ -196,45 +197,38 @@ async def stream_request(
                     crlf = b"\r\n" in data
                 if crlf:
                     data = data.replace(b"\r\n", b"\n")
-                if buf:
-                    data = buf + data
-                    buf = b""
-                pos = 0
-                while True:
-                    j = data.find(b"\n\n", pos)
-                    if j < 0:
-                        if pos < len(data):
-                            buf = data[pos:]
-                        break
-                    s = data.find(b"data:", pos, j)
-                    pos = j + 2
-                    if s < 0:
-                        continue  # comment or keep-alive event
-                    s += 5
-                    if data[s : s + 1] == b" ":
-                        s += 1
-                    if j - s == 6 and data[s:j] == b"[DONE]":
+                # JSON never holds a raw newline, so a blank line can only end an event.
+                events = (buf + data if buf else data).split(b"\n\n")
+                buf = events.pop()
+                for ev in events:
+                    if not ev.startswith(b"data:"):
+                        k = ev.find(b"data:")
+                        if k < 0:
+                            continue  # comment or keep-alive
+                        ev = ev[k:]
+                    s = 6 if ev[5:6] == b" " else 5
+                    if len(ev) - s == 6 and ev.endswith(b"[DONE]"):
                         done = True
                         break
-                    i = data.rfind(_COMPLETION_KEY, s, j)
+                    i = ev.rfind(_COMPLETION_KEY, s)
                     if i >= 0:
-                        m = _INT_AFTER.match(data, i + 20, j)
+                        m = _INT_AFTER.match(ev, i + 20)
                         tok = int(m.group(1)) if m else None
                     else:
                         tok = None
                     if tok is None:
-                        if data.find(_ERROR_KEY, s, j) >= 0:
+                        if ev.find(_ERROR_KEY, s) >= 0:
                             try:
-                                obj = json.loads(data[s:j])
+                                obj = json.loads(ev[s:])
                             except ValueError:
                                 obj = None
                             if isinstance(obj, dict) and "error" in obj:
                                 rec.error = f"error in stream: {_short(_error_message(obj))}"
                                 rec.end = now
                                 return
-                        if chat and any(data.find(e, s, j) >= 0 for e in _EMPTY_CONTENT):
+                        if chat and any(e in ev for e in _EMPTY_CONTENT):
                             continue
-                        if openai and any(data.find(e, s, j) >= 0 for e in _EMPTY_CHOICES):
+                        if openai and any(e in ev for e in _EMPTY_CHOICES):
                             continue
                         if not times:
                             rec.first_token = now
@@ -242,16 +236,11 @@ async def stream_request(
                         toks.append(None)
                         continue
                     final = tok
-                    last = (data, s, j)
+                    last = (ev, s)
                     if tok > prev:
                         # An OpenAI usage-only chunk after content chunks that carried no usage
                         # is the final count, not a chunk of text.
-                        if (
-                            openai
-                            and toks
-                            and toks[-1] is None
-                            and any(data.find(e, s, j) >= 0 for e in _EMPTY_CHOICES)
-                        ):
+                        if openai and toks and toks[-1] is None and any(e in ev for e in _EMPTY_CHOICES):
                             continue
                         if not times:
                             rec.first_token = now
@@ -266,12 +255,18 @@ async def stream_request(
                 return
             rec.status = "ok"
     except asyncio.CancelledError:
-        rec.status = "cancelled"
         rec.end = clock()
-        raise
+        if not rec.stalled:
+            rec.status = "cancelled"
+            raise
+        # Cancelled by the sweep's stall check: a failure of this request, not of the caller.
+        task = asyncio.current_task()
+        if task is not None and hasattr(task, "uncancel"):
+            task.uncancel()
+        rec.error = f"timeout: no data from the server for {rec.stalled:g} s after {len(times)} chunks"
     except asyncio.TimeoutError:
         rec.end = clock()
-        rec.error = f"timeout: no data from the server after {len(times)} chunks"
+        rec.error = f"timeout after {len(times)} chunks"
     except aiohttp.ClientConnectorError as exc:
         rec.end = clock()
         rec.connection_lost = True
@@ -291,5 +286,4 @@ async def stream_request(
                 "final_usage" if final is not None else "none"
             )
         if last is not None:
-            data, s, j = last
-            _finish_from_last(rec, data[s:j], api)
+            _finish_from_last(rec, last[0][last[1] :], api)

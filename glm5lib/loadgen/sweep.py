@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -150,6 +151,7 @@ class _LevelState:
         self.records: list[RequestRecord] = []
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
+        self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
 
 
 class _Sweep:
@@ -196,9 +198,14 @@ class _Sweep:
         if state is not None:
             state.issued += 1
             state.last_issue = time.time()
+            task = asyncio.current_task()
+            if task is not None:
+                state.inflight[id(rec)] = (rec, task)
         try:
             await stream_request(session, self.url, body, self.headers, rec, self.api)
         finally:
+            if state is not None:
+                state.inflight.pop(id(rec), None)
             self._sink(rec, state)
 
     # -- health ----------------------------------------------------------------------------
@@ -233,14 +240,29 @@ class _Sweep:
     async def _watchdog(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(state.connection_errors.wait(), timeout=self.health_interval)
+                await asyncio.wait_for(
+                    state.connection_errors.wait(), timeout=min(self.health_interval, self.read_timeout or math.inf)
+                )
             state.connection_errors.clear()
+            self._cancel_stalled(state)
             alive, why, lines = await self._check_alive(session)
             if not alive:
                 raise _Aborted(why, lines)
             if state.completed == 0 and state.rejected >= min(20, max(1, state.issued)) and state.rejected == state.failed:
                 bad = next((r.error for r in state.records if r.status == "error"), "")
                 raise _Aborted(f"every request was rejected by the server: {bad}")
+
+    def _cancel_stalled(self, state: _LevelState) -> None:
+        # One sweep-wide check instead of aiohttp's per-read timer, which would be re-armed for
+        # every chunk of every stream.
+        if not self.read_timeout:
+            return
+        now = time.time()
+        for rec, task in list(state.inflight.values()):
+            last = rec.chunk_times[-1] if rec.chunk_times else rec.start
+            if last is not None and now - last > self.read_timeout and not rec.stalled:
+                rec.stalled = self.read_timeout
+                task.cancel()
 
     # -- self-check ------------------------------------------------------------------------
     @staticmethod
@@ -340,6 +362,10 @@ class _Sweep:
         ]
         watchdog = asyncio.create_task(self._watchdog(session, state))
         aborted: _Aborted | None = None
+        # Collections of a heap full of chunk-time lists stall the loop for tens of ms, which
+        # shows up as latency; levels are bounded, so collect between them instead.
+        gc_was_enabled = gc.isenabled()
+        gc.disable()
         try:
             pending = set(main)
             while pending:
@@ -358,6 +384,8 @@ class _Sweep:
             for t in [*main, *tasks, watchdog, *helpers]:
                 t.cancel()
             await asyncio.gather(*main, *tasks, watchdog, *helpers, return_exceptions=True)
+            if gc_was_enabled:
+                gc.enable()
         wall = time.perf_counter() - wall0
         cpu1 = self.proc.cpu_times()
         cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max(wall, 1e-9)
@@ -453,7 +481,7 @@ class _Sweep:
             self.jsonl = open(self.out_dir / rundir.REQUESTS, "a", encoding="utf-8")  # noqa: SIM115
         rows: list[dict[str, Any]] = []
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=self.read_timeout)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=None)
         completed_levels: list[int] = [levels[n][0] for n in done_rows]
         try:
             async with aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as session:
