@@ -71,6 +71,13 @@ LOOPBACK = "127.0.0.1"
 # specific first (a scheduler traceback ending in an OOM is an OOM).
 _CAUSE_ORDER = ("oom", "nan", "nccl", "health_check", "scheduler_exception", "sigquit")
 _PORT_IN_USE = re.compile(r"address already in use|Errno 98|EADDRINUSE|port \d+ is (?:already )?in use", re.I)
+# Why a process that exited without a fatal signature failed, read from its last lines.
+_EXIT_CAUSES = (
+    ("port_in_use", _PORT_IN_USE),
+    ("import_error", re.compile(r"^(?:ModuleNotFoundError|ImportError): ")),
+    ("no_gpu", re.compile(r"No CUDA GPUs are available|Found no NVIDIA driver|CUDA driver initialization failed|NVML_SUCCESS == r INTERNAL ASSERT FAILED")),
+    ("bad_arguments", re.compile(r"error: (?:unrecognized arguments|argument --|the following arguments are required)")),
+)
 _SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|CREDENTIAL", re.I)
 # After a fatal line, how long to keep reading before deciding: the traceback that names the
 # specific cause (and the process exit) usually follows within a second.
@@ -205,7 +212,6 @@ class Server:
         self._tail: collections.deque[str] = collections.deque(maxlen=400)
         self._fatal: list[tuple[str, str]] = []  # (kind, line)
         self._ready_logged = threading.Event()
-        self._port_in_use_logged = False
         self._first_fatal_at: float | None = None
         self._stopped = False
         self._exit_code: int | None = None
@@ -242,8 +248,6 @@ class Server:
                             self._first_fatal_at = time.monotonic()
                     if READY_LINE in text:
                         self._ready_logged.set()
-                    if _PORT_IN_USE.search(text):
-                        self._port_in_use_logged = True
         except (OSError, ValueError):  # the pipe or the file was closed under us while stopping
             pass
         finally:
@@ -267,13 +271,16 @@ class Server:
         died without one, ``None`` while it runs cleanly (or after a clean :meth:`stop`)."""
         with self._lock:
             kinds = [kind for kind, _ in self._fatal]
-            port_in_use = self._port_in_use_logged
+            tail = list(self._tail)[-_TAIL_LINES:]
         cause = _pick_cause(kinds)
         if cause is not None:
             return cause
         if self._stopped or self.alive():
             return None
-        return "port_in_use" if port_in_use else "exited"
+        for name, pattern in _EXIT_CAUSES:
+            if any(pattern.search(line) for line in tail):
+                return name
+        return "exited"
 
     def logs(self):
         """The :class:`glm5lib.logs.ServerLog` parsed from the log so far (incrementally)."""
@@ -710,6 +717,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     extra = list(args.extra or [])
     if extra[:1] == ["--"]:
         extra = extra[1:]
+    if args.config and args.config.startswith("-"):  # argparse gave the first flag after '--' to CONFIG
+        extra, args.config = [args.config, *extra], None
     if args.config:
         config = ServerConfig.load(args.config)
         sglang_args, foreign = ServerConfig.parse_known_argv(extra) if extra else (ServerConfig(), [])
@@ -726,7 +735,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         raise ConfigError(f"unknown SGLang arguments: {' '.join(foreign)}", field=foreign[0])
     server = launch(
         config, backend=args.backend, log_path=args.log, ready_timeout=args.ready_timeout,
-        port=args.port, extra_args=foreign,
+        port=args.port, extra_args=foreign, python=args.python,
     )
     print(server.base_url, flush=True)
     print(f"# pid {server.pid}, log {server.log_path}; Ctrl-C stops it", file=sys.stderr, flush=True)
@@ -763,5 +772,6 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--log", default=None, help="log file (default: a new temporary folder)")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     parser.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a config field (repeatable)")
-    parser.add_argument("extra", nargs=argparse.REMAINDER, help="'--' then launch_server (and --sim-*) flags")
+    parser.add_argument("--python", default=None, help="interpreter that has SGLang installed (default: this one)")
+    parser.add_argument("extra", nargs="*", help="'--' then launch_server (and --sim-*) flags")
     parser.set_defaults(func=_cmd_launch)

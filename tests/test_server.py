@@ -79,6 +79,13 @@ if mode == "exit3":
 if mode == "port-log":
     print("OSError: [Errno 98] error while attempting to bind on address: address already in use", flush=True)
     sys.exit(1)
+if mode == "import-error":
+    print("Traceback (most recent call last):", flush=True)
+    print("ModuleNotFoundError: No module named 'sgl_kernel'", flush=True)
+    sys.exit(1)
+if mode == "no-gpu":
+    print("RuntimeError: No CUDA GPUs are available", flush=True)
+    sys.exit(1)
 if mode == "oom-alive":
     print("[2026-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
     print("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", flush=True)
@@ -150,10 +157,15 @@ def test_fatal_line_while_alive_fails_fast(fake_python, tmp_path):
     assert any("Not enough memory" in line for line in info.value.log_lines)
 
 
-def test_port_in_use_logged_by_the_server(fake_python, tmp_path):
+@pytest.mark.parametrize(
+    ("mode", "cause"),
+    [("port-log", "port_in_use"), ("import-error", "import_error"), ("no-gpu", "no_gpu")],
+)
+def test_exit_cause_read_from_last_lines(fake_python, tmp_path, mode, cause):
     with pytest.raises(ServerLaunchError) as info:
-        _fake_launch(fake_python, tmp_path, "port-log")
-    assert info.value.cause == "port_in_use"
+        _fake_launch(fake_python, tmp_path, mode)
+    assert info.value.cause == cause
+    assert info.value.exit_code == 1
 
 
 def test_timeout_stops_the_server(fake_python, tmp_path):
@@ -268,6 +280,61 @@ def test_atexit_stops_servers_at_interpreter_exit(fake_python, tmp_path):
     assert done.returncode == 0, done.stderr
     pid = int(done.stdout.split()[-1])
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+CLI_SCRIPT = """
+import argparse, sys
+from glm5lib import server
+parser = argparse.ArgumentParser(prog="glm5")
+server.register_cli(parser.add_subparsers())
+args = parser.parse_args(sys.argv[1:])
+try:
+    sys.exit(args.func(args))
+except Exception as exc:  # as glm5lib.cli.main reports a Glm5Error
+    print(f"glm5: error: {exc}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+def _cli(*argv, env=None):
+    return psutil.Popen(
+        [sys.executable, "-c", CLI_SCRIPT, *argv], stdout=psutil.subprocess.PIPE,
+        stderr=psutil.subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
+    )
+
+
+def test_cli_launch_prints_url_and_stops_on_ctrl_c(fake_python, tmp_path):
+    log = tmp_path / "cli.log"
+    proc = _cli("launch", "glm5-baseline", "--backend", "sim", "--python", fake_python,
+                "--log", str(log), "--set", "max_running_requests=128", env={"FAKE_MODE": "ready"})
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        children = proc.children(recursive=True)
+        assert children
+        cmdline = children[0].cmdline()
+        assert cmdline[cmdline.index("--max-running-requests") + 1] == "128"
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+        assert all(not c.is_running() or c.status() == psutil.STATUS_ZOMBIE for c in children)
+        assert "fired up" in log.read_text()
+    finally:
+        if proc.is_running():
+            proc.kill()
+            proc.wait()
+
+
+def test_cli_launch_reports_failure(fake_python, tmp_path):
+    proc = _cli("launch", "--backend", "sim", "--python", fake_python, "--log", str(tmp_path / "x.log"),
+                "--", "--model-path", "m", env={"FAKE_MODE": "import-error"})
+    try:
+        proc.wait(timeout=30)
+        err = proc.stderr.read()
+    finally:
+        if proc.is_running():
+            proc.kill()
+    assert proc.returncode != 0
+    assert "import_error" in err and "sgl_kernel" in err
 
 
 # --------------------------------------------------------------------------- the stand-in
