@@ -136,6 +136,28 @@ def load_gpus(torch, devices: list[int], seconds: float, size: int = 8192) -> di
     return {"seconds": elapsed, "matmuls_per_gpu": n, "tflops_per_gpu": 2 * size**3 * n / elapsed / 1e12}
 
 
+def nvidia_smi_topology(count: int) -> list[list[str]] | None:
+    """The GPU-to-GPU block of `nvidia-smi topo -m`, or None where nvidia-smi is absent."""
+    import re
+    import shutil
+    import subprocess
+
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        text = subprocess.run([exe, "topo", "-m"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    rows = []
+    for line in text.splitlines():
+        parts = line.split()
+        if parts and re.fullmatch(r"GPU\d+", parts[0]) and len(parts) > count:
+            rows.append(parts[1:count + 1])
+    return rows if len(rows) == count else None
+
+
 def energy_vs_integral(frame, t_start: float, t_end: float) -> list[dict[str, float]]:
     rows = []
     for gpu, g in frame[(frame["time"] >= t_start) & (frame["time"] <= t_end)].groupby("gpu"):
@@ -208,6 +230,11 @@ def main() -> int:
         results["torch_p2p"] = torch_p2p
         checks["p2p_matrix"] = {"passed": shape_ok and diag_ok and agree, "square": shape_ok,
                                 "diagonal_ok": diag_ok, "agrees_with_torch": agree}
+        smi = nvidia_smi_topology(count)
+        if smi is not None:
+            results["nvidia_smi_topology"] = smi
+            checks["topology_matches_nvidia_smi"] = {"passed": smi == env["topology"], "nvidia_smi": smi,
+                                                     "glm5lib": env["topology"]}
         uuids = {g["uuid"] for g in env["gpus"]}
         checks["distinct_gpus"] = {"passed": len(uuids) == count, "uuids": len(uuids)}
 

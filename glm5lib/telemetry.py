@@ -99,6 +99,7 @@ _PCIE_UTIL_RX = 1
 _P2P_CAPS_READ = 0
 _P2P_CAPS_WRITE = 1
 _NVLINK_MAX_LINKS = 18  # H100/H200 carry 18; older parts fewer
+_NVLINK_SWITCH = 2  # NVML_NVLINK_DEVICE_TYPE_SWITCH
 _P2P_STATUS = {0: "OK", 1: "CNS", 2: "GNS", 3: "TNS", 4: "DRK", 5: "NS", 6: "U"}
 P2P_LEGEND = {
     "OK": "peer access supported",
@@ -1165,28 +1166,37 @@ def _host_info() -> dict[str, Any]:
     return info
 
 
-def _nvlink_peers(nvml: Any, handle: Any) -> tuple[dict[str, int], int]:
-    """(bus id of each NVLink peer GPU -> active links, links to NVSwitches)."""
-    peers: dict[str, int] = {}
-    switch_links = 0
+def _nvlink_links(nvml: Any, handle: Any) -> list[tuple[Any, str]]:
+    """(remote device type, remote PCI bus id) of each active NVLink of one GPU; [] without NVLink."""
+    links: list[tuple[Any, str]] = []
     get_state = getattr(nvml, "nvmlDeviceGetNvLinkState", None)
     if get_state is None:
-        return peers, 0
+        return links
     for link in range(_NVLINK_MAX_LINKS):
         try:
             if get_state(handle, link) != 1:
                 continue
         except Exception:
-            break  # NOT_SUPPORTED or past the GPU's last link
+            break  # NOT_SUPPORTED, or past the GPU's last link
         remote_type = _try(lambda link=link: nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
-        if remote_type == 1:  # NVML_NVLINK_DEVICE_TYPE_SWITCH
-            switch_links += 1
-            continue
         bus = _try(lambda link=link: _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
-        if bus:
-            key = str(bus).lower()
-            peers[key] = peers.get(key, 0) + 1
-    return peers, switch_links
+        links.append((remote_type, _short_bus(bus)))
+    return links
+
+
+def _nvlink_label(links_i: list[tuple[Any, str]], links_j: list[tuple[Any, str]], bus_j: str,
+                  gpu_buses: set[str]) -> str | None:
+    """nvidia-smi's NV# for a GPU pair: direct links (bridges), else links both have into a
+    fabric (NVSwitch, or a remote that is none of the GPUs here); None when not linked."""
+    direct = sum(1 for kind, bus in links_i if kind != _NVLINK_SWITCH and bus and bus == bus_j)
+    if direct:
+        return f"NV{direct}"
+
+    def fabric(links: list[tuple[Any, str]]) -> int:
+        return sum(1 for kind, bus in links if kind == _NVLINK_SWITCH or not bus or bus not in gpu_buses)
+
+    fi, fj = fabric(links_i), fabric(links_j)
+    return f"NV{min(fi, fj)}" if fi and fj else None
 
 
 def _short_bus(bus: str | None) -> str:
@@ -1228,7 +1238,8 @@ def _nvml_environment(nvml: Any) -> dict[str, Any]:
             "memory_total_bytes": int(mem.total) if mem is not None else None,
         })
     env["gpus"] = gpus
-    nvlinks = [_nvlink_peers(nvml, h) for h in handles]
+    nvlinks = [_nvlink_links(nvml, h) for h in handles]
+    gpu_buses = {_short_bus(g["pci_bus_id"]) for g in gpus}
     p2p, topo = [], []
     for i, hi in enumerate(handles):
         p2p_row, topo_row = [], []
@@ -1241,14 +1252,9 @@ def _nvml_environment(nvml: Any) -> dict[str, Any]:
                         for cap in (_P2P_CAPS_READ, _P2P_CAPS_WRITE)]
             bad = [s for s in statuses if s != 0]
             p2p_row.append(_P2P_STATUS.get(bad[0], "U") if bad else "OK")
-            peers, switch_i = nvlinks[i]
-            _, switch_j = nvlinks[j]
-            bus_j = _short_bus(gpus[j]["pci_bus_id"])
-            direct = sum(n for bus, n in peers.items() if _short_bus(bus) == bus_j)
-            if direct:
-                topo_row.append(f"NV{direct}")
-            elif switch_i and switch_j:
-                topo_row.append(f"NV{min(switch_i, switch_j)}")
+            label = _nvlink_label(nvlinks[i], nvlinks[j], _short_bus(gpus[j]["pci_bus_id"]), gpu_buses)
+            if label:
+                topo_row.append(label)
             else:
                 level = _try(lambda hi=hi, hj=hj: nvml.nvmlDeviceGetTopologyCommonAncestor(hi, hj))
                 topo_row.append(_TOPOLOGY.get(level, "?") if level is not None else "?")

@@ -51,7 +51,8 @@ class FakeNvml:
     NVMLError = FakeNvmlError
 
     def __init__(self, count=2, latency=0.0, batch=True, unsupported_fields=(), power_w=150.0,
-                 pcie_rate=1e9, init_error=None, p2p=None, width=(16, 16), gen=(5, 5), mig=False):
+                 pcie_rate=1e9, init_error=None, p2p=None, width=(16, 16), gen=(5, 5), mig=False,
+                 nvlink=None):
         self.count = count
         self.latency = latency
         self.batch = batch
@@ -63,6 +64,7 @@ class FakeNvml:
         self.width = width
         self.gen = gen
         self.mig = mig
+        self.nvlink = nvlink  # None, "switch" (18 links each into NVSwitches) or {gpu: peer gpu} bridges
         self.t0 = time.time()
         self.calls = 0
         self.inits = 0
@@ -201,7 +203,19 @@ class FakeNvml:
         return 30
 
     def nvmlDeviceGetNvLinkState(self, h, link):
-        raise FakeNvmlError(3)
+        if self.nvlink is None:
+            raise FakeNvmlError(3)
+        if self.nvlink == "switch":
+            return 1
+        return 1 if h in self.nvlink and link < 4 else 0
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, h, link):
+        return 2 if self.nvlink == "switch" else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h, link):
+        if self.nvlink == "switch":
+            return SimpleNamespace(busId=f"00000000:{0xA0 + link % 4:02X}:00.0".encode())
+        return self.nvmlDeviceGetPciInfo(self.nvlink[h])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -607,6 +621,16 @@ def test_environment_from_nvml_warns_on_p2p_and_narrow_links():
     assert set(env["packages"]) >= {"sglang", "flashinfer", "torch", "transformers", "vllm"}
     assert env["packages"]["nvidia-ml-py"] is not None  # installed here
     assert nvml.inits == 0
+
+
+def test_environment_topology_names_nvlink_through_switches_and_bridges():
+    # an HGX H200 board: every GPU has 18 links into NVSwitches (nvidia-smi topo -m: NV18)
+    env = environment(source="nvml", _nvml=FakeNvml(count=2, nvlink="switch"))
+    assert env["topology"] == [["X", "NV18"], ["NV18", "X"]]
+    # two bridged pairs: 0-1 and 2-3 over 4 links each, PCIe between the pairs
+    env = environment(source="nvml", _nvml=FakeNvml(count=4, nvlink={0: 1, 1: 0, 2: 3, 3: 2}))
+    assert env["topology"][0] == ["X", "NV4", "PHB", "PHB"]
+    assert env["topology"][3] == ["PHB", "PHB", "NV4", "X"]
 
 
 def test_environment_healthy_host_has_no_link_warnings():
