@@ -153,7 +153,7 @@ def nvidia_smi_topology(count: int) -> list[list[str]] | None:
     rows = []
     for line in text.splitlines():
         parts = line.split()
-        if parts and re.fullmatch(r"GPU\d+", parts[0]) and len(parts) > count:
+        if line.startswith("GPU") and re.fullmatch(r"GPU\d+", parts[0]) and len(parts) > count:
             rows.append(parts[1:count + 1])
     return rows if len(rows) == count else None
 
