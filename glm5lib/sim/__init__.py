@@ -1,0 +1,85 @@
+"""The stand-in SGLang server: same flags, endpoints and log format, timings from a model.
+
+``python -m glm5lib.sim <sglang.launch_server flags> [--sim-profile NAME|PATH] [--sim-fault SPEC]``
+(or ``glm5 sim ...``) serves SGLang's HTTP API on 127.0.0.1 with a continuous-batching
+scheduler whose step times come from a calibrated profile (``data/profiles/``). It says it is
+a stand-in in its first log line, in ``/get_server_info``, ``/get_model_info`` and ``/v1/models``.
+Simulated GPU telemetry is served at ``/sim/gpus`` and ``/sim/environment``.
+
+For tests and notebooks, :func:`run_standin` starts one on a free port and stops it after use;
+:func:`fit_profile` builds a profile from a real server's log so the stand-in can rehearse it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from glm5lib.errors import ConfigError
+from glm5lib.sim.args import SIM_FLAGS, SimArgs, parse_sim_argv, sim_usage
+from glm5lib.sim.faults import Faults, parse_faults
+from glm5lib.sim.fit import fit_profile
+from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, list_profiles, load_profile
+from glm5lib.sim.testing import StandinProcess, free_port, run_standin
+
+__all__ = [
+    "DEFAULT_PROFILE",
+    "SIM_FLAGS",
+    "Faults",
+    "Profile",
+    "SimArgs",
+    "StandinProcess",
+    "StepContext",
+    "fit_profile",
+    "free_port",
+    "list_profiles",
+    "load_profile",
+    "main",
+    "parse_faults",
+    "parse_sim_argv",
+    "register_cli",
+    "run_standin",
+]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m glm5lib.sim``; returns the process exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(
+            "usage: python -m glm5lib.sim [sglang.launch_server flags] [--sim-profile NAME|PATH] "
+            "[--sim-fault SPEC ...]\n\nA stand-in for SGLang's server (not SGLang): timings come "
+            f"from a profile, not from GPUs.\nShipped profiles: {', '.join(list_profiles())}\n\n"
+            + sim_usage()
+        )
+        return 0
+    try:
+        args = parse_sim_argv(argv)
+    except ConfigError as exc:
+        print(f"glm5lib.sim: error: {exc}", file=sys.stderr)
+        return 2
+    from glm5lib.sim.app import serve
+
+    try:
+        return asyncio.run(serve(args))
+    except KeyboardInterrupt:
+        return 0
+
+
+def _cli(ns: argparse.Namespace) -> int:
+    return main(list(ns.sim_args))
+
+
+def register_cli(subparsers) -> None:
+    """``glm5 sim <flags>``: the same as ``python -m glm5lib.sim <flags>``."""
+    p = subparsers.add_parser(
+        "sim",
+        help="run the stand-in SGLang server (same flags as sglang.launch_server, plus --sim-*)",
+        description="Run the stand-in SGLang server. " + sim_usage(),
+        prefix_chars="\x00",  # pass every flag through untouched
+        add_help=False,
+    )
+    p.add_argument("sim_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cli)

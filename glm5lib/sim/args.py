@@ -1,0 +1,244 @@
+"""Command-line arguments of the stand-in: SGLang's launch flags plus its own ``--sim-*`` flags.
+
+The ``--sim-*`` flags are taken out first; the rest is parsed by
+:meth:`glm5lib.config.ServerConfig.from_argv`, so every flag ``sglang.launch_server`` accepts
+is accepted here and a misspelt one is rejected with the closest valid name. Flags that change
+nothing in the model are accepted and listed in the log as not modelled.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+from glm5lib.config import SGLANG_FLAGS, ServerConfig, mask_value
+from glm5lib.errors import ConfigError
+from glm5lib.sim.faults import Faults, parse_faults
+from glm5lib.sim.profile import Profile, StepContext, load_profile
+
+__all__ = ["MODELLED_FIELDS", "SIM_FLAGS", "SimArgs", "parse_sim_argv", "sim_usage"]
+
+# ServerArgs fields the stand-in's model or HTTP layer uses.
+MODELLED_FIELDS = frozenset(
+    {
+        "model_path",
+        "tokenizer_path",
+        "served_model_name",
+        "tp_size",
+        "host",
+        "port",
+        "api_key",
+        "max_running_requests",
+        "max_total_tokens",
+        "mem_fraction_static",
+        "chunked_prefill_size",
+        "max_prefill_tokens",
+        "page_size",
+        "attention_backend",
+        "disable_cuda_graph",
+        "cuda_graph_max_bs",
+        "disable_radix_cache",
+        "schedule_policy",
+        "moe_runner_backend",
+        "fp4_gemm_runner_backend",
+        "enable_flashinfer_allreduce_fusion",
+        "enable_metrics",
+        "decode_log_interval",
+        "stream_interval",
+        "log_level",
+        "context_length",
+        "random_seed",
+    }
+)
+
+# The stand-in's own flags: name -> (takes a value, repeatable, help).
+SIM_FLAGS: dict[str, tuple[bool, bool, str]] = {
+    "--sim-profile": (True, False, "profile name (data/profiles/<name>.json) or path to a profile JSON file"),
+    "--sim-fault": (True, True, "inject a fault: nan-after=N, oom-at-start, nccl-at-start, slow-start=SECONDS, hang-after=N"),
+    "--sim-zero-delay": (False, False, "steps take no modelled time (for measuring clients; figures are then meaningless)"),
+    "--sim-moe-autotune": (False, False, "model the FlashInfer CUTLASS MoE autotune as enabled (profile's flags.moe_autotune_factor)"),
+    "--sim-seed": (True, False, "seed of the step-time jitter and output lengths (default: --random-seed or 0)"),
+    "--sim-no-access-log": (False, False, "do not print uvicorn-style access lines"),
+}
+
+
+def sim_usage() -> str:
+    lines = ["stand-in flags (besides every sglang.launch_server flag):"]
+    for name, (takes, _rep, text) in SIM_FLAGS.items():
+        lines.append(f"  {name}{' VALUE' if takes else ''}: {text}")
+    return "\n".join(lines)
+
+
+@dataclass
+class SimArgs:
+    """Everything the stand-in needs, resolved."""
+
+    config: ServerConfig
+    profile: Profile
+    faults: Faults
+    zero_delay: bool
+    moe_autotune: bool
+    seed: int
+    access_log: bool
+    server_args: dict[str, Any]  # every ServerArgs field, resolved, SGLang order
+    not_modelled: list[str]  # flags given that the model does not use
+    notes: list[str] = field(default_factory=list)  # how defaults were resolved
+    max_total_num_tokens: int = 0
+    step: StepContext | None = None
+
+    def server_args_repr(self) -> str:
+        """``ServerArgs(model_path='...', ...)`` with secrets masked, as SGLang logs it."""
+        inner = ", ".join(f"{k}={mask_value(k, v)!r}" for k, v in self.server_args.items())
+        return f"ServerArgs({inner})"
+
+
+def _split_sim(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
+    sim: dict[str, Any] = {"--sim-fault": []}
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        i += 1
+        if not token.startswith("--sim"):
+            rest.append(token)
+            continue
+        name, has_inline, inline = token.partition("=")
+        if name not in SIM_FLAGS:
+            close = difflib.get_close_matches(name, list(SIM_FLAGS), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            raise ConfigError(
+                f"unknown stand-in flag {name!r}{hint} (valid: {', '.join(SIM_FLAGS)})",
+                field=name,
+                valid=list(SIM_FLAGS),
+            )
+        takes, repeatable, _ = SIM_FLAGS[name]
+        if takes:
+            if has_inline:
+                value = inline
+            elif i < len(argv) and not argv[i].startswith("--"):
+                value = argv[i]
+                i += 1
+            else:
+                raise ConfigError(f"{name} expects a value", field=name, valid=[SIM_FLAGS[name][2]])
+            if repeatable:
+                sim[name].append(value)
+            else:
+                sim[name] = value
+        else:
+            if has_inline:
+                raise ConfigError(f"{name} is a switch and takes no value", field=name, valid=[name])
+            sim[name] = True
+    return sim, rest
+
+
+def _default_max_running(total_tokens: int, context_len: int) -> int:
+    # SGLang sizes its request pool from the KV capacity and the context length, then caps the
+    # running batch at half the token count (model_runner / scheduler, 0.5.x).
+    pool = min(max(int(total_tokens / max(1, context_len) * 512), 2048), 4096)
+    return max(1, min(pool, total_tokens // 2))
+
+
+def parse_sim_argv(argv: list[str]) -> SimArgs:
+    """Parse the stand-in's command line; raises ConfigError with the offending flag and valid ones."""
+    sim, rest = _split_sim([str(a) for a in argv])
+    config = ServerConfig.from_argv(rest)
+    profile = load_profile(sim.get("--sim-profile"))
+    faults = parse_faults(sim["--sim-fault"])
+    explicit = config.explicit
+    notes: list[str] = []
+
+    values: dict[str, Any] = {
+        name: getattr(config, name) for name, spec in SGLANG_FLAGS.items() if spec.in_server_args
+    }
+    model = profile["model"]
+    hw = profile["hardware"]
+    defaults = profile["defaults"]
+    if not values.get("model_path"):
+        values["model_path"] = model["model_path"]
+        notes.append(f"--model-path not given: using the profile's {model['model_path']!r}")
+    values["tokenizer_path"] = values.get("tokenizer_path") or values["model_path"]
+    values["served_model_name"] = values.get("served_model_name") or values["model_path"]
+    if "tp_size" not in explicit:
+        values["tp_size"] = int(hw["num_gpus"])
+        notes.append(f"--tp-size not given: using the profile's {hw['num_gpus']} GPUs")
+    values["context_length"] = values.get("context_length") or int(model["context_len"])
+    values["attention_backend"] = values.get("attention_backend") or defaults["attention_backend"]
+    values["page_size"] = values.get("page_size") or int(defaults["page_size"])
+    if values.get("chunked_prefill_size") is None:
+        values["chunked_prefill_size"] = int(defaults["chunked_prefill_size"])
+    if values.get("cuda_graph_max_bs") is None:
+        values["cuda_graph_max_bs"] = int(defaults["cuda_graph_max_bs"])
+    if values.get("mem_fraction_static") is None:
+        values["mem_fraction_static"] = float(profile["memory"]["default_mem_fraction_static"])
+    if values.get("random_seed") is None:
+        values["random_seed"] = 0
+
+    cuda_graph = not values["disable_cuda_graph"]
+    capacity = profile.kv_capacity_tokens(values["mem_fraction_static"], cuda_graph)
+    # Weights are split over the TP group; a smaller group holds more per GPU.
+    tp_ratio = int(hw["num_gpus"]) / max(1, int(values["tp_size"]))
+    if tp_ratio != 1.0:
+        extra = float(profile["memory"]["weights_bytes_per_gpu"]) * (tp_ratio - 1.0)
+        capacity = max(0, capacity - int(extra / float(profile["memory"]["kv_bytes_per_token_per_gpu"])))
+        notes.append(
+            f"tp_size={values['tp_size']} differs from the profile's {hw['num_gpus']} GPUs: memory is "
+            "rescaled, step times are not (not modelled)"
+        )
+    if values.get("max_total_tokens"):
+        capacity = min(capacity, int(values["max_total_tokens"]))
+    page = max(1, int(values["page_size"]))
+    capacity -= capacity % page
+    if values.get("max_running_requests") is None:
+        values["max_running_requests"] = _default_max_running(capacity, values["context_length"])
+    # SGLang never captures graphs for batches larger than the running cap.
+    values["cuda_graph_max_bs"] = min(int(values["cuda_graph_max_bs"]), int(values["max_running_requests"]))
+    seed = int(sim.get("--sim-seed") or values["random_seed"] or 0)
+
+    if values["schedule_policy"] != "fcfs" and "schedule_policy" in explicit:
+        notes.append(f"schedule_policy={values['schedule_policy']!r} is modelled as 'fcfs'")
+
+    not_modelled = []
+    for name in explicit:
+        if name not in MODELLED_FIELDS:
+            not_modelled.append(SGLANG_FLAGS[name].flag)
+
+    step = StepContext(
+        attention_backend=str(values["attention_backend"]),
+        cuda_graph=cuda_graph,
+        cuda_graph_max_bs=int(values["cuda_graph_max_bs"]),
+        allreduce_fusion=bool(values["enable_flashinfer_allreduce_fusion"]),
+        moe_runner_backend=str(values["moe_runner_backend"]),
+        fp4_gemm_backend=str(values["fp4_gemm_runner_backend"]),
+        moe_autotune=bool(sim.get("--sim-moe-autotune", False)),
+    )
+    for flag_field, table in (
+        ("attention_backend", "attention_backend"),
+        ("moe_runner_backend", "moe_runner_backend"),
+        ("fp4_gemm_runner_backend", "fp4_gemm_backend"),
+    ):
+        if str(values[flag_field]) not in profile["flags"][table]:
+            notes.append(
+                f"{flag_field}={values[flag_field]!r} has no factor in profile {profile.name!r}: "
+                "timed like the profile's reference (factor 1.0)"
+            )
+    if step.allreduce_fusion and not profile["flags"]["allreduce_fusion_supported"]:
+        notes.append(
+            "--enable-flashinfer-allreduce-fusion: not supported on these GPUs per the profile; "
+            "it changes nothing (as on SM120)"
+        )
+
+    return SimArgs(
+        config=config,
+        profile=profile,
+        faults=faults,
+        zero_delay=bool(sim.get("--sim-zero-delay", False)),
+        moe_autotune=step.moe_autotune,
+        seed=seed,
+        access_log=not sim.get("--sim-no-access-log", False),
+        server_args=values,
+        not_modelled=not_modelled,
+        notes=notes,
+        max_total_num_tokens=capacity,
+        step=step,
+    )

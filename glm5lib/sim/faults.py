@@ -1,0 +1,120 @@
+"""Faults the stand-in can inject, each reproducing what the real server printed and did.
+
+``--sim-fault SPEC`` (repeatable):
+
+- ``nan-after=N``: after N requests have finished, the next decode step logs SGLang's NaN
+  signature on every TP rank, the scheduler's traceback, the parent's sigquit line, and the
+  process dies (killed, as SGLang's ``kill_process_tree`` does).
+- ``oom-at-start``: start-up fails while allocating the KV pool with SGLang's "Not enough
+  memory" error, then the same exit.
+- ``nccl-at-start``: start-up fails while initialising the TP group with an NCCL error.
+- ``slow-start=SECONDS``: loading takes SECONDS longer (the port opens only when ready).
+- ``hang-after=N``: after N finished requests the server stops answering: no more steps, every
+  HTTP request (``/health`` included) waits forever, the process stays alive.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from glm5lib.errors import ConfigError
+
+__all__ = ["FAULT_KINDS", "Faults", "parse_faults"]
+
+FAULT_KINDS = {
+    "nan-after": "N (requests finished before the NaN crash)",
+    "oom-at-start": None,
+    "nccl-at-start": None,
+    "slow-start": "SECONDS (extra start-up time)",
+    "hang-after": "N (requests finished before the server stops answering)",
+}
+
+
+@dataclass
+class Faults:
+    """The parsed fault specs; all off by default."""
+
+    nan_after: int | None = None
+    oom_at_start: bool = False
+    nccl_at_start: bool = False
+    slow_start: float = 0.0
+    hang_after: int | None = None
+
+    def specs(self) -> list[str]:
+        out = []
+        if self.nan_after is not None:
+            out.append(f"nan-after={self.nan_after}")
+        if self.oom_at_start:
+            out.append("oom-at-start")
+        if self.nccl_at_start:
+            out.append("nccl-at-start")
+        if self.slow_start:
+            out.append(f"slow-start={self.slow_start:g}")
+        if self.hang_after is not None:
+            out.append(f"hang-after={self.hang_after}")
+        return out
+
+
+def _valid() -> list[str]:
+    return [k if v is None else f"{k}={v.split()[0]}" for k, v in FAULT_KINDS.items()]
+
+
+def parse_faults(specs: Iterable[str]) -> Faults:
+    """Parse ``--sim-fault`` values; raises ConfigError naming the bad spec and the valid ones."""
+    faults = Faults()
+    for raw in specs:
+        for spec in str(raw).split(","):
+            spec = spec.strip()
+            if not spec:
+                continue
+            kind, _, value = spec.partition("=")
+            kind = kind.strip().lower().replace("_", "-")
+            if kind not in FAULT_KINDS:
+                import difflib
+
+                close = difflib.get_close_matches(kind, list(FAULT_KINDS), n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                raise ConfigError(
+                    f"--sim-fault {spec!r}: unknown fault{hint}; valid: {', '.join(_valid())}",
+                    field="sim_fault",
+                    valid=_valid(),
+                )
+            needs_value = FAULT_KINDS[kind] is not None
+            if needs_value and not value:
+                raise ConfigError(
+                    f"--sim-fault {spec!r}: {kind} needs a value, e.g. {kind}=5",
+                    field="sim_fault",
+                    valid=_valid(),
+                )
+            if not needs_value and value:
+                raise ConfigError(
+                    f"--sim-fault {spec!r}: {kind} takes no value", field="sim_fault", valid=_valid()
+                )
+            try:
+                if kind == "nan-after":
+                    faults.nan_after = _non_negative_int(value)
+                elif kind == "hang-after":
+                    faults.hang_after = _non_negative_int(value)
+                elif kind == "slow-start":
+                    faults.slow_start = float(value)
+                    if faults.slow_start < 0:
+                        raise ValueError(value)
+                elif kind == "oom-at-start":
+                    faults.oom_at_start = True
+                elif kind == "nccl-at-start":
+                    faults.nccl_at_start = True
+            except ValueError as exc:
+                raise ConfigError(
+                    f"--sim-fault {spec!r}: {value!r} is not a valid {FAULT_KINDS[kind]}",
+                    field="sim_fault",
+                    valid=_valid(),
+                ) from exc
+    return faults
+
+
+def _non_negative_int(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise ValueError(value)
+    return n

@@ -1,0 +1,179 @@
+"""Fit a stand-in profile from a real SGLang server log, to rehearse one's own deployment.
+
+Each decode line reports the batch (``#running-req``), the KV tokens (``#token``) and the
+generation throughput over the last ``decode_log_interval`` steps, so ``running / throughput``
+is the mean step time at that batch. :func:`fit_profile` fits the profile's decode model
+
+    step_ms = base_ms + per_req_ms * batch ** batch_exponent + per_kv_token_us * kv_tokens / 1000
+
+(minus ``cuda_graph_saving_ms`` on lines that ran with a CUDA graph) by least squares over a
+grid of exponents, takes the KV capacity from the log's ``max_total_num_tokens``, and keeps the
+rest (power, prefill, hardware) from a base profile. The fitted profile records its fit quality
+in a ``fit`` section. Lines logged while the batch was changing fast fit worse; a sweep with
+steady levels gives the best fit.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from glm5lib.errors import ConfigError
+from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, load_profile
+
+__all__ = ["fit_profile", "step_times_from_decode"]
+
+
+def step_times_from_decode(decode) -> Any:
+    """The decode lines usable for a fit, with ``step_ms`` = running_req / gen_throughput."""
+    import pandas as pd
+
+    if decode is None or len(decode) == 0:
+        return pd.DataFrame(columns=["running_req", "num_token", "cuda_graph", "step_ms"])
+    d = decode.copy()
+    for col in ("running_req", "gen_throughput"):
+        if col not in d.columns:
+            raise ConfigError(f"decode lines lack {col!r}; cannot fit step times", field=col)
+    if "num_token" not in d.columns:
+        d["num_token"] = 0
+    if "cuda_graph" not in d.columns:
+        d["cuda_graph"] = False
+    d = d[(d["running_req"] > 0) & (d["gen_throughput"] > 0)]
+    # A line right after the batch changed mixes two batch sizes; keep lines whose batch equals
+    # the previous line's within 10 %, when there are enough of them.
+    prev = d["running_req"].shift(1)
+    steady = d[(prev.notna()) & ((d["running_req"] - prev).abs() <= 0.1 * d["running_req"])]
+    if len(steady) >= 3:
+        d = steady
+    d = d.assign(
+        step_ms=1000.0 * d["running_req"].astype(float) / d["gen_throughput"].astype(float),
+        cuda_graph=d["cuda_graph"].fillna(False).astype(bool),
+        num_token=d["num_token"].fillna(0).astype(float),
+    )
+    return d[["running_req", "num_token", "cuda_graph", "step_ms"]].reset_index(drop=True)
+
+
+def _lstsq_nonneg(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least squares with the negative coefficients dropped (tiny active-set NNLS)."""
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[:] = 0
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef
+
+
+def fit_profile(
+    log: str | os.PathLike[str] | Any,
+    base: str | os.PathLike[str] | Profile = DEFAULT_PROFILE,
+    name: str | None = None,
+    out: str | os.PathLike[str] | None = None,
+) -> Profile:
+    """A profile whose decode timings and KV capacity come from a server log.
+
+    ``log`` is a log path, log text or a parsed :class:`glm5lib.logs.ServerLog`; ``base`` the
+    profile to copy everything else from; ``out`` an optional path to save the profile to.
+    Raises ConfigError when the log has fewer than 3 usable decode lines.
+    """
+    from glm5lib import logs
+
+    slog = log if hasattr(log, "decode") else logs.parse_log(log)
+    base_prof = base if isinstance(base, Profile) else load_profile(base)
+    pts = step_times_from_decode(slog.decode)
+    if len(pts) < 3:
+        raise ConfigError(
+            f"the log has {len(pts)} usable decode lines (need at least 3 with running requests and "
+            "a throughput); run some load through the server first",
+            field="log",
+        )
+    b = pts["running_req"].to_numpy(float)
+    kv = pts["num_token"].to_numpy(float)
+    g = pts["cuda_graph"].to_numpy(bool)
+    y = pts["step_ms"].to_numpy(float)
+    mixed_graph = bool(g.any() and (~g).any())
+    best: tuple[float, float, np.ndarray] | None = None
+    for p in np.arange(0.4, 1.31, 0.01):
+        cols = [np.ones_like(b), b**p, kv / 1000.0]
+        if mixed_graph:
+            cols.append(-g.astype(float))
+        x = np.column_stack(cols)
+        coef = _lstsq_nonneg(x, y)
+        err = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
+        if best is None or err < best[0]:
+            best = (err, float(p), coef)
+    assert best is not None
+    rmse, p, coef = best
+    data = copy.deepcopy(base_prof.data)
+    dec = data["decode"]
+    saving = float(coef[3]) if mixed_graph else float(dec["cuda_graph_saving_ms"])
+    base_ms = float(coef[0])
+    if g.all() and not mixed_graph:
+        # Every line ran with graphs: the fitted constant already has the saving taken off.
+        base_ms += saving
+    dec.update(
+        base_ms=round(base_ms, 4),
+        per_req_ms=round(float(coef[1]), 6),
+        batch_exponent=round(p, 3),
+        per_kv_token_us=round(float(coef[2]), 6),
+        cuda_graph_saving_ms=round(saving, 4),
+    )
+    sa = slog.server_args or {}
+    # The log's own flags become the reference (factor 1.0); other factors keep their ratios.
+    flags = data["flags"]
+    for key, arg in (
+        ("attention_backend", "attention_backend"),
+        ("moe_runner_backend", "moe_runner_backend"),
+        ("fp4_gemm_backend", "fp4_gemm_runner_backend"),
+    ):
+        used = sa.get(arg)
+        if used is None:
+            continue
+        ref = float(flags[key].get(str(used), 1.0)) or 1.0
+        flags[key] = {k: round(float(v) / ref, 4) for k, v in flags[key].items()}
+        flags[key][str(used)] = 1.0
+    tokens = slog.startup.get("max_total_num_tokens")
+    if isinstance(tokens, (int, float)) and tokens > 0:
+        mem = data["memory"]
+        frac = sa.get("mem_fraction_static") or mem["default_mem_fraction_static"]
+        free = float(data["hardware"]["memory_total_bytes"]) * float(frac) - float(mem["weights_bytes_per_gpu"])
+        free -= float(mem["activation_reserve_bytes"])
+        if not sa.get("disable_cuda_graph"):
+            free -= float(mem["cuda_graph_reserve_bytes"])
+        if free > 0:
+            mem["kv_bytes_per_token_per_gpu"] = max(1, int(free / float(tokens)))
+            mem["default_mem_fraction_static"] = float(frac)
+    if sa.get("context_length"):
+        data["model"]["context_len"] = int(sa["context_length"])
+    if sa.get("model_path"):
+        data["model"]["model_path"] = str(sa["model_path"])
+    new_name = name or f"{base_prof.name}-fitted"
+    data["name"] = new_name
+    data["description"] = (
+        f"Fitted by glm5lib.sim.fit_profile from a server log ({len(pts)} decode lines); "
+        f"everything but decode timings and KV capacity comes from {base_prof.name!r}."
+    )
+    ss = float(np.sum((y - y.mean()) ** 2))
+    pred = coef[0] + coef[1] * b**p + coef[2] * kv / 1000.0 - (coef[3] * g if mixed_graph else 0.0)
+    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else 1.0
+    data["fit"] = {
+        "source": str(log) if isinstance(log, (str, os.PathLike)) and len(str(log)) < 4096 else "ServerLog",
+        "points": len(pts),
+        "rmse_ms": round(rmse, 3),
+        "r2": round(r2, 4),
+        "batch_range": [int(b.min()), int(b.max())],
+        "cuda_graph_lines": int(g.sum()),
+    }
+    prof = Profile(name=new_name, path=None, data=data)
+    if out is not None:
+        path = Path(out)
+        prof.save(path)
+        prof.path = path.resolve()
+    return prof

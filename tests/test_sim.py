@@ -1,0 +1,383 @@
+"""Tests of the stand-in server (glm5lib.sim): real processes, real HTTP on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import aiohttp
+import pytest
+
+from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.sim import fit_profile, load_profile, parse_faults, parse_sim_argv, run_standin
+from glm5lib.sim.profile import StepContext
+from glm5lib.sim.text import TokenText, count_prompt_tokens
+
+KEY = "sk-test-123"
+
+
+def _get(url: str, key: str | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _post(url: str, body: dict, key: str | None = KEY, timeout: float = 30.0) -> tuple[int, bytes]:
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def _sse(raw: bytes) -> list:
+    out = []
+    for line in raw.decode().splitlines():
+        if line.startswith("data: "):
+            data = line[6:]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out
+
+
+@pytest.fixture(scope="module")
+def srv():
+    with run_standin(
+        "--api-key", KEY, "--enable-metrics", "--max-running-requests", "4",
+        "--decode-log-interval", "1", "--log-requests", "--sim-seed", "3",
+    ) as s:
+        yield s
+
+
+# -- argv, profiles, model ------------------------------------------------------------------
+
+
+def test_misspelt_flag_is_rejected_with_the_closest_name():
+    with pytest.raises(ConfigError) as err:
+        parse_sim_argv(["--max-runing-requests", "8"])
+    assert "--max-running-requests" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_sim_argv(["--sim-profle", "x"])
+    assert "--sim-profile" in str(err.value)
+
+
+def test_misspelt_flag_exits_2_from_the_command_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "glm5lib.sim", "--disable-cuda-grap"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "--disable-cuda-graph" in proc.stderr
+
+
+def test_unknown_profile_and_bad_fault_name_the_valid_ones():
+    with pytest.raises(ConfigError) as err:
+        load_profile("no-such-profile")
+    assert "glm5-nvfp4-8x-rtxpro6000" in str(err.value)
+    with pytest.raises(ConfigError) as err:
+        parse_faults(["nan-aftr=3"])
+    assert "nan-after" in str(err.value)
+    with pytest.raises(ConfigError):
+        parse_faults(["hang-after=-1"])
+    f = parse_faults(["nan-after=3,slow-start=1.5", "oom-at-start"])
+    assert (f.nan_after, f.slow_start, f.oom_at_start) == (3, 1.5, True)
+
+
+def test_flags_resolve_like_sglang():
+    base = parse_sim_argv(["--max-running-requests", "64", "--attention-backend", "flashinfer",
+                           "--enable-flashinfer-allreduce-fusion", "--enable-hierarchical-cache"])
+    assert base.server_args["max_running_requests"] == 64
+    assert base.step.cuda_graph and base.step.cuda_graph_max_bs == 64
+    assert "--enable-hierarchical-cache" in base.not_modelled
+    assert "--max-running-requests" not in base.not_modelled
+    fix = parse_sim_argv(["--max-running-requests", "1024", "--disable-cuda-graph"])
+    assert not fix.step.cuda_graph
+    # Graph memory is given back to the KV pool when graphs are off.
+    assert fix.max_total_num_tokens > base.max_total_num_tokens
+    small = parse_sim_argv(["--max-total-tokens", "5000", "--page-size", "64"])
+    assert small.max_total_num_tokens == 5000 - 5000 % 64
+    assert "api_key='***'" in parse_sim_argv(["--api-key", "secret"]).server_args_repr()
+
+
+def test_profiles_imply_the_published_step_times():
+    prof = load_profile("glm5-nvfp4-8x-rtxpro6000")
+    graphs = StepContext("flashinfer", True, 64, True, "auto", "flashinfer_cutlass", False)
+    no_graph = StepContext("flashinfer", False, 1024, True, "auto", "flashinfer_cutlass", False)
+    ctx_tokens = 256 + 64
+    # Published: 880 tok/s with 64 running; 1,950 / 2,800 / 3,740 with 256 / 512 / 1,024 running.
+    for batch, ctx, target in ((64, graphs, 880), (256, no_graph, 1950), (512, no_graph, 2800),
+                               (1024, no_graph, 3740)):
+        tok_s = batch / (prof.decode_ms(batch, batch * ctx_tokens, ctx) / 1000)
+        assert abs(tok_s / target - 1) < 0.05, (batch, tok_s, target)
+    # CUDA graphs only help up to cuda_graph_max_bs.
+    assert prof.decode_ms(64, 0, graphs) < prof.decode_ms(64, 0, no_graph)
+    assert prof.decode_ms(65, 0, graphs) == prof.decode_ms(65, 0, no_graph)
+    # Power follows work: ~83 W at 880 tok/s, ~250 W at 3,740 tok/s.
+    assert abs(prof.power_w(880, 0) - 83) < 4 and abs(prof.power_w(3740, 0) - 250) < 10
+    k2 = load_profile("k2-thinking-nvfp4-8x-rtxpro6000")
+    k2ctx = StepContext("triton", False, 2048, False, "auto", "auto", False)
+    assert abs(1024 / (k2.decode_ms(1024, 1024 * ctx_tokens, k2ctx) / 1000) / 5816 - 1) < 0.05
+
+
+def test_token_text_slices_agree_with_ids_and_counts():
+    t = TokenText(seed=1, cycle=64)
+    for start, end in ((0, 5), (10, 64), (60, 70), (3, 200)):
+        assert json.loads(t.ids_json(start, end)) == t.ids(start, end)
+        assert count_prompt_tokens(t.text(start, end)) == end - start
+        assert t.text(start, end) == t.text(start, start + 3) + t.text(start + 3, end)
+
+
+def test_fit_profile_recovers_step_times_from_decode_lines(tmp_path):
+    prof = load_profile("glm5-nvfp4-8x-rtxpro6000")
+    ctx = StepContext("flashinfer", False, 1, False, "auto", "flashinfer_cutlass", False)
+    lines = ["[2026-01-01 00:00:00] server_args=ServerArgs(model_path='m', attention_backend='flashinfer', "
+             "disable_cuda_graph=True, mem_fraction_static=0.88)",
+             "[2026-01-01 00:00:01 TP0] max_total_num_tokens=500000, chunked_prefill_size=8192, "
+             "max_prefill_tokens=16384, max_running_requests=1024, context_len=202752, available_gpu_mem=9.0 GB"]
+    for i, batch in enumerate([32, 32, 128, 128, 300, 300, 600, 600, 1000, 1000]):
+        kv = batch * 400
+        tput = batch / (prof.decode_ms(batch, kv, ctx) / 1000)
+        lines.append(f"[2026-01-01 00:01:{i:02d} TP0] Decode batch, #running-req: {batch}, #token: {kv}, "
+                     f"token usage: 0.10, cuda graph: False, gen throughput (token/s): {tput:.2f}, #queue-req: 0, ")
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(lines) + "\n")
+    fitted = fit_profile(log, out=tmp_path / "mine.json")
+    assert fitted.data["fit"]["points"] >= 5
+    for batch in (64, 512, 900):
+        assert abs(fitted.decode_ms(batch, batch * 400, ctx) / prof.decode_ms(batch, batch * 400, ctx) - 1) < 0.03
+    assert abs(fitted.kv_capacity_tokens(0.88, False) - 500000) < 50
+    assert load_profile(tmp_path / "mine.json").name == fitted.name
+    with pytest.raises(ConfigError):
+        fit_profile("[2026-01-01 00:00:00] nothing here\n")
+
+
+# -- HTTP -----------------------------------------------------------------------------------------
+
+
+def test_banner_is_the_first_line_and_server_info_says_standin(srv):
+    first = srv.log_text().splitlines()[0]
+    assert "] glm5lib stand-in server (not SGLang): profile 'glm5-nvfp4-8x-rtxpro6000' (" in first
+    assert first.endswith("timings come from a model, not from GPUs")
+    status, body = _get(srv.base_url + "/get_server_info", KEY)
+    info = json.loads(body)
+    assert status == 200
+    assert info["standin"]["profile"] == "glm5-nvfp4-8x-rtxpro6000"
+    assert info["version"].startswith("glm5lib-standin-")
+    assert info["max_running_requests"] == 4 and info["api_key"] == "***"
+    assert "--log-requests" in info["standin"]["not_modelled"]
+    assert info["max_total_num_tokens"] > 0
+    models = json.loads(_get(srv.base_url + "/v1/models", KEY)[1])
+    assert models["data"][0]["standin"] is True
+    assert json.loads(_get(srv.base_url + "/get_model_info", KEY)[1])["standin"]["profile"]
+    assert "not modelled" in srv.log_text() and "--log-requests" in srv.log_text()
+
+
+def test_api_key_is_enforced(srv):
+    assert _get(srv.base_url + "/get_server_info")[0] == 401
+    assert _post(srv.base_url + "/generate", {"text": "hi"}, key="wrong")[0] == 401
+    assert _get(srv.base_url + "/health")[0] == 200
+
+
+def test_generate_streams_the_whole_text_with_cumulative_counts(srv):
+    status, raw = _post(srv.base_url + "/generate", {
+        "text": "one two three four", "stream": True,
+        "sampling_params": {"max_new_tokens": 6, "ignore_eos": True}})
+    chunks = _sse(raw)
+    assert status == 200 and chunks[-1] == "[DONE]"
+    data = chunks[:-1]
+    assert [c["meta_info"]["completion_tokens"] for c in data] == [1, 2, 3, 4, 5, 6]
+    assert all(c["meta_info"]["prompt_tokens"] == 4 for c in data)
+    for a, b in itertools.pairwise(data):
+        assert b["text"].startswith(a["text"]) and len(b["text"]) > len(a["text"])
+    assert data[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 6}
+    assert all(c["meta_info"]["finish_reason"] is None for c in data[:-1])
+    assert len(data[-1]["output_ids"]) == 6
+    assert len({c["meta_info"]["id"] for c in data}) == 1
+
+
+def test_generate_non_streaming_and_min_tokens(srv):
+    status, raw = _post(srv.base_url + "/generate", {
+        "input_ids": list(range(10)), "sampling_params": {"max_new_tokens": 7, "min_new_tokens": 7}})
+    out = json.loads(raw)
+    assert status == 200
+    assert out["meta_info"]["completion_tokens"] == 7 and out["meta_info"]["prompt_tokens"] == 10
+    assert count_prompt_tokens(out["text"]) == 7
+    status, raw = _post(srv.base_url + "/generate", {"text": "x " * 300000})
+    assert status == 400 and b"context length" in raw
+
+
+def test_openai_streams_with_usage(srv):
+    status, raw = _post(srv.base_url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5, "ignore_eos": True,
+        "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}})
+    chunks = _sse(raw)
+    assert status == 200 and chunks[-1] == "[DONE]"
+    body = chunks[:-1]
+    assert body[0]["choices"][0]["delta"]["role"] == "assistant"
+    content = "".join(c["choices"][0]["delta"]["content"] or "" for c in body if c["choices"])
+    assert count_prompt_tokens(content) == 5
+    assert body[-1]["choices"] == [] and body[-1]["usage"]["completion_tokens"] == 5
+    with_text = body[1:-1]
+    assert [c["usage"]["completion_tokens"] for c in with_text] == [1, 2, 3, 4, 5]
+    assert with_text[-1]["choices"][0]["finish_reason"] == "length"
+    status, raw = _post(srv.base_url + "/v1/completions", {"prompt": "a b c", "max_tokens": 3, "stream": True})
+    chunks = _sse(raw)
+    assert all(c["usage"] is None for c in chunks[:-1])
+    assert "".join(c["choices"][0]["text"] for c in chunks[:-1]).count(" ") == 3
+    status, raw = _post(srv.base_url + "/v1/completions", {"prompt": "a b c", "max_tokens": 4})
+    out = json.loads(raw)
+    assert out["usage"] == {"prompt_tokens": 3, "total_tokens": 7, "completion_tokens": 4,
+                            "prompt_tokens_details": None}
+
+
+def test_running_cap_queue_and_metrics(srv):
+    async def drive():
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as session:
+            async def one():
+                async with session.post(srv.base_url + "/generate", json={
+                        "text": "a b", "sampling_params": {"max_new_tokens": 12, "ignore_eos": True}}) as r:
+                    return (await r.json())["meta_info"]["completion_tokens"]
+            return await asyncio.gather(*[one() for _ in range(10)])
+
+    assert asyncio.run(drive()) == [12] * 10
+    status, text = _get(srv.base_url + "/metrics")
+    assert status == 200
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f for f in text_string_to_metric_families(text.decode())}
+    assert "sglang:num_running_reqs" in fams and "sglang:time_to_first_token_seconds" in fams
+    gen = fams["sglang:generation_tokens"].samples[0].value
+    assert gen >= 120
+    from glm5lib.logs import parse_log
+
+    decode = parse_log(srv.log_text()).decode
+    assert decode["running_req"].max() == 4
+    assert (decode[decode["running_req"] == 4]["queue_req"] > 0).any()
+    assert set(decode["cuda_graph"]) == {True}
+
+
+def test_sim_gpus_and_environment(srv):
+    status, body = _get(srv.base_url + "/sim/gpus")
+    snap = json.loads(body)
+    assert status == 200 and snap["standin"] is True and len(snap["gpus"]) == 8
+    g = snap["gpus"][0]
+    for key in ("power_w", "power_limit_w", "energy_j", "gpu_util", "mem_util", "sm_clock_mhz",
+                "mem_used_bytes", "pcie_tx_bytes_s", "temperature_c", "throttle_reasons"):
+        assert key in g
+    assert g["power_limit_w"] == 600 and 0 < g["power_w"] < 600
+    env = json.loads(_get(srv.base_url + "/sim/environment")[1])
+    assert env["source"] == "sim" and env["standin"] is True
+    assert env["gpus"][0]["compute_capability"] == "12.0"
+    assert env["gpus"][0]["pcie_gen_max"] == 5 and env["gpus"][0]["pcie_width_max"] == 16
+    assert env["p2p"][0][1] == "OK" and len(env["p2p"]) == 8
+
+
+def test_stream_interval_and_sigterm(tmp_path):
+    with run_standin("--stream-interval", "4", "--max-running-requests", "8") as s:
+        _, raw = _post(s.base_url + "/generate", {"text": "a", "stream": True,
+                       "sampling_params": {"max_new_tokens": 10, "ignore_eos": True}}, key=None)
+        counts = [c["meta_info"]["completion_tokens"] for c in _sse(raw)[:-1]]
+        assert counts == [1, 4, 8, 10]
+        assert _get(s.base_url + "/metrics")[0] == 404
+        os.kill(s.pid, signal.SIGTERM)
+        assert s.proc.wait(timeout=10) == 0
+
+
+def test_power_follows_work():
+    with run_standin("--max-running-requests", "64", "--sim-no-access-log") as s:
+        idle = json.loads(_get(s.base_url + "/sim/gpus")[1])["gpus"][0]["power_w"]
+
+        async def load():
+            async with aiohttp.ClientSession() as session:
+                async def one():
+                    async with session.post(s.base_url + "/generate", json={
+                            "text": "a b", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}) as r:
+                        await r.read()
+                tasks = [asyncio.create_task(one()) for _ in range(64)]
+                await asyncio.sleep(1.0)
+                async with session.get(s.base_url + "/sim/gpus") as r:
+                    busy = (await r.json())["gpus"][0]
+                await asyncio.gather(*tasks)
+                return busy
+
+        busy = asyncio.run(load())
+        assert busy["power_w"] > idle + 30
+        assert busy["gpu_util"] > 80 and busy["pcie_tx_bytes_s"] > 0
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+
+def test_nan_fault_logs_the_signature_and_kills_the_process():
+    with run_standin("--sim-fault", "nan-after=1") as s:
+        _post(s.base_url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": 2}}, key=None)
+        try:
+            _post(s.base_url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": 50}},
+                  key=None, timeout=10)
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        rc = s.proc.wait(timeout=10)
+        assert rc != 0
+        text = s.log_text()
+        assert text.count("Detected errors during sampling! NaN in the logits.") >= 8
+        assert "Scheduler hit an exception: Traceback (most recent call last):" in text
+        assert "Received sigquit from a child process." in text
+        from glm5lib.logs import parse_log
+
+        assert parse_log(text).crash_cause() == "nan"
+
+
+@pytest.mark.parametrize(("fault", "cause"), [("oom-at-start", "oom"), ("nccl-at-start", "nccl")])
+def test_start_faults_exit_with_their_signature(fault, cause):
+    with pytest.raises(ServerLaunchError) as err, run_standin("--sim-fault", fault, ready_timeout=30):
+        pass
+    assert err.value.exit_code != 0
+    from glm5lib.logs import parse_log
+
+    assert parse_log("\n".join(err.value.log_lines)).crash_cause() == cause
+
+
+def test_slow_start_and_hang():
+    t0 = time.monotonic()
+    with run_standin("--sim-fault", "slow-start=1.5", "--sim-fault", "hang-after=1") as s:
+        assert time.monotonic() - t0 >= 1.5
+        assert _post(s.base_url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": 2}},
+                     key=None)[0] == 200
+        with pytest.raises((TimeoutError, urllib.error.URLError)):
+            _get(s.base_url + "/health", timeout=1.0)
+        assert s.alive()
+
+
+def test_retraction_when_the_kv_pool_is_full():
+    with run_standin("--max-total-tokens", "600", "--max-running-requests", "16",
+                     "--decode-log-interval", "5", "--sim-no-access-log") as s:
+        async def drive():
+            async with aiohttp.ClientSession() as session:
+                async def one():
+                    async with session.post(s.base_url + "/generate", json={
+                            "text": "w " * 20, "sampling_params": {"max_new_tokens": 60, "ignore_eos": True}}) as r:
+                        return (await r.json())["meta_info"]
+                return await asyncio.gather(*[one() for _ in range(12)])
+
+        metas = asyncio.run(drive())
+        assert all(m["completion_tokens"] == 60 for m in metas)
+        assert sum(m["total_retractions"] for m in metas) > 0
+        from glm5lib.logs import parse_log
+
+        log = parse_log(s.log_text())
+        assert len(log.retractions) > 0
+        assert log.decode["token_usage"].max() <= 1.0
