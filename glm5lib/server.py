@@ -577,7 +577,7 @@ def _wait_ready(server: Server, ready_timeout: float, poll_interval: float) -> N
         with server._lock:
             first_fatal = server._first_fatal_at
         if first_fatal is not None and (time.monotonic() - first_fatal > _FATAL_SETTLE_S or not server.alive()):
-            cause = _pick_cause([k for k, _ in server._fatal]) or "exited"
+            cause = server.crash_cause() or "exited"
             server.stop(grace=5.0)
             raise _launch_error(server, cause, "it logged a fatal error while starting")
         if first_fatal is None and server._ready_logged.is_set():
