@@ -1331,9 +1331,13 @@ def environment(source: str = "auto", base_url: str | None = None, *, api_key: s
             if status == 200:
                 sim = json.loads(body)
                 env = {**base, **sim, "source": "sim", "standin": True}
-                env.setdefault("warnings", [])
-                if not env.get("warnings"):
-                    env["warnings"] = _environment_warnings(env)
+                # the library's own rules apply to simulated GPUs as to real ones; the stand-in's
+                # notes on other topics are kept after them
+                ours = _environment_warnings(env)
+                covered = ("p2p", "peer", "pcie")
+                theirs = [w for w in sim.get("warnings") or []
+                          if not (ours and any(c in str(w).lower() for c in covered))]
+                env["warnings"] = ours + theirs
                 return env
             reasons.append(f"{url} answered HTTP {status}" + (" (not glm5lib's stand-in)" if status == 404 else ""))
         except (OSError, ValueError) as exc:

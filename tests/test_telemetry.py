@@ -690,3 +690,34 @@ def test_real_nvml_sampler_reads_power():
     frame = sampler.frame()
     assert not frame.empty and (frame["power_w"] > 0).all()
     assert (sampler.stats()["achieved_hz"] > 5).all()
+
+
+# ---------------------------------------------------------------------------------------------
+# against the real stand-in server (python -m glm5lib.sim) on loopback
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def standin():
+    testing = pytest.importorskip("glm5lib.sim.testing")
+    with testing.run_standin("--model-path", "zai-org/GLM-5-NVFP4", "--tp", "8",
+                             "--sim-profile", "glm5-nvfp4-8x-rtxpro6000", "--enable-metrics") as srv:
+        yield srv
+
+
+def test_standin_gpus_environment_and_metrics(standin, tmp_path):
+    env = environment(base_url=standin.base_url)
+    assert env["source"] == "sim" and env["standin"] is True and len(env["gpus"]) == 8
+    assert len(env["p2p"]) == 8 and all(len(row) == 8 for row in env["p2p"])
+    with GpuSampler(interval=0.1, base_url=standin.base_url, out=tmp_path / "gpu.csv") as sampler, \
+            MetricsScraper(standin.base_url, interval=0.2, out=tmp_path / "metrics.csv") as scraper:
+        time.sleep(0.6)
+    assert sampler.source == "sim"
+    frame = sampler.frame()
+    assert set(frame["gpu"]) == set(range(8))
+    assert frame["power_limit_w"].eq(env["gpus"][0]["power_limit_w"]).all()
+    assert (frame["power_w"] > 0).all() and (frame["power_w"] < frame["power_limit_w"]).all()
+    assert frame.groupby("gpu")["energy_j"].apply(lambda s: s.is_monotonic_increasing).all()
+    assert len(load_gpu_csv(tmp_path / "gpu.csv")) == len(frame)
+    assert scraper.enabled is True
+    metrics = scraper.frame()
+    assert "sglang:num_running_reqs" in set(metrics["metric"])
+    assert metric_series(metrics, "sglang:num_running_reqs").eq(0).all()  # idle server
