@@ -280,7 +280,7 @@ def _check_scalar(spec: FlagSpec, value: Any, kind: str) -> Any:
         if value <= 0:
             extra = " or -1 (disable)" if field in _MINUS_ONE_ALLOWED else ""
             raise ConfigError(
-                f"{field} ({spec.flag}) must be a positive integer{extra}, got {value!r}",
+                f"{field} ({spec.flag}) must be a positive {'integer' if kind == 'int' else 'number'}{extra}, got {value!r}",
                 field=field, valid=["> 0"] + (["-1"] if extra else []),
             )
     if field in _RANGES:

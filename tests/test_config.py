@@ -405,3 +405,62 @@ def test_python_m_glm5lib_config_runs():
     )
     assert done.returncode == 0, done.stderr
     assert "--disable-cuda-graph" in done.stdout
+
+
+# --------------------------------------------------------------------------- property
+
+
+def _value_strategy(spec):
+    from hypothesis import strategies as st
+
+    if spec.choices:
+        return st.sampled_from(list(spec.choices))
+    positive = spec.field in cfgmod._POSITIVE or spec.field in cfgmod._MINUS_ONE_ALLOWED
+    ints = st.integers(min_value=1 if positive else -(2**31), max_value=2**31)
+    texts = st.text(
+        alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc", "Zs", "Zl", "Zp")),
+        min_size=1, max_size=12,
+    ).filter(lambda s: not s.startswith("-"))
+    if spec.field == "port":
+        return st.integers(min_value=1, max_value=65535)
+    if spec.field == "mem_fraction_static":
+        return st.floats(min_value=0.01, max_value=1.0)
+    if spec.value_type == "int":
+        return ints
+    if spec.value_type == "float":
+        low = 0.001 if positive or spec.field in cfgmod._RANGES else -1e6
+        return st.floats(min_value=low, max_value=1e6, allow_nan=False)
+    if spec.value_type == "bool":
+        # False cannot be written for a switch whose default is None (SGLang decides): only True
+        return st.booleans() if spec.default is False else st.just(True)
+    if spec.value_type == "list":
+        item = {"int": ints, "float": st.floats(-1e6, 1e6, allow_nan=False)}.get(spec.item_type, texts)
+        return st.lists(item, min_size=1, max_size=4)
+    if spec.value_type == "json":
+        return st.dictionaries(st.text(min_size=1, max_size=5), st.integers(), max_size=3)
+    return texts
+
+
+_ROUND_TRIP_FIELDS = [
+    name for name, spec in SGLANG_FLAGS.items()
+    if spec.value_type != "none" and spec.action in (None, "store_true") and spec.nargs != "?"
+    and not (spec.value_type == "bool" and spec.default is True)
+]
+
+
+def test_argv_round_trip_property():
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @st.composite
+    def configs(draw):
+        names = draw(st.lists(st.sampled_from(_ROUND_TRIP_FIELDS), min_size=1, max_size=8, unique=True))
+        return ServerConfig(**{n: draw(_value_strategy(SGLANG_FLAGS[n])) for n in names})
+
+    @settings(max_examples=150, deadline=None)
+    @given(configs())
+    def check(config):
+        back = ServerConfig.from_argv(config.to_argv())
+        assert back.diff(config) == {}
+
+    check()

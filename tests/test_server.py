@@ -220,11 +220,21 @@ def test_port_already_taken_is_refused_before_spawning(fake_python, tmp_path):
     assert str(port) in str(info.value)
 
 
-def test_missing_sglang_is_detected_before_spawning(tmp_path):
-    assert srv.importlib.util.find_spec("sglang") is None, "this test expects a machine without SGLang"
+@pytest.fixture
+def python_without_sglang(tmp_path):
+    """This interpreter when it lacks SGLang, else the same one with site-packages switched off."""
+    if srv.importlib.util.find_spec("sglang") is None:
+        return None
+    wrapper = tmp_path / "python-no-site"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def test_missing_sglang_is_detected_before_spawning(tmp_path, python_without_sglang):
     before = _descendants()
     with pytest.raises(ServerLaunchError) as info:
-        srv.launch("glm5-baseline", backend="sglang", log_path=tmp_path / "server.log")
+        srv.launch("glm5-baseline", backend="sglang", log_path=tmp_path / "server.log", python=python_without_sglang)
     assert info.value.cause == "sglang_not_installed"
     assert "backend='sim'" in str(info.value)
     assert _descendants() == before
@@ -366,8 +376,26 @@ def test_sim_launch_logs_restart_attach(tmp_path):
         assert server.log_path != old_log and server.log_path.name == "server-restart1.log"
         assert server.logs().server_args["max_running_requests"] == 1024
         assert srv.attach(server.base_url).config.max_running_requests == 1024
+        # the logged ServerArgs (every field) reads back as the launched config, and relaunches
+        logged = ServerConfig.from_server_args(server.logs().server_args)
+        for field, value in server.config.explicit.items():
+            assert logged.get(field) == value, field
+        assert ServerConfig.from_argv(logged.to_argv()) == logged
     finally:
         server.stop()
+
+
+@needs_sim
+def test_sim_with_api_key_attach(tmp_path):
+    config = ServerConfig.load("glm5-baseline").with_changes(api_key="sk-test-key-0001")
+    extra = ["--sim-profile", SIM_PROFILE]
+    with srv.launch(config, backend="sim", log_path=tmp_path / "server.log", extra_args=extra, ready_timeout=30) as server:
+        assert "sk-test-key-0001" not in server.log_path.read_text()
+        with_key = srv.attach(server.base_url, api_key="sk-test-key-0001")
+        assert with_key.config is not None and with_key.config.max_running_requests == 64
+        assert with_key.config.api_key in (None, "***") and "sk-test-key-0001" not in repr(with_key)
+        without_key = srv.attach(server.base_url)
+        assert without_key.config is None
 
 
 @needs_sim
