@@ -15,7 +15,6 @@ import sys
 import textwrap
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -24,8 +23,6 @@ from glm5lib import server as srv
 from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
 
-SIM_AVAILABLE = (Path(srv.__file__).parent / "sim" / "__main__.py").exists()
-needs_sim = pytest.mark.skipif(not SIM_AVAILABLE, reason="glm5lib.sim has no __main__ yet")
 SIM_PROFILE = "glm5-nvfp4-8x-rtxpro6000"
 
 
@@ -358,7 +355,6 @@ def _sim(tmp_path, *faults, name="server.log", **kw):
     return srv.launch("glm5-baseline", backend="sim", log_path=tmp_path / name, extra_args=extra, **kw)
 
 
-@needs_sim
 def test_sim_launch_logs_restart_attach(tmp_path):
     server = _sim(tmp_path)
     try:
@@ -385,7 +381,6 @@ def test_sim_launch_logs_restart_attach(tmp_path):
         server.stop()
 
 
-@needs_sim
 def test_sim_with_api_key_attach(tmp_path):
     config = ServerConfig.load("glm5-baseline").with_changes(api_key="sk-test-key-0001")
     extra = ["--sim-profile", SIM_PROFILE]
@@ -398,7 +393,6 @@ def test_sim_with_api_key_attach(tmp_path):
         assert without_key.config is None
 
 
-@needs_sim
 @pytest.mark.parametrize(("fault", "cause"), [("oom-at-start", "oom"), ("nccl-at-start", "nccl")])
 def test_sim_start_faults(tmp_path, fault, cause):
     started = time.monotonic()
@@ -409,7 +403,6 @@ def test_sim_start_faults(tmp_path, fault, cause):
     assert info.value.log_lines
 
 
-@needs_sim
 def test_sim_slow_start_and_timeout(tmp_path):
     with pytest.raises(ServerLaunchError) as info:
         _sim(tmp_path, "slow-start=30", ready_timeout=1)
@@ -420,7 +413,6 @@ def test_sim_slow_start_and_timeout(tmp_path):
         assert server.healthy()
 
 
-@needs_sim
 def test_sim_kill_while_launching(tmp_path):
     def kill_soon():
         deadline = time.monotonic() + 10
@@ -452,7 +444,6 @@ def _generate(server, n):
             return
 
 
-@needs_sim
 def test_sim_nan_after_ready_is_seen_by_the_user(tmp_path):
     with _sim(tmp_path, "nan-after=1") as server:
         _generate(server, 3)
@@ -464,7 +455,6 @@ def test_sim_nan_after_ready_is_seen_by_the_user(tmp_path):
         assert any("NaN" in line for line in server.fatal_lines())
 
 
-@needs_sim
 def test_sim_hang_after_keeps_process_alive_but_unhealthy(tmp_path):
     with _sim(tmp_path, "hang-after=1") as server:
         _generate(server, 2)
