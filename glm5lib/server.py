@@ -714,11 +714,16 @@ def attach(base_url: str, api_key: str | None = None, *, log_path: str | os.Path
 def _cmd_launch(args: argparse.Namespace) -> int:
     from glm5lib.config import _parse_assignment
 
-    extra = list(args.extra or [])
-    if extra[:1] == ["--"]:
-        extra = extra[1:]
-    if args.config and args.config.startswith("-"):  # argparse gave the first flag after '--' to CONFIG
-        extra, args.config = [args.config, *extra], None
+    # argparse's REMAINDER swallows options written after CONFIG: split at '--' and parse the
+    # head again, so `glm5 launch NAME --backend sim -- FLAGS` and `glm5 launch --backend sim NAME` both work
+    rest = list(args.rest or [])
+    cut = rest.index("--") if "--" in rest else len(rest)
+    head, extra = rest[:cut], rest[cut + 1 :]
+    if head:
+        again = argparse.ArgumentParser(prog="glm5 launch", add_help=False)
+        _add_launch_options(again)
+        again.add_argument("config", nargs="?")
+        args = again.parse_args(head, namespace=args)
     if args.config:
         config = ServerConfig.load(args.config)
         sglang_args, foreign = ServerConfig.parse_known_argv(extra) if extra else (ServerConfig(), [])
@@ -766,12 +771,18 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
             "stand-in's own --sim-* flags may follow too). Prints the base URL, then waits; Ctrl-C stops it."
         ),
     )
-    parser.add_argument("config", nargs="?", help="shipped config name or JSON file")
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="sglang")
+    _add_launch_options(parser)
+    parser.add_argument(
+        "rest", nargs=argparse.REMAINDER, metavar="[CONFIG] [-- FLAGS]",
+        help="shipped config name or JSON file; then '--' and launch_server (and --sim-*) flags",
+    )
+    parser.set_defaults(func=_cmd_launch, config=None)
+
+
+def _add_launch_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--backend", choices=sorted(BACKENDS), default="sglang", help="sglang (default) or sim (the stand-in)")
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     parser.add_argument("--log", default=None, help="log file (default: a new temporary folder)")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")
     parser.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a config field (repeatable)")
     parser.add_argument("--python", default=None, help="interpreter that has SGLang installed (default: this one)")
-    parser.add_argument("extra", nargs="*", help="'--' then launch_server (and --sim-*) flags")
-    parser.set_defaults(func=_cmd_launch)

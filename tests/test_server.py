@@ -313,7 +313,8 @@ def _cli(*argv, env=None):
 def test_cli_launch_prints_url_and_stops_on_ctrl_c(fake_python, tmp_path):
     log = tmp_path / "cli.log"
     proc = _cli("launch", "glm5-baseline", "--backend", "sim", "--python", fake_python,
-                "--log", str(log), "--set", "max_running_requests=128", env={"FAKE_MODE": "ready"})
+                "--log", str(log), "--set", "max_running_requests=128", "--", "--mem-fraction-static", "0.8",
+                "--sim-profile", "p", env={"FAKE_MODE": "ready"})
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
@@ -321,6 +322,8 @@ def test_cli_launch_prints_url_and_stops_on_ctrl_c(fake_python, tmp_path):
         assert children
         cmdline = children[0].cmdline()
         assert cmdline[cmdline.index("--max-running-requests") + 1] == "128"
+        assert cmdline[cmdline.index("--mem-fraction-static") + 1] == "0.8"
+        assert cmdline[-2:] == ["--sim-profile", "p"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
         assert all(not c.is_running() or c.status() == psutil.STATUS_ZOMBIE for c in children)
