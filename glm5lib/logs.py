@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import gc
 import io
 import json
 import logging
 import math
 import os
 import re
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -258,7 +260,7 @@ _PREFIX_RE = re.compile(
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.<>-]+:\d+: )?"
 )
 _GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
-_GLUED_PREFIX_RE = re.compile(r"(?<=[^\n])(?=\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] )")
+_GLUED_SEARCH_RE = re.compile(r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] ")
 _UVICORN_RE = re.compile(
     r'^(?:INFO|WARNING|ERROR):\s+(\S+?):(\d+) - "(\w+) (\S+) [^"]*" (\d{3})'
 )
@@ -412,13 +414,82 @@ def _column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - 
     return name
 
 
-# The shape every 0.5.x line without extras has; matched with one regex for speed.
-_DECODE_FAST_RE = re.compile(
-    r"Decode batch[.,] #running-req: (\d+), #token: (\d+), token usage: (\d+(?:\.\d+)?), "
-    r"(?:cuda|cpu|npu) graph: (True|False), gen throughput \(token/s\): (\d+(?:\.\d+)?), "
-    r"#queue-req: (\d+)(?:, ?)?$"
-)
-_DECODE_FAST_KEYS = ("running_req", "num_token", "token_usage", "cuda_graph", "gen_throughput", "queue_req")
+# A dated prefix in the form a learned shape regex accepts (others take the general path).
+_SHAPE_PREFIX = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*))?\] "
+
+
+_SHAPE_PREFIX_RE = re.compile(_SHAPE_PREFIX)
+
+
+def _bucket_key(line: str) -> int:
+    # Lines of one shape have the same number of commas and "batch" at the same place.
+    return (line.count(":") << 20) | (line.count(",") << 12) | line.find("batch")
+
+
+class _Shape:
+    """All scheduler rows of one kind with the same keys; rows are (time, rank, iter, *values),
+    frames are blocks of rows already typed by the bulk path."""
+
+    __slots__ = ("columns", "frames", "kind", "order", "rows")
+
+    def __init__(self, kind: str, columns: tuple[str, ...]) -> None:
+        self.kind = kind
+        self.columns = columns
+        self.order: list[int] = []
+        self.rows: list[tuple[Any, ...]] = []
+        self.frames: list[pd.DataFrame] = []
+
+
+def _parse_scheduler_msg(
+    msg: str,
+) -> tuple[tuple[str, ...], tuple[str, ...], str | None, list[str] | None, str] | None:
+    """A scheduler message -> (columns, raw values, iteration, raw keys or None, head).
+
+    Raw keys are given only for a shape a full-line regex can match (the fast paths)."""
+    head_end = msg.find("batch") + len("batch")
+    rest = msg[head_end:]
+    extra_keys: list[str] = []
+    extra_vals: list[str] = []
+    it = None
+    if rest.startswith(" ["):
+        close = rest.find("]")
+        if close > 0 and rest[2:close].isdigit():
+            it = rest[2:close]
+            rest = rest[close + 1 :]
+    learnable = rest[:2] in (". ", ", ") and not msg.startswith("new fill")
+    if rest.startswith("(mixed"):
+        learnable = False
+        close = rest.find(")")
+        inner = rest[len("(mixed") : close] if close > 0 else ""
+        parsed_inner = _parse_kv_body(inner)
+        if parsed_inner is not None:
+            extra_keys.extend(f"mixed_{k}" for k in parsed_inner[0])
+            extra_vals.extend(parsed_inner[1])
+        rest = rest[close + 1 :] if close > 0 else ""
+    rest = rest.lstrip(".,").strip()
+    if msg.startswith("new fill batch"):
+        rest = rest.replace(". ", ", ").rstrip(".")
+    parsed = _parse_kv_body(rest)
+    if parsed is None:
+        return None
+    keys, vals = parsed
+    if extra_keys:
+        keys = tuple(extra_keys) + keys
+        vals = tuple(extra_vals) + vals
+    if not keys or len(set(keys)) != len(keys):
+        return None
+    raw_keys = None
+    if learnable:
+        raw_keys = [p.rpartition(": ")[0].strip() for p in rest.strip().rstrip(",").strip().split(", ")]
+    return keys, vals, it, raw_keys, msg[: msg.find("batch") + len("batch")]
+
+
+def _shape_regex(head: str, raw_keys: list[str]) -> re.Pattern[str]:
+    """A full-line regex for scheduler lines with exactly these keys (the fast path)."""
+    body = ", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys[:-1])
+    last = re.escape(raw_keys[-1]) + r": ([^,]*?)\.?"
+    body = f"{body}, {last}" if body else last
+    return re.compile(_SHAPE_PREFIX + re.escape(head) + r"(?: \[(\d+)\])?[.,] " + body + r"(?:, ?)?$")
 
 
 def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -441,30 +512,37 @@ def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     return tuple(keys), tuple(vals)
 
 
-def _convert_column(values: list[Any]) -> Any:
-    """Raw string values of one column -> numpy/pandas array of the natural type."""
-    sample = next((v for v in values if v is not None), None)
-    if sample is None:
-        return pd.array([None] * len(values), dtype=object)
+def _convert_column(col: Any) -> Any:
+    """Raw string values of one column (an object array, None where absent) -> a typed array."""
+    col = np.asarray(col, dtype=object)
+    nulls = np.equal(col, None)
+    has_nulls = bool(nulls.any())
+    if has_nulls and nulls.all():
+        return col
+    sample = col[np.argmin(nulls)] if has_nulls else col[0]
     if sample in _BOOL_VALUES:
-        if all(v in _BOOL_VALUES for v in values):
-            return np.fromiter((_BOOL_VALUES[v] for v in values), dtype=bool, count=len(values))
-        return pd.array([_BOOL_VALUES.get(v) if v is not None else None for v in values], dtype="boolean")
+        if not has_nulls:
+            trues = col == "True"
+            if (trues | (col == "False")).all():
+                return trues
+        return pd.array([_BOOL_VALUES.get(v) if v is not None else None for v in col], dtype="boolean")
     if isinstance(sample, str) and sample.endswith("%"):
-        cleaned = [v[:-1] if isinstance(v, str) and v.endswith("%") else v for v in values]
-        arr = pd.to_numeric(pd.Series(cleaned, dtype=object), errors="coerce").to_numpy(dtype=float)
-        return arr / 100.0
-    try:
-        if None not in values and all(v.isdigit() for v in values):
-            return np.array(values, dtype=np.int64)
-        return np.array(values, dtype=np.float64) if None not in values else pd.to_numeric(
-            pd.Series(values, dtype=object), errors="coerce"
-        ).to_numpy()
-    except (ValueError, TypeError, OverflowError, AttributeError):
-        converted = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce")
-        if converted.isna().sum() > sum(v is None for v in values):
-            return np.array(values, dtype=object)
-        return converted.to_numpy()
+        cleaned = [v[:-1] if isinstance(v, str) and v.endswith("%") else v for v in col]
+        return pd.to_numeric(pd.Series(cleaned, dtype=object), errors="coerce").to_numpy(dtype=float) / 100.0
+    if not has_nulls:
+        if isinstance(sample, str) and "." not in sample and "e" not in sample:
+            try:
+                return col.astype(np.int64)
+            except (ValueError, TypeError, OverflowError):
+                pass
+        try:
+            return col.astype(np.float64)
+        except (ValueError, TypeError, OverflowError):
+            pass
+    converted = pd.to_numeric(pd.Series(col, dtype=object), errors="coerce")
+    if int(converted.isna().sum()) > int(nulls.sum()):
+        return col  # text values: keep them as text
+    return converted.to_numpy()
 
 
 # --------------------------------------------------------------------------------------------
@@ -590,12 +668,11 @@ class _Parser:
         self.standin: str | None = None
         self.standin_path: str | None = None
         self.first_time: str | None = None
-        # Scheduler rows: kind -> shape (columns tuple) -> [line numbers, times, ranks, value tuples]
-        self.rows: dict[str, dict[tuple[str, ...], list[list[Any]]]] = {
-            "decode": {},
-            "prefill": {},
-            "retract": {},
-        }
+        # Scheduler rows, grouped by shape; learned shapes also get a full-line regex.
+        self.shapes: dict[tuple[str, tuple[str, ...]], _Shape] = {}
+        self._fast: dict[int, list[tuple[Any, Any, Any]]] = {}
+        self._fast_patterns: dict[str, tuple[Any, Any, Any]] = {}
+        self._bulk_shapes: dict[str, tuple[_Shape, re.Pattern[str]]] = {}
         self.http_rows: list[tuple[str, str, str, str, int]] = []
         self.errors: list[dict[str, Any]] = []
         self._open_blocks: list[dict[str, Any]] = []
@@ -629,18 +706,94 @@ class _Parser:
 
     # ---- main entry
     def feed(self, lines: Iterable[str], final: bool = True) -> None:
-        lines = list(lines)
-        n = len(lines)
-        for i, line in enumerate(lines):
-            self.lines += 1
-            try:
-                self._line(line, cut=final and i == n - 1)
-            except Exception as exc:  # pragma: no cover - a parser bug must not lose the log
-                log.debug("could not parse line %r: %s", line[:200], exc)
-                self._skip(line)
+        """Parse ``lines`` in order; ``final`` says the last one may be cut off."""
+        lines = lines if isinstance(lines, list) else list(lines)
+        if final and lines:
+            self._feed(lines[:-1])
+            index = self.lines
+            self._slow(lines[-1], index, cut=True)
+            self.lines = index + 1
+        else:
+            self._feed(lines)
+
+    def _slow(self, line: str, index: int, cut: bool = False) -> None:
+        self.lines = index
+        try:
+            self._line(line, cut=cut)
+        except Exception as exc:  # pragma: no cover - a parser bug must not lose the log
+            log.debug("could not parse line %r: %s", line[:200], exc)
+            self._skip(line)
+
+    def _feed(self, lines: list[str], indices: list[int] | None = None, base: int | None = None) -> None:
+        """Parse ``lines`` (or only those at ``indices``, the others having been parsed in bulk)."""
+        if base is None:
+            base = self.lines
+        fast = self._fast
+        get = fast.get
+        timed_line: str | None = None  # the last line the fast path took, for the clock
+        args_open = self._args_buffer is not None
+        blocks_open = bool(self._open_blocks)
+        prev = -1
+        for i in range(len(lines)) if indices is None else indices:
+            line = lines[i]
+            if indices is not None and i != prev + 1 and i > 0:
+                # Lines parsed in bulk came in between: they set the clock and end tracebacks.
+                timed_line = lines[i - 1]
+                if blocks_open:
+                    self._close_blocks()
+                    blocks_open = False
+                if args_open:
+                    self._try_finish_args(final=True)
+                    args_open = False
+            prev = i
+            # Fast path: a scheduler line of a shape seen before: one regex match, no state.
+            if "batch" in line and not args_open:
+                bucket = get(_bucket_key(line))
+                if bucket is not None:
+                    m = None
+                    for match, order_append, rows_append in bucket:
+                        m = match(line)
+                        if m is not None:
+                            order_append(base + i)
+                            rows_append(m.groups())
+                            timed_line = line
+                            if blocks_open:
+                                self._close_blocks()
+                                blocks_open = False
+                            break
+                    if m is not None:
+                        continue
+            if timed_line is not None:
+                self._sync_clock(timed_line)
+                timed_line = None
+            self._slow(line, base + i)
+            args_open = self._args_buffer is not None
+            blocks_open = bool(self._open_blocks)
+        if indices is not None and prev != len(lines) - 1 and lines:
+            timed_line = lines[-1]
+            if blocks_open:
+                self._close_blocks()
+        self.lines = base + len(lines)
+        if timed_line is not None:
+            self._sync_clock(timed_line)
+
+    def _sync_clock(self, line: str) -> None:
+        m = _PREFIX_RE.match(line)
+        if m is not None:
+            self._stamp(m.group(1), m.group(2))
 
     def _line(self, raw: str, cut: bool = False) -> None:
         line = raw.rstrip("\r\n")
+        if "\x1b" in line:
+            line = _ANSI_RE.sub("", line)
+        glued = line.find("[", 1)
+        if glued > 0:
+            gm = _GLUED_SEARCH_RE.search(line, glued)
+            if gm is not None:
+                # A log line glued onto a progress bar or onto another line: two lines.
+                self._line(line[: gm.start()], cut=False)
+                self._line(line[gm.start() :], cut=cut)
+                return
         if not line.strip():
             if self._args_buffer is not None:
                 return
@@ -674,10 +827,6 @@ class _Parser:
         # Decode lines dominate a long log: test for them first, with the cheapest checks.
         if msg.startswith("Decode batch"):
             self._close_blocks()
-            fm = _DECODE_FAST_RE.match(msg)
-            if fm is not None:
-                self._add("decode", _DECODE_FAST_KEYS, fm.groups(), stamp, rank)
-                return
             self._scheduler("decode", msg, stamp, rank, line, cut)
             return
         if msg.startswith("Prefill batch") or msg.startswith("new fill batch"):
@@ -761,53 +910,165 @@ class _Parser:
         self._skip(line)
 
     # ---- scheduler
-    def _add(self, kind: str, keys: tuple[str, ...], vals: tuple[str, ...], stamp: str, rank: str) -> None:
-        bucket = self.rows[kind].get(keys)
-        if bucket is None:
-            bucket = self.rows[kind][keys] = [[], [], [], []]
-        bucket[0].append(self.lines)
-        bucket[1].append(stamp)
-        bucket[2].append(rank)
-        bucket[3].append(vals)
+    def _shape(self, kind: str, keys: tuple[str, ...]) -> _Shape:
+        shape = self.shapes.get((kind, keys))
+        if shape is None:
+            shape = self.shapes[(kind, keys)] = _Shape(kind, keys)
+        return shape
+
+    def _add(self, kind: str, keys: tuple[str, ...], vals: tuple[str, ...], stamp: str, rank: str, it: str | None = None) -> None:
+        shape = self._shape(kind, keys)
+        shape.order.append(self.lines)
+        shape.rows.append((stamp, rank, it, *vals))
 
     def _scheduler(self, kind: str, msg: str, stamp: str, rank: str, line: str, cut: bool) -> None:
         if cut and "#queue" not in msg and "#remaining_req" not in msg:
             # The final line of a file still being written, or of a cut paste.
             self._skip(line)
             return
-        head_end = msg.find("batch") + len("batch")
-        rest = msg[head_end:]
-        extra_keys: list[str] = []
-        extra_vals: list[str] = []
-        if rest.startswith(" ["):
-            close = rest.find("]")
-            if close > 0 and rest[2:close].isdigit():
-                extra_keys.append("iter")
-                extra_vals.append(rest[2:close])
-                rest = rest[close + 1 :]
-        if rest.startswith("(mixed"):
-            close = rest.find(")")
-            inner = rest[len("(mixed") : close] if close > 0 else ""
-            parsed_inner = _parse_kv_body(inner)
-            if parsed_inner is not None:
-                extra_keys.extend(f"mixed_{k}" for k in parsed_inner[0])
-                extra_vals.extend(parsed_inner[1])
-            rest = rest[close + 1 :] if close > 0 else ""
-        rest = rest.lstrip(".,").strip()
-        if msg.startswith("new fill batch"):
-            rest = rest.replace(". ", ", ").rstrip(".")
-        parsed = _parse_kv_body(rest)
+        parsed = _parse_scheduler_msg(msg)
         if parsed is None:
             self._skip(line)
             return
-        keys, vals = parsed
-        if extra_keys:
-            keys = tuple(extra_keys) + keys
-            vals = tuple(extra_vals) + vals
-        if not keys:
-            self._skip(line)
-            return
-        self._add(kind, keys, vals, stamp, rank)
+        keys, vals, it, raw_keys, head = parsed
+        self._add(kind, keys, vals, stamp, rank, it)
+        if raw_keys is not None and len(self._fast_patterns) < 256:
+            entry = self._learn(kind, keys, head, raw_keys, line)
+            if entry is not None:
+                bucket = self._fast.setdefault(_bucket_key(line), [])
+                if entry not in bucket:
+                    bucket.append(entry)
+
+    def _learn(self, kind: str, keys: tuple[str, ...], head: str, raw_keys: list[str], line: str) -> Any:
+        regex = _shape_regex(head, raw_keys)
+        entry = self._fast_patterns.get(regex.pattern)
+        if entry is None and regex.match(line):
+            shape = self._shape(kind, keys)
+            entry = self._fast_patterns[regex.pattern] = (regex.match, shape.order.append, shape.rows.append)
+            # No "^": a leading literal lets the regex engine skip ahead quickly.
+            self._bulk_shapes[regex.pattern] = (shape, re.compile(regex.pattern, re.MULTILINE))
+        return entry
+
+    # ---- bulk parsing of a whole file
+    def feed_bulk(self, lines: list[str]) -> None:
+        """Parse a whole file: scheduler lines of one shape are parsed together in C (regex
+        substitution into tab-separated text, then pandas' CSV reader); the rest line by line."""
+        base = self.lines
+        keys = [
+            (line.count(":") << 20) | (line.count(",") << 12) | line.find("batch") if "batch" in line else -1
+            for line in lines
+        ]
+        karr = np.fromiter(keys, dtype=np.int64, count=len(keys))
+        del keys
+        order = np.argsort(karr, kind="stable")
+        sorted_keys = karr[order]
+        uniq, starts = np.unique(sorted_keys, return_index=True)
+        bounds = [*starts.tolist(), len(order)]
+        rest: list[np.ndarray] = []
+        for g, key in enumerate(uniq.tolist()):
+            idx = order[bounds[g] : bounds[g + 1]]
+            if key < 0 or len(idx) < 64:
+                rest.append(idx)
+                continue
+            # Several shapes may share a bucket: peel off one shape at a time.
+            for _round in range(8):
+                left = self._bulk_group(lines, idx, base)
+                if left is None or len(left) == 0 or len(left) == len(idx):
+                    break
+                idx = left
+            if left is None or len(left):
+                rest.append(idx if left is None else left)
+        rest_idx = np.sort(np.concatenate(rest)) if rest else np.empty(0, dtype=np.int64)
+        self._feed(lines, rest_idx.tolist(), base)
+        self.lines = base + len(lines)
+
+    def _bulk_group(self, lines: list[str], idx: np.ndarray, base: int) -> np.ndarray | None:
+        """Parse the lines at ``idx`` that have the first one's shape; the indices left over
+        (empty when all were parsed), or None when none could be parsed in bulk."""
+        first = lines[int(idx[0])]
+        m = _SHAPE_PREFIX_RE.match(first)
+        if m is None:
+            return None
+        msg = first[m.end() :]
+        if msg.startswith("Decode batch"):
+            kind = "decode"
+        elif msg.startswith("Prefill batch"):
+            kind = "prefill"
+        else:
+            return None
+        parsed = _parse_scheduler_msg(msg)
+        if parsed is None or parsed[3] is None:
+            return None
+        keys, _vals, _it, raw_keys, head = parsed
+        if self._learn(kind, keys, head, raw_keys, first) is None:
+            return None
+        shape, _bulk_re = self._bulk_shapes[_shape_regex(head, raw_keys).pattern]
+        if _it is not None:
+            return None  # iteration numbers in the head: line by line
+        group = [lines[i] for i in idx.tolist()]
+        left = idx[:0]
+        # Every line must hold each key exactly once, in the first line's form.
+        sep = msg[len(head)]
+        needles = [f"] {head}{sep} {raw_keys[0]}: "] + [f", {k}: " for k in raw_keys[1:]]
+        text = "\n".join(group)
+        if any(text.count(x) != len(group) for x in needles):
+            has = np.fromiter(
+                (all(map(line.__contains__, needles)) and line.count(",") == first.count(",") for line in group),
+                dtype=bool, count=len(group),
+            )
+            if not has.any():
+                return None
+            left = idx[~has]
+            idx = idx[has]
+            group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
+            text = "\n".join(group)
+            if any(text.count(x) != len(group) for x in needles):
+                return None
+        n = len(group)
+        del group
+        if text[:1] != "[" or text.count("\n[") != n - 1:
+            return None
+        rank = m.group(2)
+        label = f" {re.match(r'[A-Z_]+', rank).group()}" if rank else None
+        if label is not None and text.count(label) != n:
+            return None
+        # Turn the lines into tab-separated values with plain substring replacement (C speed).
+        text = text[1:].replace("\n[", "\n")
+        for x in needles:
+            text = text.replace(x, "\t")
+        if label is not None:
+            text = text.replace(label, "\t" + label[1:])
+        text = text.replace(", \n", "\n").replace(",\n", "\n")
+        if text.endswith(", "):
+            text = text[:-2]
+        elif text.endswith(","):
+            text = text[:-1]
+        names = ["time", "rank", *shape.columns] if label else ["time", *shape.columns]
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                frame = pd.read_csv(
+                    io.StringIO(text), sep="\t", header=None, names=names, engine="c", index_col=False,
+                    quoting=3, dtype={"time": str, "rank": str}, keep_default_na=False,
+                    na_values=[""], low_memory=False,
+                )
+            frame["time"] = np.array(frame["time"].to_numpy(), dtype="datetime64[ns]")
+        except (ValueError, TypeError, pd.errors.ParserError, Warning):
+            return None
+        if len(frame) != n:
+            return None
+        if label is None:
+            frame.insert(1, "rank", "")
+        for col in shape.columns:
+            dtype = frame[col].dtype
+            if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+                converted = _convert_column(frame[col].to_numpy(dtype=object, na_value=None))
+                if getattr(converted, "dtype", None) is np.dtype(object):
+                    return None  # text where a value belongs: misaligned, line by line instead
+                frame[col] = converted
+        frame.insert(0, "_order", idx + base)
+        shape.frames.append(frame)
+        return left
 
     def _retract(self, msg: str, stamp: str, rank: str, line: str) -> None:
         body = msg.split("Retract requests.", 1)[1] if "Retract requests." in msg else msg.split(".", 1)[-1]
@@ -981,23 +1242,27 @@ class _Parser:
         )
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
-        shapes = self.rows[kind]
-        total = sum(len(b[0]) for b in shapes.values())
+        shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames)]
+        total = sum(len(sh.rows) + sum(len(f) for f in sh.frames) for sh in shapes)
         cached = self._cache.get(kind)
         if cached is not None and cached[0] == total:
             return cached[1].copy()
         parts = []
-        for keys, (order, times, ranks, values) in shapes.items():
-            if not order:
+        for shape in shapes:
+            parts.extend(shape.frames)
+            if not shape.rows:
                 continue
-            cols: dict[str, Any] = {"_order": np.array(order, dtype=np.int64)}
-            cols["time"] = times
+            cols: dict[str, Any] = {"_order": np.array(shape.order, dtype=np.int64)}
+            table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
+            table[:] = shape.rows
+            cols["time"] = _to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy()
+            ranks = table[:, 1]
+            ranks[np.equal(ranks, None)] = ""
             cols["rank"] = ranks
-            transposed = list(zip(*values, strict=True)) if values else [[] for _ in keys]
-            for key, col in zip(keys, transposed, strict=True):
-                if key in cols:
-                    continue
-                cols[key] = _convert_column(list(col))
+            if not np.equal(table[:, 2], None).all():
+                cols["iter"] = _convert_column(table[:, 2])
+            for k, key in enumerate(shape.columns):
+                cols[key] = _convert_column(table[:, 3 + k])
             parts.append(pd.DataFrame(cols))
         base = ["time", "rank", *columns]
         if not parts:
@@ -1007,6 +1272,8 @@ class _Parser:
             if len(parts) > 1:
                 frame = frame.sort_values("_order", kind="stable", ignore_index=True)
             frame = frame.drop(columns="_order")
+            if "iter" in frame.columns and frame["iter"].isna().all():
+                frame = frame.drop(columns="iter")
             frame["time"] = _to_timestamps(frame["time"])
             if kind == "decode":
                 _fill_hybrid(frame)
@@ -1079,6 +1346,12 @@ def _fill_hybrid(frame: pd.DataFrame) -> None:
 
 def _to_timestamps(values: Any) -> pd.Series:
     series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    if pd.api.types.is_datetime64_dtype(series.dtype):
+        return series
+    try:
+        return pd.Series(np.array(series.to_numpy(), dtype="datetime64[ns]"), index=series.index)
+    except (ValueError, TypeError):
+        pass
     try:
         return pd.to_datetime(series, format="ISO8601")
     except (ValueError, TypeError):
@@ -1090,12 +1363,16 @@ def _to_timestamps(values: Any) -> pd.Series:
 
 
 def _split_text(text: str) -> list[str]:
-    text = _strip_ansi(text)
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "][" in text or "] [" in text or "%|" in text or "it/s]" in text:
-        text = _GLUED_PREFIX_RE.sub("\n", text)
-    return text.split("\n")
+    """Lines of ``text``, split at \\n, \\r\\n and the \\r of progress-bar redraws; a final
+    empty string when the text ends with a newline (so a cut-off last line can be told)."""
+    # ANSI colours and lines glued onto progress bars are handled line by line (rare, and a
+    # whole-text substitution would cost more than the parse).
+    if "\r" not in text:
+        return text.split("\n")
+    lines = text.splitlines()
+    if text.endswith(("\n", "\r")):
+        lines.append("")
+    return lines
 
 
 def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
@@ -1129,13 +1406,28 @@ def parse_log(path_or_text: str | os.PathLike[str] | bytes, *, date: str | None 
     without it such lines get the date of the last dated line, or 1970-01-01.
     """
     text = _read_text(path_or_text)
+    # Millions of small objects and no cycles: the cyclic collector would only slow this down.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _parse_text(text, date)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _parse_text(text: str, date: str | None) -> ServerLog:
     parser = _Parser(date=date)
     lines = _split_text(text)
-    if lines and lines[-1] == "":
+    cut = bool(lines) and lines[-1] != ""
+    if not cut and lines:
         lines.pop()
-        parser.feed(lines, final=False)
+    if cut:
+        # The final line may be cut off: it is parsed on its own, with care.
+        parser.feed_bulk(lines[:-1])
+        parser.feed(lines[-1:], final=True)
     else:
-        parser.feed(lines, final=True)
+        parser.feed_bulk(lines)
     parser._close_blocks()
     if parser._args_buffer is not None:
         parser._try_finish_args(final=True)
