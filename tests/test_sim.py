@@ -381,3 +381,53 @@ def test_retraction_when_the_kv_pool_is_full():
         log = parse_log(s.log_text())
         assert len(log.retractions) > 0
         assert log.decode["token_usage"].max() <= 1.0
+
+
+def test_generate_batch_health_generate_and_sim_requests(srv):
+    status, raw = _post(srv.base_url + "/generate", {
+        "text": ["a b", "c d e"], "sampling_params": {"max_new_tokens": 3, "ignore_eos": True}})
+    outs = json.loads(raw)
+    assert status == 200 and [o["meta_info"]["prompt_tokens"] for o in outs] == [2, 3]
+    assert _post(srv.base_url + "/generate", {"text": ["a"], "stream": True})[0] == 400
+    assert _get(srv.base_url + "/health_generate")[0] == 200
+    _post(srv.base_url + "/v1/completions", {"prompt": "x y", "max_tokens": 2, "stream": True})
+    recs = json.loads(_get(srv.base_url + "/sim/requests?limit=1", KEY)[1])["requests"]
+    assert len(recs) == 1 and recs[0]["completion_tokens"] == 2
+    r = recs[0]
+    assert r["arrival"] <= r["first_token"] <= r["first_chunk_sent"] <= r["finish"] + 1
+
+
+def test_client_disconnect_aborts_the_request(srv):
+    async def drive():
+        body = {"text": "a", "stream": True, "sampling_params": {"max_new_tokens": 5000, "ignore_eos": True}}
+        async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY}"}) as session, \
+                session.post(srv.base_url + "/generate", json=body) as r:
+            seen = 0
+            async for line in r.content:
+                seen += line.startswith(b"data: ")
+                if seen >= 2:
+                    break
+        await asyncio.sleep(1.0)
+        async with aiohttp.ClientSession() as session, session.get(srv.base_url + "/metrics") as r:
+            return await r.text()
+
+    text = asyncio.run(drive())
+    from prometheus_client.parser import text_string_to_metric_families
+
+    fams = {f.name: f.samples[0].value for f in text_string_to_metric_families(text)
+            if f.samples}
+    assert fams["sglang:num_aborted_requests"] >= 1
+    assert fams["sglang:num_running_reqs"] == 0
+
+
+def test_stream_output_log_level_and_sigint():
+    with run_standin("--stream-output", "--log-level", "warning") as s:
+        _, raw = _post(s.base_url + "/generate", {"text": "a", "stream": True,
+                       "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}, key=None)
+        texts = [c["text"] for c in _sse(raw)[:-1]]
+        assert len(texts) == 4 and all(count_prompt_tokens(t) == 1 for t in texts)
+        os.kill(s.pid, signal.SIGINT)
+        assert s.proc.wait(timeout=10) == 0
+        lines = s.log_text().splitlines()
+        assert "glm5lib stand-in server (not SGLang)" in lines[0]
+        assert not any("Prefill batch" in line for line in lines)

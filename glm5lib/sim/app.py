@@ -82,6 +82,8 @@ class StandinServer:
         self.model_json = json.dumps(self.model_name)
         self.context_len = int(sa["context_length"])
         self.stream_interval = max(1, int(sa["stream_interval"]))
+        # --stream-output: /generate chunks carry only the new text (SGLang's incremental mode).
+        self.incremental = bool(sa.get("stream_output"))
         self.api_key = sa.get("api_key")
         self.text = TokenText(seed=args.seed)
         self.ready = False
@@ -221,6 +223,14 @@ class StandinServer:
             f'{{"id": "{req.rid}", "finish_reason": {fr}, "prompt_tokens": {req.prompt_len}, '
             f'"weight_version": "default", "total_retractions": {req.retractions}, '
             f'"completion_tokens": {req.gen}, "cached_tokens": {req.cached}{extra}}}'
+        )
+
+    def _native_json_delta(self, req: Req, sent: int, final: bool) -> str:
+        """A ``--stream-output`` chunk: only the text and ids generated since the last chunk."""
+        a, b = req.offset + sent, req.offset + req.gen
+        return (
+            f'{{"text": "{self.text.text(a, b)}", "output_ids": {self.text.ids_json(a, b)}, '
+            f'"meta_info": {self._meta_json(req, final)}}}'
         )
 
     def _native_json(self, req: Req, final: bool) -> str:
@@ -400,7 +410,15 @@ class StandinServer:
         return web.json_response(self.gpus.environment())
 
     async def sim_requests(self, request: web.Request) -> web.Response:
-        return web.json_response({"standin": True, "requests": list(self.sched.recent)})
+        """Finished requests as the server saw them (newest last; ``?limit=N``, default all kept)."""
+        try:
+            limit = int(request.query.get("limit", "0"))
+        except ValueError as exc:
+            raise _BadRequest(f"limit must be an integer, got {request.query.get('limit')!r}") from exc
+        reqs = list(self.sched.recent)
+        if limit > 0:
+            reqs = reqs[-limit:]
+        return web.json_response({"standin": True, "requests": [r.record() for r in reqs]})
 
     # -- /generate -----------------------------------------------------------------------------------
     def _prompt(self, body: dict[str, Any], api: str) -> tuple[int, int | None]:
@@ -442,6 +460,9 @@ class StandinServer:
         params = body.get("sampling_params") or {}
         if not isinstance(params, dict):
             raise _BadRequest("sampling_params must be an object")
+        text, ids = body.get("text"), body.get("input_ids")
+        if isinstance(text, list) or (isinstance(ids, list) and ids and isinstance(ids[0], list)):
+            return await self._generate_batch(body, params)
         prompt_len, phash = self._prompt(body, "generate")
         max_new = self._int_param(params, "max_new_tokens", 128)
         min_new = self._int_param(params, "min_new_tokens", 0) or 0
@@ -458,6 +479,7 @@ class StandinServer:
                                 content_type="application/json")
         resp = web.StreamResponse(headers=_SSE_HEADERS)
         await resp.prepare(request)
+        sent = 0
         try:
             if req.max_new == 0:
                 await self._run_req(req)
@@ -468,7 +490,14 @@ class StandinServer:
                     await req.event.wait()
                     req.event.clear()
                 final = req.finished
-                await resp.write(b"data: " + self._native_json(req, final).encode() + b"\n\n")
+                if self.incremental:
+                    payload = self._native_json_delta(req, sent, final)
+                    sent = req.gen
+                else:
+                    payload = self._native_json(req, final)
+                await resp.write(b"data: " + payload.encode() + b"\n\n")
+                if req.first_chunk_sent is None and req.gen:
+                    req.first_chunk_sent = time.time()
                 if final:
                     break
             await resp.write(_DONE)
@@ -476,6 +505,29 @@ class StandinServer:
             self._abort(req)
             raise
         return resp
+
+    async def _generate_batch(self, body: dict[str, Any], params: dict[str, Any]) -> web.Response:
+        """A batch of prompts (``text`` or ``input_ids`` as lists): one output per prompt, in order."""
+        if body.get("stream"):
+            raise _BadRequest("streaming a batch of prompts is not modelled by the stand-in; "
+                              "send one request per prompt")
+        prompts = body.get("text") if body.get("text") is not None else body.get("input_ids")
+        max_new = self._int_param(params, "max_new_tokens", 128)
+        min_new = self._int_param(params, "min_new_tokens", 0) or 0
+        reqs = []
+        for item in prompts:
+            sub = {"text": item} if isinstance(item, str) else {"input_ids": item}
+            prompt_len, phash = self._prompt(sub, "generate")
+            reqs.append(self._new_req(uuid.uuid4().hex, prompt_len, max_new, min_new,
+                                      bool(params.get("ignore_eos", False)), False, phash))
+        try:
+            await asyncio.gather(*[self._run_req(r) for r in reqs])
+        except asyncio.CancelledError:
+            for r in reqs:
+                self._abort(r)
+            raise
+        out = "[" + ", ".join(self._native_json(r, True) for r in reqs) + "]"
+        return web.Response(body=out.encode(), content_type="application/json")
 
     # -- OpenAI ---------------------------------------------------------------------------------------
     def _openai_common(self, body: dict[str, Any]) -> tuple[int, int, bool, bool, bool]:
@@ -597,6 +649,8 @@ class StandinServer:
                 await resp.write(
                     b"data: " + (head + f'"choices": [{choice}], "usage": {usage}}}').encode() + b"\n\n"
                 )
+                if req.first_chunk_sent is None and req.gen:
+                    req.first_chunk_sent = time.time()
                 if final:
                     break
             if include_usage:
@@ -724,7 +778,7 @@ async def serve(args: SimArgs, log: LogWriter | None = None) -> int:
     sa = args.server_args
     log = log or LogWriter(tp_size=int(sa["tp_size"]), level=str(sa["log_level"]))
     prof = args.profile
-    log.info(banner_line(prof.name, str(prof.path) if prof.path else "<in memory>"), rank=None)
+    log.info(banner_line(prof.name, str(prof.path) if prof.path else "<in memory>"), rank=None, force=True)
     log.info(f"server_args={args.server_args_repr()}", rank=None)
     for note in args.notes:
         log.info(f"stand-in: {note}", rank=None)

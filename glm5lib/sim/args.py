@@ -46,6 +46,7 @@ MODELLED_FIELDS = frozenset(
         "enable_metrics",
         "decode_log_interval",
         "stream_interval",
+        "stream_output",
         "log_level",
         "context_length",
         "random_seed",

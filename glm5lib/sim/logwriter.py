@@ -47,9 +47,12 @@ class LogWriter:
             return f"[{self._time()}] "
         return f"[{self._time()} TP{rank}] "
 
-    def info(self, message: str, rank: int | None = 0, level: str = "info") -> None:
-        """One prefixed line (``rank=None`` for the main process, which prints no rank)."""
-        if LOG_LEVELS.get(level, 20) < self.level:
+    def info(self, message: str, rank: int | None = 0, level: str = "info", force: bool = False) -> None:
+        """One prefixed line (``rank=None`` for the main process, which prints no rank).
+
+        ``force`` writes it whatever ``--log-level`` says (the stand-in banner).
+        """
+        if not force and LOG_LEVELS.get(level, 20) < self.level:
             return
         self.stream.write(self._prefix(rank) + message + "\n")
         self.stream.flush()

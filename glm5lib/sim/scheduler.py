@@ -84,6 +84,7 @@ class Req:
         "finish_reason",
         "finish_time",
         "finished",
+        "first_chunk_sent",
         "first_token_time",
         "gen",
         "kv",
@@ -129,8 +130,25 @@ class Req:
         self.finish_reason: str | None = None
         self.arrival = time.time()
         self.first_token_time: float | None = None
+        # When the HTTP layer wrote the first chunk carrying a token (streaming only).
+        self.first_chunk_sent: float | None = None
         self.finish_time: float | None = None
         self.event = asyncio.Event()
+
+    def record(self) -> dict:
+        """The request's timeline as served (epoch seconds), for /sim/requests."""
+        return {
+            "rid": self.rid,
+            "arrival": self.arrival,
+            "first_token": self.first_token_time,
+            "first_chunk_sent": self.first_chunk_sent,
+            "finish": self.finish_time,
+            "prompt_tokens": self.prompt_len,
+            "completion_tokens": self.gen,
+            "cached_tokens": self.cached,
+            "retractions": self.retractions,
+            "finish_reason": self.finish_reason,
+        }
 
     @property
     def seq_len(self) -> int:
@@ -203,7 +221,7 @@ class SimScheduler:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
-        self.recent: collections.deque[dict] = collections.deque(maxlen=4096)
+        self.recent: collections.deque[Req] = collections.deque(maxlen=4096)
         # Fault hooks: called after each finished request / before each decode step.
         self.hung = False
         self.crash_hook: Callable[[], None] | None = None
@@ -435,17 +453,7 @@ class SimScheduler:
         r.finish_time = now
         self.finished_total += 1
         self.e2e.observe(now - r.arrival)
-        self.recent.append(
-            {
-                "rid": r.rid,
-                "arrival": r.arrival,
-                "first_token": r.first_token_time,
-                "finish": now,
-                "prompt_tokens": r.prompt_len,
-                "completion_tokens": r.gen,
-                "retractions": r.retractions,
-            }
-        )
+        self.recent.append(r)
         r.event.set()
         if self.on_finish is not None:
             self.on_finish(r)
