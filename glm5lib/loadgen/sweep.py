@@ -141,7 +141,13 @@ def _same_level(row: pd.Series, key: dict[str, Any]) -> bool:
 class _LevelState:
     """Counters the progress bar, the callback and the watchdog read while a level runs."""
 
-    def __init__(self) -> None:
+    def __init__(self, planned: int = 0) -> None:
+        self.planned = planned
+        # Cleared on a refused or dropped connection: no new request goes out until a health
+        # check says the server is still there, so a dead server does not eat a level's requests.
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.unchecked = False
         self.issued = 0
         self.completed = 0
         self.failed = 0
@@ -181,9 +187,13 @@ class _Sweep:
         else:
             state.failed += 1
             if rec.connection_lost:
+                state.gate.clear()
+                state.unchecked = True
                 state.connection_errors.set()
             if rec.http_status is not None and 400 <= rec.http_status < 500:
                 state.rejected += 1
+                if state.completed == 0:
+                    state.connection_errors.set()
         state.output_tokens += rec.output_tokens or 0
 
     async def _one(
@@ -245,12 +255,22 @@ class _Sweep:
                 )
             state.connection_errors.clear()
             self._cancel_stalled(state)
-            alive, why, lines = await self._check_alive(session)
-            if not alive:
-                raise _Aborted(why, lines)
-            if state.completed == 0 and state.rejected >= min(20, max(1, state.issued)) and state.rejected == state.failed:
-                bad = next((r.error for r in state.records if r.status == "error"), "")
-                raise _Aborted(f"every request was rejected by the server: {bad}")
+            await self._health_gate(session, state)
+
+    async def _health_gate(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
+        """Raise _Aborted when the server is dead or rejects everything; else reopen the gate."""
+        state.unchecked = False
+        alive, why, lines = await self._check_alive(session)
+        if not alive:
+            raise _Aborted(why, lines)
+        if (
+            state.completed == 0
+            and state.rejected >= min(20, max(1, state.planned))
+            and state.rejected == state.failed
+        ):
+            bad = next((r.error for r in state.records if r.status == "error"), "")
+            raise _Aborted(f"every request was rejected by the server: {bad}")
+        state.gate.set()
 
     def _cancel_stalled(self, state: _LevelState) -> None:
         # One sweep-wide check instead of aiohttp's per-read timer, which would be re-armed for
@@ -311,7 +331,7 @@ class _Sweep:
         self, session: aiohttp.ClientSession, conc: int, rate: float, specs: list[RequestSpec],
         level_id: str, bar: Any,
     ) -> tuple[_LevelState, float, float, list[float]]:
-        state = _LevelState()
+        state = _LevelState(planned=len(specs))
         t0 = time.time()
         deadline = t0 + self.duration if self.duration else None
         lags: list[float] = []
@@ -322,6 +342,8 @@ class _Sweep:
 
         async def worker() -> None:
             for spec in it:
+                if not state.gate.is_set():
+                    await state.gate.wait()
                 if deadline is not None and time.time() >= deadline:
                     return
                 await self._one(session, spec, conc, level_id, state)
@@ -343,6 +365,8 @@ class _Sweep:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 await sem.acquire()
+                if not state.gate.is_set():
+                    await state.gate.wait()
                 if deadline is not None and time.time() >= deadline:
                     sem.release()
                     return
@@ -380,6 +404,12 @@ class _Sweep:
                     break
                 if deadline is not None and time.time() >= deadline:
                     break
+            if aborted is None and (state.unchecked or (state.completed == 0 and state.rejected)):
+                # The level ended before the watchdog looked at its last failures.
+                try:
+                    await self._health_gate(session, state)
+                except _Aborted as exc:
+                    aborted = exc
         finally:
             for t in [*main, *tasks, watchdog, *helpers]:
                 t.cancel()
