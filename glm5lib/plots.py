@@ -109,9 +109,11 @@ def throughput_vs_concurrency(
         levels.extend(data["concurrency"].tolist())
         ax.plot(data["concurrency"], data[metric], marker="o", label=label, color=_colour(label, i))
         if annotate:
+            # alternate above/below per phase so labels at the same level do not overprint
+            offset = (0, 6) if i % 2 == 0 else (0, -13)
             for x, y in zip(data["concurrency"], data[metric], strict=True):
                 if pd.notna(y):
-                    ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(0, 6),
+                    ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=offset,
                                 ha="center", fontsize=8, color=_colour(label, i))
     _concurrency_axis(ax, levels)
     unit = "req/s" if metric == "request_throughput" else "tok/s"

@@ -1,0 +1,88 @@
+"""Strip volatile output from the workbook's notebooks before they are committed.
+
+Removes outputs and execution counts from every code cell except those whose first line is
+``# NBVAL_CHECK_OUTPUT`` (deterministic cells whose output nbval compares; their outputs are
+kept), the cells papermill injects (tag ``injected-parameters``), papermill's and Jupyter's
+per-run metadata, and widget state. Cell tags (``parameters``) are kept.
+
+    python scripts/strip_notebooks.py                 # strip notebooks/*.ipynb in place
+    python scripts/strip_notebooks.py --check         # exit 1 and list notebooks that need it (CI)
+    python scripts/strip_notebooks.py --from RUN_DIR  # take executed copies from a run folder,
+                                                      # strip them and write them to notebooks/
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+_NOTEBOOK_META_KEEP = ("kernelspec", "language_info")
+_CELL_META_DROP = ("execution", "papermill", "collapsed", "scrolled", "ExecuteTime")
+
+
+def checked(cell) -> bool:
+    return cell.cell_type == "code" and cell.source.lstrip().startswith(CHECK_MARK)
+
+
+def strip(nb):
+    """Return ``nb`` without volatile content (modifies it in place)."""
+    nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    for cell in nb.cells:
+        for key in _CELL_META_DROP:
+            cell.metadata.pop(key, None)
+        cell.pop("id", None)
+        if cell.cell_type != "code":
+            continue
+        cell.execution_count = None
+        if checked(cell):
+            for out in cell.outputs:
+                if "execution_count" in out:
+                    out["execution_count"] = None
+                out.pop("metadata", None) if out.get("output_type") == "stream" else None
+        else:
+            cell.outputs = []
+    nb.metadata = {k: v for k, v in nb.metadata.items() if k in _NOTEBOOK_META_KEEP}
+    nb.metadata["language_info"] = {"name": "python"}
+    nb.nbformat, nb.nbformat_minor = 4, 4
+    return nb
+
+
+def _text(nb) -> str:
+    return nbformat.writes(nb) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("paths", nargs="*", type=Path, help="notebooks (default: notebooks/*.ipynb)")
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if any notebook needs stripping")
+    parser.add_argument("--from", dest="source", type=Path, metavar="RUN_DIR",
+                        help="read executed copies of the notebooks from this run folder")
+    args = parser.parse_args(argv)
+    targets = args.paths or sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
+    dirty = []
+    for target in targets:
+        source = args.source / target.name if args.source else target
+        if not source.exists():
+            print(f"{source}: missing", file=sys.stderr)
+            return 2
+        original = target.read_text() if target.exists() else ""
+        nb = nbformat.read(source, as_version=4)
+        text = _text(strip(nb))
+        if text == original:
+            continue
+        dirty.append(target)
+        if not args.check:
+            target.write_text(text)
+    for target in dirty:
+        print(f"{'needs stripping' if args.check else 'stripped'}: {target}")
+    return 1 if (args.check and dirty) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
