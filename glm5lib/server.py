@@ -742,9 +742,9 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         config, backend=args.backend, log_path=args.log, ready_timeout=args.ready_timeout,
         port=args.port, extra_args=foreign, python=args.python,
     )
-    print(server.base_url, flush=True)
-    print(f"# pid {server.pid}, log {server.log_path}; Ctrl-C stops it", file=sys.stderr, flush=True)
     try:
+        print(server.base_url, flush=True)
+        print(f"# pid {server.pid}, log {server.log_path}; Ctrl-C stops it", file=sys.stderr, flush=True)
         code = server.wait()
     except KeyboardInterrupt:
         print("# stopping", file=sys.stderr, flush=True)
