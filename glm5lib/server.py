@@ -522,7 +522,10 @@ def launch(
         stderr=subprocess.STDOUT,
         env=child_env,
         start_new_session=True,  # its own process group: stop() signals the whole tree
-        preexec_fn=_set_parent_death_signal if sys.platform.startswith("linux") else None,
+        # PR_SET_PDEATHSIG fires when the launching *thread* ends, so only from the main thread
+        preexec_fn=_set_parent_death_signal
+        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
+        else None,
     )
     server = Server(
         process=process,

@@ -464,3 +464,16 @@ def test_sim_hang_after_keeps_process_alive_but_unhealthy(tmp_path):
         assert server.alive()
         assert not server.healthy(timeout=1.0)
         assert server.crash_cause() is None
+
+
+def test_server_launched_from_a_worker_thread_outlives_that_thread(fake_python, tmp_path):
+    holder = {}
+    worker = threading.Thread(target=lambda: holder.setdefault("s", _fake_launch(fake_python, tmp_path, "ready")))
+    worker.start()
+    worker.join(timeout=30)
+    server = holder["s"]
+    try:
+        time.sleep(0.5)  # a parent-death signal tied to the finished thread would have fired by now
+        assert server.alive() and server.healthy()
+    finally:
+        server.stop()
