@@ -6,7 +6,8 @@ Used by bench_loadgen.py to measure load-generator clients, not servers: a raw a
 with cumulative ``completion_tokens``, as SGLang does without --stream-output), ``POST
 /v1/completions`` (per-chunk ``usage`` when asked for continuous usage stats, final usage chunk
 when asked for include_usage), ``GET /health``, ``GET /v1/models``, ``GET /get_model_info`` and
-``GET /stats`` (per request: when it was received and when its first chunk was written, epoch s).
+``GET /stats`` (per request: when it was received and when its first and last chunks were
+written, epoch s; ``GET /stats/reset`` clears them).
 
     python benchmarks/stream_server.py --port 31000 [--token-delay 0.01 --first-delay 0.05]
 """
@@ -121,7 +122,9 @@ class Server:
                 if st.first:
                     st.first = False
                     self.stats[st.rid.decode()]["first_sent"] = time.time()
-                if st.k < st.n:
+                if st.k == st.n:
+                    self.stats[st.rid.decode()]["last_sent"] = time.time()
+                else:
                     if self.token_delay:
                         st.next_at = now + self.token_delay
                     keep.append(st)

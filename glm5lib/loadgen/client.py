@@ -10,6 +10,7 @@ event of a stream is parsed as JSON, once, for prompt tokens and the request id.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -248,6 +249,12 @@ async def stream_request(
                         toks.append(tok)
                         prev = tok
             rec.end = clock()
+            if done and not content.is_eof():
+                # Read the end of the chunked body so the connection goes back to the pool
+                # instead of being closed (a new connection per request costs handshakes).
+                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                    while await content.readany():
+                        pass
             if not times:
                 rec.error = "stream ended without any token chunk" + (
                     "" if done else " (no [DONE])"
