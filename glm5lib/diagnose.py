@@ -270,21 +270,15 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
 
 @functools.lru_cache(maxsize=1)
 def _config_defaults() -> dict[str, Any]:
-    """Every field's default from glm5lib.config's catalogue when available."""
+    """Every field's default, from glm5lib.config's flag catalogue when available."""
     defaults = dict(_FALLBACK_DEFAULTS)
     try:
-        from glm5lib.config import ServerConfig
+        from glm5lib.config import SGLANG_FLAGS
     except ImportError:
         return defaults
-    try:
-        cfg = ServerConfig()
-        for f in getattr(cfg, "__dataclass_fields__", {}) or {}:
-            defaults.setdefault(f, getattr(cfg, f, None))
-        full = cfg.to_dict() if hasattr(cfg, "to_dict") else {}
-        for k, v in full.items():
-            defaults.setdefault(k, v)
-    except Exception as exc:  # a config module mid-change must not break the diagnosis
-        logger.debug("ServerConfig defaults unavailable: %s", exc)
+    for name, spec in SGLANG_FLAGS.items():
+        if getattr(spec, "in_server_args", True):
+            defaults[name] = getattr(spec, "default", None)
     return defaults
 
 
@@ -354,17 +348,24 @@ def diff_configs(current: Any, reference: Any, hide_irrelevant: bool = False) ->
         cls = entry.get("impact", "unknown")
         if hide_irrelevant and cls == "none":
             continue
+        rationale = entry.get("rationale", "not in the impact table: check SGLang's documentation")
+        # None where SGLang's default is None means "chosen at start": the values may not differ.
+        auto = [side for side, v in (("current", a), ("reference", b)) if v is None]
+        automatic = bool(auto) and _config_defaults().get(field, None) is None
+        if automatic:
+            rationale += (
+                f" ({auto[0]}: None = chosen automatically at start, so the running values may agree;"
+                " compare the resolved value in that server's log)"
+            )
         rows.append(
             {
                 "field": field,
                 "current": _mask(field, a),
                 "reference": _mask(field, b),
                 "impact": cls,
-                "rationale": entry.get(
-                    "rationale", "not in the impact table: check SGLang's documentation"
-                ),
+                "rationale": rationale,
                 "flag": _flag_for(field),
-                "_order": (_IMPACT_ORDER[cls], -float(entry.get("weight", 0)), field),
+                "_order": (_IMPACT_ORDER[cls], automatic, -float(entry.get("weight", 0)), field),
             }
         )
     rows.sort(key=lambda r: r["_order"])
@@ -665,18 +666,27 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
 
 
 def rule_kv_capacity(ev: Evidence) -> list[Finding]:
-    """Token usage near 1 and/or retractions: the KV pool bounds concurrency."""
+    """Token usage near 1, requests held back below the cap, or retractions: KV bounds concurrency."""
     d = ev.active_decode()
     r = ev.retractions if ev.retractions is not None else _frame(["retracted_reqs"])
     if d.empty and r.empty:
         ev.skipped.append("kv_capacity: no decode lines or retractions")
         return []
     usage = _col(d, "token_usage")
+    running = _col(d, "running_req")
     full = usage >= 0.95
     n_retract = len(r)
     retracted = int(_col(r, "retracted_reqs").fillna(0).sum()) if n_retract else 0
     share_full = float(full.mean()) if len(d) else 0.0
-    if n_retract == 0 and (full.sum() < 3 or share_full < 0.05):
+    # The scheduler stops admitting before the pool is full (it reserves room for the tokens
+    # running requests will still generate), so requests queue below the cap at high usage.
+    cap, _ = ev.cap()
+    below_cap = running < (cap - max(1, math.floor(0.03 * cap))) if cap else running >= 0
+    held = (usage >= 0.85) & (_col(d, "queue_req").fillna(0) > 0) & below_cap
+    share_held = float(held.mean()) if len(d) else 0.0
+    full_signal = bool(full.sum() >= 3 and share_full >= 0.05)
+    held_signal = bool(held.sum() >= 3 and share_held >= 0.15)
+    if n_retract == 0 and not full_signal and not held_signal:
         return []
     parts = []
     if len(d) and usage.notna().any():
@@ -684,8 +694,13 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             f"token usage peaked at {float(usage.max()):.2f} and was >= 0.95 on {_pct(share_full)} of decode lines"
         )
         if full.any():
+            parts.append(f"#running-req there averaged {_num(float(running[full].mean()))}")
+        if held_signal:
             parts.append(
-                f"#running-req there averaged {_num(float(_col(d, 'running_req')[full].mean()))}"
+                f"on {_pct(share_held)} of decode lines requests queued (#queue-req averaging "
+                f"{_num(float(_col(d, 'queue_req')[held].mean()))}) at usage >= 0.85 while "
+                f"#running-req ({_num(float(running[held].mean()))} on average) stayed below the cap"
+                + (f" of {cap}" if cap else "")
             )
     if n_retract:
         parts.append(f"{n_retract} retraction events sent {retracted} requests back to the queue")
@@ -698,22 +713,24 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             supported = int(pool // ctx)
             text += f" holds about {supported} requests of {ctx:,.0f} tokens"
         parts.append(text)
-    cap, _ = ev.cap()
     mem = ev.arg("mem_fraction_static")
-    suggestion = "enlarge the KV pool: raise --mem-fraction-static"
+    suggestion = "to run more requests at once, enlarge the KV pool: raise --mem-fraction-static"
     suggestion += f" (now {mem})" if mem is not None else ""
     suggestion += ", use --kv-cache-dtype fp8_e4m3, or spread the model over more GPUs"
     if supported and cap and cap > supported:
         suggestion = (
-            f"--max-running-requests {cap} is above the ~{supported} requests the KV pool holds: "
-            f"lower it to about {supported} to avoid retraction churn, or " + suggestion
+            f"--max-running-requests {cap} is above the ~{supported} requests the KV pool holds, so the "
+            "pool, not the cap, sets concurrency"
+            + (" (and retractions waste work)" if n_retract else "")
+            + "; "
+            + suggestion
         )
     return [
         Finding(
-            finding="KV cache capacity: the token pool is full, requests are held back or retracted",
+            finding="KV cache capacity: the token pool bounds how many requests run at once",
             evidence="; ".join(parts),
             suggestion=suggestion,
-            confidence=0.85 if n_retract else 0.6,
+            confidence=0.85 if n_retract else (0.65 if full_signal else 0.55),
             rule="kv_capacity",
             severity=0.7,
             covers=("max_total_tokens", "mem_fraction_static", "kv_cache_dtype"),
@@ -1416,15 +1433,15 @@ def recommend_max_running_requests(
         reasons.append(f"the highest offered concurrency is {target_concurrency}")
     pred = cur = None
     if model is not None:
-        per_req = context_tokens / 2 if context_tokens else None
-        pred = float(model.throughput(value, None if per_req is None else value * per_req))
+        pred = float(model.throughput(value))
         if current_cap:
-            cur = float(
-                model.throughput(current_cap, None if per_req is None else current_cap * per_req)
-            )
+            # what the current cap actually lets run: bounded by the offered load and the pool
+            pool_holds = int(max_total_num_tokens // context_tokens) if kv_bound else None
+            now = min(c for c in (current_cap, target_concurrency, pool_holds) if c)
+            cur = float(model.throughput(now))
             reasons.append(
-                f"the decode model predicts {_num(pred)} tok/s at {value} running vs {_num(cur)} at {current_cap}"
-                f" (fit error {_pct(model.mape)})"
+                f"the decode model predicts {_num(pred)} tok/s with {value} running vs {_num(cur)} with "
+                f"{now} running now (fit error {_pct(model.mape)})"
             )
     return Recommendation(
         value,
@@ -1591,7 +1608,10 @@ class CapacityModel:
                 limits["kv"] = kv_limit
             by = min(limits, key=lambda k: (limits[k], list(limits).index(k)))
             batch = max(1, limits[by])
-            tokens = batch * (context_tokens / 2 if context_tokens else self.tokens_per_request)
+            per_req = self.tokens_per_request
+            if math.isnan(per_req) and context_tokens:
+                per_req = 0.75 * context_tokens  # prompt plus half the output, for similar lengths
+            tokens = batch * (0.0 if math.isnan(per_req) else per_req)
             step = float(self.step_ms(batch, tokens))
             thr = batch * 1000.0 / step
             rows.append(

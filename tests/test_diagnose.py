@@ -634,3 +634,69 @@ def test_cli_diff_and_diagnose(tmp_path, capsys):
     assert "1. load generator was the bottleneck" in out and "Not checked:" in out
     assert not (tmp_path / "findings.csv").exists()
     assert main(["diagnose", str(tmp_path / "missing")]) == 2
+
+
+def test_kv_capacity_fires_when_requests_queue_below_the_cap_at_high_usage():
+    ev = dg.Evidence(
+        decode=decode_frame([448] * 20, queue=400, usage=0.89),
+        startup={"max_running_requests": 2048, "max_total_num_tokens": 198_734},
+    )
+    out = dg.rule_kv_capacity(ev)
+    assert len(out) == 1
+    assert "on 100% of decode lines requests queued (#queue-req averaging 400)" in out[0].evidence
+    assert "below the cap of 2048" in out[0].evidence
+    # the same queue at the cap is the concurrency cap's signature, not KV's
+    at_cap = dg.Evidence(
+        decode=decode_frame([64] * 20, queue=400, usage=0.89), startup={"max_running_requests": 64}
+    )
+    assert dg.rule_kv_capacity(at_cap) == []
+
+
+# ------------------------------------------------------------------------------------------
+# the shipped K2-Thinking reference
+# ------------------------------------------------------------------------------------------
+
+
+def test_reference_log_matches_the_published_facts():
+    from glm5lib.logs import parse_bench_result, parse_log
+
+    ref = dg.reference_dir("k2-thinking")
+    log = parse_log(ref / "server.log")
+    assert log.skipped == 0 and log.ready_at is not None and log.errors.empty
+    args = log.server_args
+    assert args["model_path"] == "nvidia/Kimi-K2-Thinking-NVFP4" and args["tp_size"] == 8
+    assert args["max_running_requests"] == 2048 and args["attention_backend"] == "triton"
+    assert args["disable_cuda_graph"] is True and args["page_size"] == 1
+    assert args["moe_runner_backend"] == "auto" and args["fp4_gemm_runner_backend"] == "auto"
+    assert args["enable_flashinfer_allreduce_fusion"] is False
+    assert log.decode["gen_throughput"].max() == pytest.approx(5816.3)
+    assert not log.decode["cuda_graph"].astype(bool).any()
+    assert log.startup["max_total_num_tokens"] == 198_734
+    jsonl = parse_bench_result(ref / "bench_results.jsonl")
+    printed = parse_bench_result(ref / "bench_results.txt")
+    assert list(jsonl["max_concurrency"]) == [64, 128, 256, 512, 1024]
+    assert list(printed["output_throughput"]) == pytest.approx(
+        list(jsonl["output_throughput"]), abs=0.01
+    )
+    sweep = pd.read_csv(ref / "sweep.csv")
+    assert list(sweep["output_throughput"]) == list(jsonl["output_throughput"])
+    assert "reconstruct" in (ref / "README.md").read_text().lower()
+
+
+def test_reference_diff_of_glm5_baseline_puts_the_cap_first():
+    diff = dg.diff_configs("glm5-baseline", "k2-thinking", hide_irrelevant=True)
+    order = list(diff["field"])
+    assert order[0] == "max_running_requests"
+    assert order.index("attention_backend") < order.index("enable_flashinfer_allreduce_fusion")
+    assert order.index("disable_cuda_graph") < order.index("page_size")
+    # "None = automatic" differences rank after definite ones of the same class
+    high = diff[diff["impact"] == "high"]
+    assert list(high["field"]).index("mem_fraction_static") > list(high["field"]).index(
+        "disable_cuda_graph"
+    )
+
+
+def test_reference_run_is_kv_bound_not_capped():
+    frame = dg.diagnose(dg.reference_dir("k2-thinking"), write=False)
+    assert "concurrency_cap" not in set(frame["rule"])
+    assert frame.iloc[0]["rule"] == "kv_capacity"
