@@ -59,7 +59,7 @@ def _access_logger(log: LogWriter) -> type[AbstractAccessLogger]:
 
     class UvicornStyle(AbstractAccessLogger):
         def log(self, request: web.BaseRequest, response: web.StreamResponse, time: float) -> None:
-            peer = request.transport.get_extra_info("peername") if request.transport else None
+            peer = request.get("peer")
             host, port = (peer[0], peer[1]) if peer else ("-", 0)
             status = response.status
             log.raw(
@@ -246,6 +246,8 @@ class StandinServer:
     async def _middleware(self, request: web.Request, handler):
         if self.hang.is_set():
             await asyncio.Event().wait()
+        if request.transport is not None:
+            request["peer"] = request.transport.get_extra_info("peername")
         path = request.path
         if self.api_key and not (
             request.method == "OPTIONS"
@@ -477,34 +479,14 @@ class StandinServer:
                 raise
             return web.Response(body=self._native_json(req, True).encode(),
                                 content_type="application/json")
-        resp = web.StreamResponse(headers=_SSE_HEADERS)
-        await resp.prepare(request)
-        sent = 0
-        try:
-            if req.max_new == 0:
-                await self._run_req(req)
+        def render(req: Req, sent: int, final: bool) -> bytes:
+            if self.incremental:
+                payload = self._native_json_delta(req, sent, final)
             else:
-                self.sched.submit(req)
-            while True:
-                if not req.finished:
-                    await req.event.wait()
-                    req.event.clear()
-                final = req.finished
-                if self.incremental:
-                    payload = self._native_json_delta(req, sent, final)
-                    sent = req.gen
-                else:
-                    payload = self._native_json(req, final)
-                await resp.write(b"data: " + payload.encode() + b"\n\n")
-                if req.first_chunk_sent is None and req.gen:
-                    req.first_chunk_sent = time.time()
-                if final:
-                    break
-            await resp.write(_DONE)
-        except (ConnectionError, asyncio.CancelledError):
-            self._abort(req)
-            raise
-        return resp
+                payload = self._native_json(req, final)
+            return b"data: " + payload.encode() + b"\n\n"
+
+        return await self._stream(request, req, render, tail=())
 
     async def _generate_batch(self, body: dict[str, Any], params: dict[str, Any]) -> web.Response:
         """A batch of prompts (``text`` or ``input_ids`` as lists): one output per prompt, in order."""
@@ -613,54 +595,103 @@ class StandinServer:
             out = head + f'"choices": [{choice}], "usage": {self._usage(req)}}}'
             return web.Response(body=out.encode(), content_type="application/json")
 
-        resp = web.StreamResponse(headers=_SSE_HEADERS)
-        await resp.prepare(request)
-        sent = 0
-        try:
+        def render(req: Req, sent: int, final: bool) -> bytes:
+            delta = self.text.text(req.offset + sent, req.offset + req.gen)
+            fr, matched = self._oai_finish(req) if final else ("null", "null")
+            usage = self._usage(req) if continuous else "null"
             if chat:
-                first = (head + '"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, '
-                         '"logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null}')
+                choice = (f'{{"index": 0, "delta": {{"role": null, "content": "{delta}"}}, '
+                          f'"logprobs": null, "finish_reason": {fr}, "matched_stop": {matched}}}')
+            else:
+                choice = (f'{{"index": 0, "text": "{delta}", "logprobs": null, '
+                          f'"finish_reason": {fr}, "matched_stop": {matched}}}')
+            return b"data: " + (head + f'"choices": [{choice}], "usage": {usage}}}').encode() + b"\n\n"
+
+        first = None
+        if chat:
+            first = (head + '"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, '
+                     '"logprobs": null, "finish_reason": null, "matched_stop": null}], "usage": null}')
+        tail: tuple = ()
+        if include_usage:
+            tail = (lambda r: head + f'"choices": [], "usage": {self._usage(r)}}}',)
+        return await self._stream(request, req, render, tail=tail, first=first)
+
+    async def _stream(self, request: web.Request, req: Req, render, tail: tuple = (),
+                      first: str | None = None) -> web.StreamResponse:
+        """Stream a request as SSE: ``render(req, sent, final)`` makes one event.
+
+        The first chunk goes through aiohttp (which sends the headers with it); after that, on
+        HTTP/1.1, the scheduler writes each step's chunks straight to the socket through
+        ``req.sink`` (no task wake-up per token). A client that reads too slowly has
+        intermediate chunks merged: the next chunk carries everything since the last one sent.
+        """
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        fast = request.version >= (1, 1) and request.transport is not None
+        if fast:
+            resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            wrote = False
+            if first is not None:
                 await resp.write(b"data: " + first.encode() + b"\n\n")
+                wrote = True
             if req.max_new == 0:
                 await self._run_req(req)
             else:
+                if fast and wrote:
+                    req.sink = self._make_sink(request.transport, render)
                 self.sched.submit(req)
             while True:
-                if not req.finished:
+                if not (req.finished or req.aborted):
                     await req.event.wait()
                     req.event.clear()
-                final = req.finished
-                n = req.gen
-                if n == sent and not final:
-                    continue
-                delta = self.text.text(req.offset + sent, req.offset + n)
-                sent = n
-                if final:
-                    fr, matched = self._oai_finish(req)
-                else:
-                    fr, matched = "null", "null"
-                usage = self._usage(req) if continuous else "null"
-                if chat:
-                    choice = (f'{{"index": 0, "delta": {{"role": null, "content": "{delta}"}}, '
-                              f'"logprobs": null, "finish_reason": {fr}, "matched_stop": {matched}}}')
-                else:
-                    choice = (f'{{"index": 0, "text": "{delta}", "logprobs": null, '
-                              f'"finish_reason": {fr}, "matched_stop": {matched}}}')
-                await resp.write(
-                    b"data: " + (head + f'"choices": [{choice}], "usage": {usage}}}').encode() + b"\n\n"
-                )
-                if req.first_chunk_sent is None and req.gen:
-                    req.first_chunk_sent = time.time()
-                if final:
+                if req.aborted:
+                    return resp
+                if req.gen > req.sent or (req.finished and not req.final_sent):
+                    final = req.finished
+                    chunk = render(req, req.sent, final)
+                    req.sent = req.gen
+                    req.final_sent = final
+                    await resp.write(chunk)
+                    if req.first_chunk_sent is None and req.gen:
+                        req.first_chunk_sent = time.time()
+                if req.finished:
                     break
-            if include_usage:
-                tail = head + f'"choices": [], "usage": {self._usage(req)}}}'
-                await resp.write(b"data: " + tail.encode() + b"\n\n")
+                if fast and req.sink is None:
+                    req.sink = self._make_sink(request.transport, render)
+            for make in tail:
+                await resp.write(b"data: " + make(req).encode() + b"\n\n")
             await resp.write(_DONE)
-        except (ConnectionError, asyncio.CancelledError):
+        except ConnectionError:
+            # The client went away: drop the request quietly, as SGLang aborts it.
+            self._abort(req)
+        except asyncio.CancelledError:
             self._abort(req)
             raise
         return resp
+
+    def _make_sink(self, transport: asyncio.Transport, render):
+        """The per-step writer the scheduler calls for a streaming request (see ``_stream``)."""
+        limit = 1 << 20
+
+        def sink(req: Req) -> None:
+            if transport.is_closing():
+                req.sink = None
+                self._abort(req)
+                req.event.set()
+                return
+            final = req.finished
+            if not final and transport.get_write_buffer_size() > limit:
+                return
+            data = render(req, req.sent, final)
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+            req.sent = req.gen
+            if req.first_chunk_sent is None:
+                req.first_chunk_sent = time.time()
+            if final:
+                req.final_sent = True
+
+        return sink
 
     # -- start-up -------------------------------------------------------------------------------------
     async def _startup(self) -> bool:

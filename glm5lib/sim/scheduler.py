@@ -39,6 +39,8 @@ MIN_NEW_TOKEN_RATIO = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 CLIP_MAX_NEW_TOKENS = 4096
 RETRACT_DECODE_STEPS = 20
+# A step that starts this soon (seconds) after the previous one ended continues its timeline.
+_TIMELINE_SLACK = 0.25
 
 TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 120, 160)
 ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040,
@@ -81,6 +83,7 @@ class Req:
         "arrival",
         "cached",
         "event",
+        "final_sent",
         "finish_reason",
         "finish_time",
         "finished",
@@ -95,6 +98,8 @@ class Req:
         "prompt_len",
         "retractions",
         "rid",
+        "sent",
+        "sink",
         "stop_at",
         "stream",
         "stream_every",
@@ -134,6 +139,11 @@ class Req:
         self.first_chunk_sent: float | None = None
         self.finish_time: float | None = None
         self.event = asyncio.Event()
+        # Streaming: tokens already written to the client, whether the final chunk went out,
+        # and the HTTP layer's direct writer (None = wake the handler through ``event``).
+        self.sent = 0
+        self.final_sent = False
+        self.sink: Callable[[Req], None] | None = None
 
     def record(self) -> dict:
         """The request's timeline as served (epoch seconds), for /sim/requests."""
@@ -218,6 +228,7 @@ class SimScheduler:
         self.step_power_w = 0.0  # per GPU, during the current step
         self.step_gen_rate = 0.0  # generated tok/s during the current step
         self.step_end_time = 0.0
+        self._t_next = -1e9
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
@@ -290,6 +301,7 @@ class SimScheduler:
                 continue
             # Nothing to do: reset the ratio like SGLang does on an empty batch, then sleep.
             self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+            self._t_next = -1e9  # the next step starts a new timeline
             self._wake.clear()
             if self.waiting and not self._can_admit_ever(self.waiting[0]):
                 self._reject(self.waiting.popleft())
@@ -300,12 +312,18 @@ class SimScheduler:
                 await self._wake.wait()
 
     async def _sleep(self, seconds: float, loop: asyncio.AbstractEventLoop) -> None:
-        self.step_end_time = time.monotonic() + seconds
+        """Wait for one modelled step, on a timeline: back-to-back steps start where the last
+        one ended, so the CPU time spent handing out tokens between steps (as SGLang's overlap
+        scheduler does while the GPU runs) does not lengthen the modelled step."""
+        now = time.monotonic()
+        start = self._t_next if 0.0 <= now - self._t_next < _TIMELINE_SLACK else now
+        self._t_next = start + seconds
+        self.step_end_time = self._t_next
         self.busy_time += seconds
         if self.s.zero_delay:
             await asyncio.sleep(0)
             return
-        await asyncio.sleep(seconds)
+        await asyncio.sleep(max(0.0, self._t_next - now))
 
     def _drop_aborted(self) -> None:
         if any(r.aborted for r in self.running):
@@ -445,7 +463,10 @@ class SimScheduler:
         if r.gen >= r.stop_at:
             self._finish(r, now)
         elif r.stream and (r.gen == 1 or r.gen % r.stream_every == 0):
-            r.event.set()
+            if r.sink is not None:
+                r.sink(r)
+            else:
+                r.event.set()
 
     def _finish(self, r: Req, now: float) -> None:
         r.finished = True
@@ -454,6 +475,8 @@ class SimScheduler:
         self.finished_total += 1
         self.e2e.observe(now - r.arrival)
         self.recent.append(r)
+        if r.sink is not None:
+            r.sink(r)
         r.event.set()
         if self.on_finish is not None:
             self.on_finish(r)
