@@ -80,7 +80,7 @@ _SECRET_VALUE_RE = re.compile(
     r"|xox[abpr]-[A-Za-z0-9-]{10,}|Bearer\s+\S+|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]+\.[A-Za-z0-9_-]*)$"
 )
 _SECRET_IN_TEXT_RE = re.compile(
-    r"(?P<key>\b(?:[a-z_]*api_key|[a-z_]*_token|token|secret|password)\s*[=:]\s*)"
+    r"(?P<key>\b(?:[a-z_]*api_key|hf_token|access_token|auth_token|api_token|secret_key|secret|password)\s*[=:]\s*)"
     r"(?P<q>['\"]?)(?P<val>(?!None\b)[^'\",\s)]+)(?P=q)",
     re.IGNORECASE,
 )
@@ -260,6 +260,10 @@ _PREFIX_RE = re.compile(
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.<>-]+:\d+: )?"
 )
 _GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
+# "[TP0] message": a prefix whose time was trimmed away when pasted.
+_RANK_ONLY_PREFIX_RE = re.compile(r"\[([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*)\] ")
+# "2026-05-24 03:51:44 TP0] message": a prefix whose "[" was cut off when pasted.
+_CUT_PREFIX_RE = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ")
 _GLUED_SEARCH_RE = re.compile(r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] ")
 _UVICORN_RE = re.compile(
     r'^(?:INFO|WARNING|ERROR):\s+(\S+?):(\d+) - "(\w+) (\S+) [^"]*" (\d{3})'
@@ -408,8 +412,7 @@ def _column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - 
     if name is None:
         name = _KEY_MAP.get(key)
         if name is None:
-            name = re.sub(r"[^0-9a-zA-Z]+", "_", key.replace("#", "num_").replace("%", "pct")).strip("_").lower()
-            name = re.sub(r"^num_num_", "num_", name) or "value"
+            name = re.sub(r"[^0-9a-zA-Z]+", "_", key.replace("%", "pct")).strip("_").lower() or "value"
         _cache[key] = name
     return name
 
@@ -566,14 +569,15 @@ class ServerLog:
     skipped_examples: list[str] = field(default_factory=list)
     standin: str | None = None
     standin_path: str | None = None
+    became_ready: bool = False
     lines: int = 0
     first_time: pd.Timestamp | None = None
     last_time: pd.Timestamp | None = None
 
     @property
     def ready(self) -> bool:
-        """True when the log says the server became ready."""
-        return self.ready_at is not None
+        """True when the log says the server became ready (even if that line had no time)."""
+        return self.became_ready or self.ready_at is not None
 
     @property
     def fatal(self) -> bool:
@@ -665,6 +669,7 @@ class _Parser:
         self._args_buffer: str | None = None
         self.startup: dict[str, Any] = {}
         self.ready_at: str | None = None
+        self.became_ready = False
         self.standin: str | None = None
         self.standin_path: str | None = None
         self.first_time: str | None = None
@@ -819,7 +824,16 @@ class _Parser:
                 return
             g = _GPU_PREFIX_RE.match(line)
             if g is not None:
-                self._message(line[g.end() :], self.last_time_str or self._stamp(None, "00:00:00"), f"TP{g.group(1)}", line, cut)
+                self._message(line[g.end() :], self.last_time_str, f"TP{g.group(1)}", line, cut)
+                return
+            g = _RANK_ONLY_PREFIX_RE.match(line)
+            if g is not None:
+                self._message(line[g.end() :], self.last_time_str, g.group(1), line, cut)
+                return
+        elif line[0].isdigit():
+            m = _CUT_PREFIX_RE.match(line)
+            if m is not None:
+                self._message(line[m.end() :], self._stamp(m.group(1), m.group(2)), m.group(3).strip(), line, cut)
                 return
         self._unprefixed(line, cut)
 
@@ -863,10 +877,11 @@ class _Parser:
                 self.standin, self.standin_path = sm.group(1), sm.group(2)
             return
         if "ready to roll" in msg:
+            self.became_ready = True
             if self.ready_at is None:
                 self.ready_at = stamp
             return
-        self._startup(msg, rank)
+        self._startup(msg, rank, cut)
 
     def _unprefixed(self, line: str, cut: bool) -> None:
         if self._open_blocks:
@@ -877,7 +892,7 @@ class _Parser:
                 return
         stripped = line.strip()
         if stripped.startswith(_TRACEBACK) or stripped.startswith("Traceback"):
-            self._open_block(None, self.last_time_str or self._stamp(None, "00:00:00"), "", stripped)
+            self._open_block(None, self.last_time_str, "", stripped)
             return
         um = _UVICORN_RE.match(line)
         if um is not None:
@@ -900,12 +915,21 @@ class _Parser:
             return
         if _TQDM_RE.search(line) or stripped.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:")):
             return
+        if stripped.startswith("#running-req:"):
+            # The earliest 2024 builds logged decode stats without a "Decode batch" head.
+            self._message("Decode batch. " + stripped, self.last_time_str, "", line, cut)
+            return
         # A bare scheduler or startup line (some wrappers drop the prefix).
-        if stripped.startswith(("Decode batch", "Prefill batch", "KV cache pool is full", "server_args=", "Load weight", "KV Cache is allocated", "Capture ", "max_total_num_tokens=", "The server is fired up")):
-            self._message(stripped, self.last_time_str or self._stamp(None, "00:00:00"), "", line, cut)
+        if stripped.startswith('File "') or stripped.startswith("File '"):
+            # A traceback pasted without its first line.
+            self._open_block(None, self.last_time_str, "", stripped)
+            self._block_body_started = True
+            return
+        if stripped.startswith(("Decode batch", "Prefill batch", "new fill batch", "KV cache pool is full", "server_args=", "Load weight", "KV Cache is allocated", "Capture ", "max_total_num_tokens=", "The server is fired up")):
+            self._message(stripped, self.last_time_str, "", line, cut)
             return
         if "glm5lib stand-in server" in line:
-            self._message(stripped, self.last_time_str or self._stamp(None, "00:00:00"), "", line, cut)
+            self._message(stripped, self.last_time_str, "", line, cut)
             return
         self._skip(line)
 
@@ -1103,7 +1127,7 @@ class _Parser:
             self._args_buffer = None
 
     # ---- startup facts
-    def _startup(self, msg: str, rank: str) -> None:
+    def _startup(self, msg: str, rank: str, cut: bool = False) -> None:
         s = self.startup
         first_rank = not rank or rank.endswith("TP0") or "TP" not in rank
         if msg.startswith("Load weight begin"):
@@ -1174,7 +1198,10 @@ class _Parser:
         if msg.startswith("max_total_num_tokens="):
             if "max_total_num_tokens" in s and not first_rank:
                 return
-            for name, val in _kv_pairs(msg).items():
+            pairs = list(_kv_pairs(msg).items())
+            if cut and pairs:
+                pairs.pop()  # the last value of a cut-off line may itself be cut
+            for name, val in pairs:
                 s[name] = val
             return
         if msg.startswith("Init torch distributed ends"):
@@ -1236,6 +1263,7 @@ class _Parser:
             skipped_examples=list(self.skipped_examples),
             standin=self.standin,
             standin_path=self.standin_path,
+            became_ready=self.became_ready,
             lines=self.lines,
             first_time=pd.Timestamp(self.first_time) if self.first_time else None,
             last_time=pd.Timestamp(self.last_time_str) if self.last_time_str else None,
@@ -1268,6 +1296,8 @@ class _Parser:
         if not parts:
             frame = pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in base})
         else:
+            # Extra columns appear in the order the log first shows them, whichever path read them.
+            parts.sort(key=lambda f: int(f["_order"].min()))
             frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
             if len(parts) > 1:
                 frame = frame.sort_values("_order", kind="stable", ignore_index=True)
@@ -1275,7 +1305,7 @@ class _Parser:
             if "iter" in frame.columns and frame["iter"].isna().all():
                 frame = frame.drop(columns="iter")
             frame["time"] = _to_timestamps(frame["time"])
-            if kind == "decode":
+            if kind in ("decode", "prefill"):
                 _fill_hybrid(frame)
             for c in columns:
                 if c not in frame.columns:
@@ -1326,7 +1356,8 @@ def _block_row(block: dict[str, Any]) -> dict[str, Any]:
             message = ln.strip()
             break
     if not message:
-        message = next((ln.strip() for ln in reversed(lines) if ln.strip()), "")
+        # No exception line (the traceback was cut off): the head says most.
+        message = next((ln.strip() for ln in lines if ln.strip()), "")
     kind = _classify_block(text)
     if kind == "other" and block.get("head"):
         kind = block["head"]
@@ -1336,10 +1367,10 @@ def _block_row(block: dict[str, Any]) -> dict[str, Any]:
 def _fill_hybrid(frame: pd.DataFrame) -> None:
     """Hybrid (SWA / mamba) models log per-pool counts; fill the common columns as SGLang's
     metrics do: the fuller pool counts."""
-    if "full_token" not in frame.columns:
-        return
     for col, parts in (("num_token", ("full_token", "swa_token")), ("token_usage", ("full_token_usage", "swa_token_usage"))):
         present = [p for p in parts if p in frame.columns]
+        if not present:
+            continue
         filled = frame[present].max(axis=1)
         frame[col] = filled if col not in frame.columns else frame[col].fillna(filled)
 
@@ -1394,7 +1425,7 @@ def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
                 return path.read_bytes().decode("utf-8", errors="replace")
         except OSError:
             pass
-        if path.suffix in (".log", ".txt", ".out", ".jsonl", ".json") or os.sep in path_or_text:
+        if path.suffix in (".log", ".txt", ".out", ".jsonl", ".json") and not any(c.isspace() for c in path_or_text):
             raise FileNotFoundError(f"server log {path_or_text!r} does not exist (pass a path or the log text)")
     return path_or_text
 
@@ -1639,11 +1670,13 @@ def _bench_block(lines: list[str], i: int) -> tuple[dict[str, Any], int]:
         if set(raw) == {"="}:
             i += 1
             break
+        if _BENCH_HEADER_RE.match(raw) or raw.startswith(("{", "[")):
+            break  # the next block or a JSON record: this block was cut off
         if raw.startswith("-") or raw.startswith("="):
             i += 1
             continue
         label, sep, value = raw.partition(":")
-        if not sep:
+        if not sep or len(label) > 60:
             break
         label = label.strip().lower()
         labels_seen.add(label)
@@ -1670,6 +1703,10 @@ def _bench_block(lines: list[str], i: int) -> tuple[dict[str, Any], int]:
 
 
 def _bench_value(value: str) -> Any:
+    # Keep the number when a pasted block carries a note after it ("0   <<< new line").
+    first = value.split(maxsplit=1)[0] if value.strip() else value
+    if first != value and first[:1].isdigit():
+        value = first
     if value in ("inf", "Inf"):
         return math.inf
     if value in ("None", "none", "N/A"):
@@ -1737,7 +1774,11 @@ def _summary(slog: ServerLog) -> dict[str, Any]:
     }
     d = slog.decode
     if not d.empty:
-        busy = d[d["running_req"] > 0] if "running_req" in d.columns else d
+        # Mangled logs can leave text in a numeric column: statistics skip it.
+        d = d.copy()
+        for col in ("running_req", "queue_req", "token_usage", "gen_throughput"):
+            d[col] = pd.to_numeric(d[col], errors="coerce")
+        busy = d[d["running_req"] > 0]
         out["decode"] = {
             "rows": len(d),
             "max_running_req": _num(d["running_req"].max()),
@@ -1746,7 +1787,7 @@ def _summary(slog: ServerLog) -> dict[str, Any]:
             "max_token_usage": _num(d["token_usage"].max()),
             "max_gen_throughput": _num(d["gen_throughput"].max()),
             "mean_gen_throughput_busy": _num(busy["gen_throughput"].mean()) if not busy.empty else None,
-            "cuda_graph_share": _num(d["cuda_graph"].astype("float").mean()) if d["cuda_graph"].notna().any() else None,
+            "cuda_graph_share": _num(pd.to_numeric(d["cuda_graph"], errors="coerce").mean()),
         }
         cap = slog.startup.get("max_running_requests", slog.server_args.get("max_running_requests"))
         if isinstance(cap, int) and cap > 0:
@@ -1756,7 +1797,9 @@ def _summary(slog: ServerLog) -> dict[str, Any]:
     out["prefill"] = {"rows": len(slog.prefill)}
     out["retractions"] = {
         "rows": len(slog.retractions),
-        "retracted_reqs": _num(slog.retractions["retracted_reqs"].sum()) if not slog.retractions.empty else 0,
+        "retracted_reqs": _num(pd.to_numeric(slog.retractions["retracted_reqs"], errors="coerce").sum())
+        if not slog.retractions.empty
+        else 0,
     }
     out["errors"] = [
         {"time": _iso(r.time), "rank": r.rank, "kind": r.kind, "message": r.message}
