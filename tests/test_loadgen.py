@@ -368,6 +368,47 @@ def test_against_the_stand_in_server(tmp_path):
             assert all(r["prompt_tokens"] and r["output_tokens"] == 8 for r in recs)
 
 
+def _launch_standin(*faults: str):
+    server = pytest.importorskip("glm5lib.server")
+    pytest.importorskip("glm5lib.sim")
+    extra = [a for f in faults for a in ("--sim-fault", f)]
+    return server.launch(["--max-running-requests", "4"], backend="sim", extra_args=extra, ready_timeout=60)
+
+
+def test_stand_in_nan_crash_stops_the_sweep_with_its_fatal_lines(tmp_path):
+    from glm5lib.errors import SweepAbortedError
+
+    srv = _launch_standin("nan-after=10")
+    try:
+        with pytest.raises(SweepAbortedError) as info:
+            _sweep(srv.base_url, [2, 4], requests_per_level=8, output_len=8, input_len=32,
+                   run_dir=tmp_path, server=srv, health_interval=0.2)
+    finally:
+        srv.stop()
+    err = info.value
+    assert err.level == 4 and err.completed_levels == [2]
+    assert any("NaN" in line for line in err.log_lines), err.log_lines
+    from glm5lib.loadgen import load_sweep
+
+    assert list(load_sweep(tmp_path)["concurrency"]) == [2]
+
+
+def test_stand_in_that_hangs_is_reported_as_hung(tmp_path):
+    from glm5lib.errors import SweepAbortedError
+
+    srv = _launch_standin("hang-after=2")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(SweepAbortedError, match=r"did not answer within 0\.5 s") as info:
+            _sweep(srv.base_url, [2], requests_per_level=8, output_len=8, input_len=32, server=srv,
+                   health_interval=0.2, health_timeout=0.5, read_timeout=1.0)
+        assert time.monotonic() - t0 < 15
+        assert srv.alive()  # hung, not dead
+    finally:
+        srv.stop()
+    assert info.value.level == 2
+
+
 # ------------------------------------------------------------------ the test server ----------
 def _serve(port: int, die_after: int | None) -> None:  # pragma: no cover - runs in a child process
     from aiohttp import web

@@ -222,21 +222,36 @@ class _Sweep:
     async def _check_alive(self, session: aiohttp.ClientSession) -> tuple[bool, str, list[str]]:
         """(alive, why not, fatal log lines)."""
         if self.server is not None:
+            log_path = getattr(self.server, "log_path", None)
+            where = f" (log: {log_path})" if log_path else ""
             alive = await asyncio.to_thread(self.server.alive)
+            why = f"the server process is gone{where}"
             if alive:
-                return True, "", []
+                healthy = getattr(self.server, "healthy", None)
+                if healthy is None:
+                    return True, "", []
+                for attempt in range(3):
+                    try:
+                        if await asyncio.to_thread(healthy, self.health_timeout):
+                            return True, "", []
+                    except Exception as exc:  # a health probe that raises counts as a failed one
+                        log.debug("health probe raised %r", exc)
+                    if attempt < 2:
+                        await asyncio.sleep(0.5)
+                why = (
+                    f"the server process is running but /health did not answer within "
+                    f"{self.health_timeout:g} s (3 tries): hung{where}"
+                )
             lines: list[str] = []
             with contextlib.suppress(Exception):
                 lines = list(await asyncio.to_thread(self.server.fatal_lines))
-            log_path = getattr(self.server, "log_path", None)
-            where = f" (log: {log_path})" if log_path else ""
-            return False, f"the server process is gone or unhealthy{where}", lines
+            return False, why, lines
         failures = []
         for attempt in range(3):
             try:
                 async with session.get(
                     self.base_url + "/health", headers=self.headers,
-                    timeout=aiohttp.ClientTimeout(total=5.0),
+                    timeout=aiohttp.ClientTimeout(total=self.health_timeout),
                 ) as resp:
                     if resp.status < 500:
                         return True, "", []
@@ -643,6 +658,7 @@ def _make(
     extra_body: dict[str, Any] | None = None,
     read_timeout: float = 300.0,
     health_interval: float = 2.0,
+    health_timeout: float = 5.0,
 ) -> _Sweep:
     if api not in API_PATHS:
         raise ConfigError(f"api {api!r} is not valid", field="api", valid=list(API_PATHS))
@@ -674,7 +690,7 @@ def _make(
         rate=rate, run_dir=run_dir, api_key=api_key, seed=seed, server=server, progress=progress,
         callback=callback, resume=resume, token_ids=token_ids, ignore_eos=ignore_eos,
         temperature=temperature, extra_body=extra_body, read_timeout=read_timeout,
-        health_interval=health_interval,
+        health_interval=health_interval, health_timeout=health_timeout,
     )
 
 
@@ -710,7 +726,8 @@ def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) 
     ``callback`` (called with event dicts: level_start, progress, level_done, aborted),
     ``resume`` (skip levels already in sweep.csv), ``token_ids`` (random prompts as token ids;
     default for generate/completions), ``ignore_eos``, ``temperature``, ``extra_body``,
-    ``read_timeout`` (seconds without data before a request fails), ``health_interval``.
+    ``read_timeout`` (seconds without data before a request fails), ``health_interval`` (seconds
+    between health checks), ``health_timeout`` (seconds a /health probe may take).
 
     Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
     the server dies, and :class:`ConfigError` for bad arguments.
