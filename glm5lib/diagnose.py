@@ -781,6 +781,95 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
     ]
 
 
+def rule_saturation(ev: Evidence) -> list[Finding]:
+    """Throughput stopped growing with offered load though neither the cap nor KV was the limit.
+
+    The capacity model then says where the decode step's time goes: a large fixed part per step
+    (launches, all-reduce latency, scheduling) or a large part per running request (kernels).
+    """
+    s = ev.sweep_sorted()
+    if len(s) < 2 or "output_throughput" not in s:
+        ev.skipped.append("saturation: needs a sweep of at least two levels")
+        return []
+    thr = _col(s, "output_throughput")
+    conc = s["concurrency"]
+    hit = None
+    for i in range(len(s) - 1, 0, -1):
+        for j in range(i - 1, -1, -1):
+            if conc[i] >= 1.8 * conc[j]:
+                if thr[i] < 1.15 * thr[j]:
+                    hit = (j, i)
+                break
+        if hit:
+            break
+    if hit is None:
+        return []
+    j, i = hit
+    d = ev.active_decode()
+    cap, _ = ev.cap()
+    if not d.empty:
+        running = _col(d, "running_req")
+        queued = _col(d, "queue_req").fillna(0) > 0
+        if cap and float(((running >= cap - math.floor(0.03 * cap)) & queued).mean()) >= 0.2:
+            return []  # the concurrency cap explains it
+        if float(((_col(d, "token_usage") >= 0.85) & queued).mean()) >= 0.15:
+            return []  # the KV pool explains it
+    parts = [
+        f"from concurrency {int(conc[j])} to {int(conc[i])} output throughput moved only "
+        f"{_num(float(thr[j]))} -> {_num(float(thr[i]))} tok/s"
+    ]
+    if d.empty:
+        parts.append(
+            "no decode lines, so a running-request cap or a full KV pool could not be ruled out"
+        )
+    else:
+        parts.append(
+            f"#running-req reached {int(_col(d, 'running_req').max())}"
+            + (f" of a cap of {cap}" if cap else "")
+            + f", token usage at most {float(_col(d, 'token_usage').max()):.2f}"
+        )
+    suggestion = (
+        "the server is saturated below its cap and KV limits: the decode step itself is the limit; "
+        "profile one decode step (torch profiler / nsys) to split it into attention, MoE GEMMs, "
+        "all-reduce and scheduling"
+    )
+    try:
+        model = CapacityModel.fit(ev.decode)
+    except DiagnosisError:
+        model = None
+    if model is not None and model.per_request_ms > 0:
+        b = int(_col(d, "running_req").max())
+        step = float(model.step_ms(b))
+        fixed = model.intercept_ms / step if step > 0 else 0.0
+        parts.append(
+            f"{model.describe()}: at {b} running the fixed part is {_pct(fixed)} of a {step:.1f} ms step, "
+            f"and throughput cannot pass ~{_num(1000.0 / model.per_request_ms)} tok/s however many run"
+        )
+        if fixed >= 0.5:
+            suggestion = (
+                "most of each decode step does not depend on the batch: per-step overhead (kernel "
+                "launches without CUDA graphs, all-reduce latency over PCIe without P2P, scheduler CPU "
+                "time); try CUDA graphs at these batch sizes, GPU P2P for the custom all-reduce, and "
+                "check the overlap scheduler is on; " + suggestion.split(": ", 1)[1]
+            )
+        else:
+            suggestion = (
+                "most of each decode step grows with the batch: the kernels are the limit (MoE GEMMs, "
+                "attention, FP4 GEMM tactics); try other --moe-runner-backend / --attention-backend "
+                "choices, FlashInfer autotuning, fp8 KV cache; " + suggestion.split(": ", 1)[1]
+            )
+    return [
+        Finding(
+            finding="throughput saturated: more concurrent requests no longer help",
+            evidence="; ".join(parts),
+            suggestion=suggestion,
+            confidence=0.6 if not d.empty else 0.35,
+            rule="saturation",
+            severity=0.5,
+        )
+    ]
+
+
 def _level_windows(s: pd.DataFrame) -> list[tuple[float, float]]:
     out = []
     for _, row in s.iterrows():
@@ -1204,6 +1293,7 @@ RULES: list[Callable[[Evidence], list[Finding]]] = [
     rule_concurrency_cap,
     rule_kv_capacity,
     rule_cuda_graph,
+    rule_saturation,
     rule_gpu_underused,
     rule_client_bound,
     rule_incompatibilities,

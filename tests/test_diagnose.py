@@ -595,7 +595,9 @@ def test_diagnose_folder_without_log_writes_findings(tmp_path):
     s.to_csv(phase / "sweep.csv", index=False)
     gpu_frame(s, power=83, util=30).to_csv(phase / "gpu.csv", index=False)
     frame = dg.diagnose(tmp_path / "run")
-    assert set(rules_of(frame)) == {"client_bound", "gpu_underused"}
+    assert set(rules_of(frame)) == {"client_bound", "gpu_underused", "saturation"}
+    sat = frame.set_index("rule").loc["saturation"]
+    assert "could not be ruled out" in sat["evidence"] and sat["confidence"] == pytest.approx(0.35)
     written = pd.read_csv(phase / "findings.csv")
     assert list(written["rule"]) == list(frame["rule"])
     assert any("server.log missing" in s for s in frame.attrs["skipped"])
@@ -768,3 +770,26 @@ def test_standin_fix_flags_remove_the_cap_finding(tmp_path):
     assert "max_running_requests (the cap was never reached" in ruled.iloc[0]["evidence"]
     model = dg.CapacityModel.fit(dg.load_evidence(phase).decode)
     assert model.n_points >= 3 and model.per_request_ms >= 0
+
+
+def test_saturation_fires_below_cap_and_kv_and_splits_the_step():
+    # step = 60 ms fixed + 0.02 ms per request: overhead-dominated
+    running = [32] * 10 + [256] * 20
+    thr = [b * 1000 / (60 + 0.02 * b) for b in running]
+    ev = dg.Evidence(
+        decode=decode_frame(running, queue=[0] * 10 + [10] * 20, usage=0.4, thr=thr),
+        sweep=sweep_frame([256, 1024], [3900, 4100], [300, 2500]),
+        startup={"max_running_requests": 1024},
+    )
+    out = dg.rule_saturation(ev)
+    assert len(out) == 1
+    assert "256 to 1024 output throughput moved only 3,900 -> 4,100" in out[0].evidence
+    assert "#running-req reached 256 of a cap of 1024" in out[0].evidence
+    assert "the fixed part is 92% of a 65.1 ms step" in out[0].evidence
+    assert "per-step overhead" in out[0].suggestion
+
+
+def test_saturation_quiet_when_throughput_scales_or_cap_explains():
+    scaling = dg.Evidence(sweep=sweep_frame([256, 512, 1024], [1950, 2800, 3740], [300, 500, 900]))
+    assert dg.rule_saturation(scaling) == []
+    assert dg.rule_saturation(cap_evidence()) == []
