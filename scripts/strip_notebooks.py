@@ -36,6 +36,8 @@ def strip(nb):
     for cell in nb.cells:
         for key in _CELL_META_DROP:
             cell.metadata.pop(key, None)
+        if not cell.metadata.get("tags", True):
+            cell.metadata.pop("tags")
         cell.pop("id", None)
         if cell.cell_type != "code":
             continue
