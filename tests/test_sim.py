@@ -360,6 +360,8 @@ def test_slow_start_and_hang():
         with pytest.raises((TimeoutError, urllib.error.URLError)):
             _get(s.base_url + "/health", timeout=1.0)
         assert s.alive()
+        # The simulated GPUs, like NVML, still answer.
+        assert _get(s.base_url + "/sim/gpus", timeout=2.0)[0] == 200
 
 
 def test_retraction_when_the_kv_pool_is_full():
@@ -431,3 +433,41 @@ def test_stream_output_log_level_and_sigint():
         lines = s.log_text().splitlines()
         assert "glm5lib stand-in server (not SGLang)" in lines[0]
         assert not any("Prefill batch" in line for line in lines)
+
+
+def test_zero_delay_mode_streams_as_fast_as_it_can():
+    with run_standin("--sim-zero-delay", "--max-running-requests", "64", "--sim-no-access-log") as s:
+        async def drive():
+            async with aiohttp.ClientSession() as session:
+                async def one():
+                    async with session.post(s.base_url + "/generate", json={
+                            "text": "a", "stream": True,
+                            "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}}) as r:
+                        return len([1 async for line in r.content if line.startswith(b"data: {")])
+                return await asyncio.gather(*[one() for _ in range(32)])
+
+        t0 = time.monotonic()
+        chunks = asyncio.run(drive())
+        # Modelled time would be 200 steps of ~80 ms = 16 s.
+        assert time.monotonic() - t0 < 8
+        assert chunks == [200] * 32
+        assert json.loads(_get(s.base_url + "/get_server_info")[1])["standin"]["zero_delay"] is True
+
+
+def test_fit_from_one_batch_size_scales_the_base_profile(tmp_path):
+    prof = load_profile("glm5-nvfp4-8x-rtxpro6000")
+    ctx = StepContext("flashinfer", False, 1, False, "auto", "flashinfer_cutlass", False)
+    lines = []
+    for i in range(6):
+        kv = 256 * (300 + 10 * i)
+        tput = 256 / (1.2 * prof.decode_ms(256, kv, ctx) / 1000)  # 20 % slower than the profile
+        lines.append(f"[2026-01-01 00:01:{i:02d}] Decode batch, #running-req: 256, #token: {kv}, token usage: 0.10, "
+                     f"cuda graph: False, gen throughput (token/s): {tput:.2f}, #queue-req: 0, ")
+    log = tmp_path / "one.log"
+    log.write_text("\n".join(lines) + "\n")
+    proc = subprocess.run([sys.executable, "-m", "glm5lib.sim", "fit", str(log), "--name", "one",
+                           "--out", str(tmp_path / "one.json")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    fitted = load_profile(tmp_path / "one.json")
+    assert "one batch size" in fitted.data["fit"]["method"]
+    assert abs(fitted.decode_ms(256, 256 * 320, ctx) / prof.decode_ms(256, 256 * 320, ctx) - 1.2) < 0.03

@@ -47,10 +47,13 @@ __all__ = [
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m glm5lib.sim``; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "fit":
+        return _fit_main(argv[1:])
     if argv and argv[0] in ("-h", "--help"):
         print(
             "usage: python -m glm5lib.sim [sglang.launch_server flags] [--sim-profile NAME|PATH] "
-            "[--sim-fault SPEC ...]\n\nA stand-in for SGLang's server (not SGLang): timings come "
+            "[--sim-fault SPEC ...]\n       python -m glm5lib.sim fit SERVER_LOG [--base PROFILE] "
+            "[--name NAME] [--out PATH]\n\nA stand-in for SGLang's server (not SGLang): timings come "
             f"from a profile, not from GPUs.\nShipped profiles: {', '.join(list_profiles())}\n\n"
             + sim_usage()
         )
@@ -66,6 +69,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return asyncio.run(serve(args))
     except KeyboardInterrupt:
         return 0
+
+
+def _fit_main(argv: list[str]) -> int:
+    """``fit SERVER_LOG``: fit a profile from a real server log and save it."""
+    p = argparse.ArgumentParser(
+        prog="python -m glm5lib.sim fit",
+        description="Fit a stand-in profile's decode timings and KV capacity from an SGLang server log.",
+    )
+    p.add_argument("log", help="an SGLang server log with decode lines")
+    p.add_argument("--base", default=DEFAULT_PROFILE, help="profile to copy the rest from (name or path)")
+    p.add_argument("--name", default=None, help="name of the new profile (default: <base>-fitted)")
+    p.add_argument("--out", default=None, help="where to write it (default: ./<name>.json)")
+    ns = p.parse_args(argv)
+    try:
+        prof = fit_profile(ns.log, base=ns.base, name=ns.name)
+    except (ConfigError, OSError) as exc:
+        print(f"glm5lib.sim fit: error: {exc}", file=sys.stderr)
+        return 2
+    out = prof.save(ns.out or f"{prof.name}.json")
+    fit = prof.data["fit"]
+    d = prof["decode"]
+    print(
+        f"wrote {out}: step_ms = {d['base_ms']:.2f} + {d['per_req_ms']:.4f} * B^{d['batch_exponent']:.2f} "
+        f"+ {d['per_kv_token_us']:.4f} us/KV token (graph saving {d['cuda_graph_saving_ms']:.1f} ms); "
+        f"{fit['points']} decode lines, RMSE {fit['rmse_ms']:.2f} ms, "
+        f"batches {fit['batch_range'][0]}-{fit['batch_range'][1]}; method: {fit['method']}\n"
+        f"use it with: python -m glm5lib.sim --sim-profile {out} <your server flags>"
+    )
+    return 0
 
 
 def _cli(ns: argparse.Namespace) -> int:

@@ -244,7 +244,8 @@ class StandinServer:
     # -- middleware -------------------------------------------------------------------------------
     @web.middleware
     async def _middleware(self, request: web.Request, handler):
-        if self.hang.is_set():
+        # A hung server answers nothing; the simulated GPUs (NVML's stand-in) still do.
+        if self.hang.is_set() and not request.path.startswith("/sim/"):
             await asyncio.Event().wait()
         if request.transport is not None:
             request["peer"] = request.transport.get_extra_info("peername")

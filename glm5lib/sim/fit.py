@@ -57,6 +57,12 @@ def step_times_from_decode(decode) -> Any:
     return d[["running_req", "num_token", "cuda_graph", "step_ms"]].reset_index(drop=True)
 
 
+def _source(log: Any) -> str:
+    if isinstance(log, os.PathLike) or (isinstance(log, str) and "\n" not in log and len(log) < 4096):
+        return str(log)
+    return "log text" if isinstance(log, (str, bytes)) else "ServerLog"
+
+
 def _lstsq_nonneg(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Least squares with the negative coefficients dropped (tiny active-set NNLS)."""
     active = list(range(x.shape[1]))
@@ -99,6 +105,8 @@ def fit_profile(
     g = pts["cuda_graph"].to_numpy(bool)
     y = pts["step_ms"].to_numpy(float)
     mixed_graph = bool(g.any() and (~g).any())
+    if b.max() < 1.3 * b.min():
+        return _fit_scale(slog, base_prof, pts, name, out, log)
     best: tuple[float, float, np.ndarray] | None = None
     for p in np.arange(0.4, 1.31, 0.01):
         cols = [np.ones_like(b), b**p, kv / 1000.0]
@@ -113,6 +121,7 @@ def fit_profile(
     rmse, p, coef = best
     data = copy.deepcopy(base_prof.data)
     dec = data["decode"]
+    method = "least squares over batch sizes"
     saving = float(coef[3]) if mixed_graph else float(dec["cuda_graph_saving_ms"])
     base_ms = float(coef[0])
     if g.all() and not mixed_graph:
@@ -125,6 +134,47 @@ def fit_profile(
         per_kv_token_us=round(float(coef[2]), 6),
         cuda_graph_saving_ms=round(saving, 4),
     )
+    ss = float(np.sum((y - y.mean()) ** 2))
+    pred = coef[0] + coef[1] * b**p + coef[2] * kv / 1000.0 - (coef[3] * g if mixed_graph else 0.0)
+    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else 1.0
+    return _finish(slog, base_prof, data, pts, name, out, log, method, rmse, r2)
+
+
+def _fit_scale(slog, base_prof: Profile, pts, name, out, log) -> Profile:
+    """One batch size only: keep the base profile's shape and fit one scale factor."""
+    from glm5lib.sim.profile import StepContext
+
+    sa = slog.server_args or {}
+    data = copy.deepcopy(base_prof.data)
+    ctx = StepContext(
+        attention_backend=str(sa.get("attention_backend") or data["defaults"]["attention_backend"]),
+        cuda_graph=False, cuda_graph_max_bs=0, allreduce_fusion=False,
+        moe_runner_backend=str(sa.get("moe_runner_backend") or "auto"),
+        fp4_gemm_backend=str(sa.get("fp4_gemm_runner_backend") or "auto"), moe_autotune=False,
+    )
+    y = pts["step_ms"].to_numpy(float)
+    g = pts["cuda_graph"].to_numpy(bool)
+    saving = float(data["decode"]["cuda_graph_saving_ms"])
+    model = np.array([
+        base_prof.decode_ms(int(r.running_req), int(r.num_token), ctx) / base_prof.flag_factor(ctx)
+        for r in pts.itertuples(index=False)
+    ])
+    target = y + saving * g  # put the graph saving back before scaling the no-graph model
+    scale = float(np.dot(model, target) / np.dot(model, model))
+    dec = data["decode"]
+    for key in ("base_ms", "per_req_ms", "per_kv_token_us"):
+        dec[key] = round(float(dec[key]) * scale, 6)
+    pred = model * scale - saving * g
+    rmse = float(np.sqrt(np.mean((pred - y) ** 2)))
+    method = (f"one batch size ({int(pts['running_req'].min())}-{int(pts['running_req'].max())}): "
+              f"the base profile's shape scaled by {scale:.3f}; log several batch sizes for a real fit")
+    return _finish(slog, base_prof, data, pts, name, out, log, method, rmse, None)
+
+
+def _finish(slog, base_prof: Profile, data: dict, pts, name, out, log, method: str, rmse: float,
+            r2: float | None) -> Profile:
+    b = pts["running_req"].to_numpy(float)
+    g = pts["cuda_graph"].to_numpy(bool)
     sa = slog.server_args or {}
     # The log's own flags become the reference (factor 1.0); other factors keep their ratios.
     flags = data["flags"]
@@ -160,14 +210,12 @@ def fit_profile(
         f"Fitted by glm5lib.sim.fit_profile from a server log ({len(pts)} decode lines); "
         f"everything but decode timings and KV capacity comes from {base_prof.name!r}."
     )
-    ss = float(np.sum((y - y.mean()) ** 2))
-    pred = coef[0] + coef[1] * b**p + coef[2] * kv / 1000.0 - (coef[3] * g if mixed_graph else 0.0)
-    r2 = 1.0 - float(np.sum((y - pred) ** 2)) / ss if ss > 0 else 1.0
     data["fit"] = {
-        "source": str(log) if isinstance(log, (str, os.PathLike)) and len(str(log)) < 4096 else "ServerLog",
+        "method": method,
+        "source": _source(log),
         "points": len(pts),
         "rmse_ms": round(rmse, 3),
-        "r2": round(r2, 4),
+        "r2": round(r2, 4) if r2 is not None else None,
         "batch_range": [int(b.min()), int(b.max())],
         "cuda_graph_lines": int(g.sum()),
     }
