@@ -62,7 +62,16 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-DIFF_COLUMNS = ["field", "current", "reference", "impact", "rank", "rationale", "flag"]
+DIFF_COLUMNS = [
+    "field",
+    "current",
+    "reference",
+    "impact",
+    "rank",
+    "rationale",
+    "flag",
+    "automatic",
+]
 FINDING_COLUMNS = ["finding", "evidence", "suggestion", "confidence", "rule", "severity", "score"]
 
 _IMPACT_ORDER = {"high": 0, "medium": 1, "low": 2, "unknown": 3, "none": 4}
@@ -365,6 +374,7 @@ def diff_configs(current: Any, reference: Any, hide_irrelevant: bool = False) ->
                 "impact": cls,
                 "rationale": rationale,
                 "flag": _flag_for(field),
+                "automatic": automatic,
                 "_order": (_IMPACT_ORDER[cls], automatic, -float(entry.get("weight", 0)), field),
             }
         )
@@ -927,10 +937,15 @@ def rule_gpu_underused(ev: Evidence) -> list[Finding]:
         text += f" of {limit:.0f} W on average ({_pct(frac)} of the limit, busiest GPU {per_gpu['power'].max():.0f} W)"
     if not math.isnan(util):
         text += f" at {util:.0f}% utilisation"
+    if low_power and not low_util and not math.isnan(util):
+        text += (
+            "; utilisation counts the time any kernel runs, so a busy-looking GPU at a small share of "
+            "its power limit is running small, latency-bound kernels"
+        )
     if ev.environment and ev.environment.get("standin"):
         text += " (simulated telemetry from the stand-in)"
     suggestion = (
-        "the GPUs wait more than they compute, so the limit is elsewhere: the scheduler (a running-request "
+        "the GPUs are far from their compute or power limit, so the limit is elsewhere: the scheduler (a running-request "
         "cap, small batches), CPU launch overhead (CUDA graphs off), communication (all-reduce over PCIe "
         "without P2P) or slow kernels; act on the other findings first, then profile one decode step "
         "(torch profiler / nsys) to see where the time goes"
@@ -1225,6 +1240,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
     out: list[Finding] = []
     ruled: list[str] = []
     minor: list[str] = []
+    automatic: list[str] = []
     n = max(len(diff), 1)
     for _, row in diff.iterrows():
         field = row["field"]
@@ -1236,6 +1252,9 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
             continue
         if row["impact"] not in ("high", "medium"):
             minor.append(f"{field}={row['current']!r} vs {row['reference']!r}")
+            continue
+        if row.get("automatic"):
+            automatic.append(f"{field}: {row['current']!r} here, {row['reference']!r} there")
             continue
         severity = (0.5 if row["impact"] == "high" else 0.35) - 0.1 * (int(row["rank"]) - 1) / n
         ref_value = row["reference"]
@@ -1268,6 +1287,19 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
                 severity=0.02,
             )
         )
+    if automatic:
+        out.append(
+            Finding(
+                finding=f"differences from {label} where one side was chosen automatically",
+                evidence="None means SGLang picks the value at start, so these may not differ in the "
+                "running servers: " + "; ".join(automatic),
+                suggestion="compare the resolved values in the two servers' server_args log lines; set "
+                "a flag explicitly only where the resolved values differ",
+                confidence=0.3,
+                rule="reference_diff_automatic",
+                severity=0.15,
+            )
+        )
     if minor:
         out.append(
             Finding(
@@ -1284,7 +1316,9 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
     if "model_path" in set(diff["field"]):
         for f in out:
             if f.rule == "reference_diff":
-                f.evidence += f" (the reference serves a different model: {ev.reference_args.get('model_path')!r})"
+                f.evidence += (
+                    f" (the reference runs another model, {ev.reference_args.get('model_path')!r})"
+                )
     return out
 
 
@@ -1522,16 +1556,24 @@ def recommend_max_running_requests(
     if target_concurrency and (kv_bound is None or target_concurrency < kv_bound):
         reasons.append(f"the highest offered concurrency is {target_concurrency}")
     pred = cur = None
-    if model is not None:
+    lo, hi = model.batch_range if model is not None else (0, 0)
+    if model is not None and hi < 1.5 * lo:
+        reasons.append(
+            f"the decode lines cover batch sizes {lo}-{hi} only, too narrow to predict other batches"
+        )
+    elif model is not None:
         pred = float(model.throughput(value))
         if current_cap:
             # what the current cap actually lets run: bounded by the offered load and the pool
             pool_holds = int(max_total_num_tokens // context_tokens) if kv_bound else None
             now = min(c for c in (current_cap, target_concurrency, pool_holds) if c)
             cur = float(model.throughput(now))
+            beyond = value > 1.1 * hi
             reasons.append(
                 f"the decode model predicts {_num(pred)} tok/s with {value} running vs {_num(cur)} with "
-                f"{now} running now (fit error {_pct(model.mape)})"
+                f"{now} running now (fit error {_pct(model.mape)}"
+                + (f"; extrapolated beyond the measured batches {lo}-{hi}" if beyond else "")
+                + ")"
             )
     return Recommendation(
         value,
