@@ -177,6 +177,17 @@ def test_all_requests_rejected_stops_with_the_servers_message(server):
         _sweep(server.base_url + "/reject", [2], requests_per_level=30, health_interval=0.1)
 
 
+def test_api_key_is_sent_and_never_written(server, tmp_path):
+    from glm5lib.errors import SweepAbortedError
+
+    df = _sweep(server.base_url + "/auth", [2], requests_per_level=4, run_dir=tmp_path, api_key="s3cret-key")
+    assert df.loc[0, "completed"] == 4
+    for name in ("sweep.csv", "requests.jsonl"):
+        assert "s3cret" not in (tmp_path / name).read_text()
+    with pytest.raises(SweepAbortedError, match="HTTP 401"):
+        _sweep(server.base_url + "/auth", [2], requests_per_level=4, health_interval=0.1)
+
+
 def test_duration_bound_level_cancels_in_flight_requests(server, tmp_path):
     t0 = time.monotonic()
     df = _sweep(server.base_url + "/slow", [4], duration=0.8, output_len=200, run_dir=tmp_path)
@@ -438,6 +449,8 @@ def _serve(port: int, die_after: int | None) -> None:  # pragma: no cover - runs
             print("[2026-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
             print("RuntimeError: simulated crash", flush=True)
             os._exit(3)
+        if sc == "auth" and request.headers.get("Authorization") != "Bearer s3cret-key":
+            return web.json_response({"error": {"message": "invalid API key"}}, status=401)
         if sc == "reject":
             return web.json_response({"error": {"message": "unknown sampling parameter 'foo'"}}, status=400)
         if sc == "err500" and n % 2 == 0:

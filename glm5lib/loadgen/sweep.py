@@ -316,22 +316,30 @@ class _Sweep:
             await asyncio.sleep(0.25)
             now = time.time()
             done = state.completed + state.failed + state.cancelled
+            # Tokens so far: finished requests plus what in-flight ones have streamed.
+            tokens = state.output_tokens + sum(
+                (rec.chunk_tokens[-1] or 0) for rec, _ in list(state.inflight.values()) if rec.chunk_tokens
+            )
+            rate = (tokens - last_tok) / max(now - last_t, 1e-9)
             if bar is not None:
-                if bar.total is not None:
+                if self.duration and self.requests_per_level is None:
+                    bar.n = min(round(now - t0, 1), float(self.duration))
+                else:
                     bar.update(done - shown)
                     shown = done
-                else:
-                    bar.n = round(now - t0)
-                    bar.refresh()
+                bar.set_postfix_str(
+                    f"done={state.completed} failed={state.failed} in-flight={state.issued - done} "
+                    f"{rate:,.0f} tok/s",
+                    refresh=True,
+                )
+            last_t, last_tok = now, tokens
             if self.callback is not None and now >= next_cb:
-                rate = (state.output_tokens - last_tok) / max(now - last_t, 1e-9)
-                last_t, last_tok = now, state.output_tokens
                 next_cb = now + 0.5
                 self._call_back({
                     "event": "progress", "level": level, "elapsed": now - t0,
                     "issued": state.issued, "completed": state.completed,
                     "failed": state.failed, "cancelled": state.cancelled,
-                    "in_flight": state.issued - done, "output_tokens": state.output_tokens,
+                    "in_flight": state.issued - done, "output_tokens": tokens,
                     "recent_output_throughput": rate,
                 })
 
@@ -579,7 +587,8 @@ class _Sweep:
 
             desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
             if self.duration and self.requests_per_level is None:
-                bar = tqdm(total=None, desc=desc, unit="s", leave=True)
+                bar = tqdm(total=float(self.duration), desc=desc, unit="s", leave=True,
+                           bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
             else:
                 bar = tqdm(total=n, desc=desc, unit="req", leave=True)
         if self.callback is not None:
@@ -600,6 +609,9 @@ class _Sweep:
                 ) from None
         finally:
             if bar is not None:
+                if bar.total is not None and self.duration and self.requests_per_level is None:
+                    bar.n = bar.total
+                    bar.refresh()
                 bar.close()
         stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue)
         lag_p99 = float(np.percentile(lags, 99)) * 1000.0 if lags else float("nan")
