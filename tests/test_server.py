@@ -477,3 +477,111 @@ def test_server_launched_from_a_worker_thread_outlives_that_thread(fake_python, 
         assert server.alive() and server.healthy()
     finally:
         server.stop()
+
+
+# --------------------------------------------------------------------------- any engine from a command
+
+TEMPLATE = ["transformers", "serve", "{model}", "--continuous-batching", "--host", "{host}", "--port", "{port}"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected_tail"),
+    [
+        ({"cb_max_batch_tokens": 64}, ["--port", "{port}", "--cb-max-batch-tokens", "64"]),
+        ({"--port": 8000}, ["--host", "{host}", "--port", "8000"]),
+        ({"continuous_batching": None}, ["{model}", "--host", "{host}", "--port", "{port}"]),
+        ({"continuous-batching": False}, ["{model}", "--host", "{host}", "--port", "{port}"]),
+        ({"cb_use_cuda_graph": True}, ["--port", "{port}", "--cb-use-cuda-graph"]),
+        ({"cuda_graph_bs": [1, 2, 4]}, ["--port", "{port}", "--cuda-graph-bs", "1", "2", "4"]),
+    ],
+)
+def test_apply_flag_changes(changes, expected_tail):
+    out = srv.apply_flag_changes(TEMPLATE, changes)
+    assert out[-len(expected_tail):] == expected_tail
+    assert out[:2] == ["transformers", "serve"]
+    assert TEMPLATE[-1] == "{port}"  # the template itself is left alone
+
+
+def test_apply_flag_changes_replaces_every_form_and_negation():
+    argv = ["serve", "--max-tokens=8", "--x", "1", "--no-graph", "--max-tokens", "9", "--level", "-1"]
+    out = srv.apply_flag_changes(argv, {"max_tokens": 4096, "graph": True})
+    assert out == ["serve", "--max-tokens", "4096", "--x", "1", "--graph", "--level", "-1"]  # in place
+    assert srv.flag_value(out, "--level") == "-1"  # a negative number is a value, not an option
+    assert srv.flag_value(out, "graph") is True
+    assert srv.flag_value(out, "missing") is None
+    assert srv.apply_flag_changes(["a", "--b", "1", "--b", "2"], {"b": None}) == ["a"]
+
+
+def test_apply_flag_changes_rejects_bad_values():
+    with pytest.raises(ConfigError, match="--n"):
+        srv.apply_flag_changes(TEMPLATE, {"n": {"a": 1}})
+    with pytest.raises(ConfigError, match="mapping"):
+        srv.apply_flag_changes(TEMPLATE, [("n", 1)])
+    with pytest.raises(ConfigError, match="empty flag"):
+        srv.apply_flag_changes(TEMPLATE, {"--": 1})
+
+
+def test_fill_template_placeholders_and_errors():
+    out = srv.fill_template([*TEMPLATE, "--kw", '{"enable_thinking": false}'], port=1234, model="/m")
+    assert out[2] == "/m" and out[out.index("--port") + 1] == "1234" and out[out.index("--host") + 1] == "127.0.0.1"
+    assert out[-1] == '{"enable_thinking": false}'  # JSON braces are not placeholders
+    assert srv.fill_template(["{python}", "-V"])[0] == sys.executable
+    with pytest.raises(ConfigError, match="no model"):
+        srv.fill_template(TEMPLATE, port=1)
+    with pytest.raises(ConfigError, match=r"unknown placeholder \{gpu\}") as err:
+        srv.fill_template(["x", "{gpu}"], port=1)
+    assert "{port}" in err.value.valid
+    with pytest.raises(ConfigError, match="argv list"):
+        srv.fill_template("transformers serve", port=1)
+
+
+SIM_TEMPLATE = ["{python}", "-m", "glm5lib.sim", "--host", "{host}", "--port", "{port}", "--sim-profile", SIM_PROFILE]
+
+
+def test_launch_command_stand_in_restart_with_flag_changes(tmp_path):
+    with srv.launch_command(SIM_TEMPLATE, log_path=tmp_path / "a.log",
+                            changes={"max_running_requests": 8}, ready_timeout=60) as server:
+        assert isinstance(server, srv.CommandServer) and server.alive()
+        assert server.healthy() and server.config is None
+        assert server.flag("--max-running-requests") == "8"
+        assert server.logs().startup.get("max_running_requests") == 8
+        assert server.info()["engine"].endswith(" -m glm5lib.sim")
+        again = server.restart(max_running_requests=32)
+        assert not server.alive()
+        try:
+            assert again.alive() and again.flag("max_running_requests") == "32"
+            assert again.log_path.name == "a-restart1.log"
+            assert again.logs().startup.get("max_running_requests") == 32
+        finally:
+            again.stop()
+    assert not again.alive()
+
+
+def test_launch_command_any_http_server_ready_path(tmp_path):
+    # python's own http.server: no /health (404) but "/" answers 200
+    template = ["{python}", "-m", "http.server", "{port}", "--bind", "{host}"]
+    with srv.launch_command(template, ready_path="/", log_path=tmp_path / "h.log", ready_timeout=30) as server:
+        assert server.alive() and server.crash_cause() is None
+        assert server.flag("--bind") == "127.0.0.1"
+    with pytest.raises(ServerLaunchError, match=r"/health not answering 200") as err:
+        srv.launch_command(template, log_path=tmp_path / "t.log", ready_timeout=2)
+    assert err.value.cause == "timeout"
+
+
+def test_launch_command_failures_are_named(tmp_path):
+    with pytest.raises(ServerLaunchError) as err:
+        srv.launch_command(["no-such-engine-xyz", "--port", "{port}"], log_path=tmp_path / "n.log")
+    assert err.value.cause == "not_found" and "no-such-engine-xyz" in str(err.value)
+    died = ["{python}", "-c", "import sys; print('ImportError: no module named engine'); sys.exit(3)", "{port}"]
+    with pytest.raises(ServerLaunchError) as err:
+        srv.launch_command(died, log_path=tmp_path / "d.log", ready_timeout=30)
+    assert err.value.cause == "import_error" and err.value.exit_code == 3
+    oom = ["{python}", "-c", "import time; print('torch.OutOfMemoryError: CUDA out of memory.', flush=True); time.sleep(60)", "{port}"]
+    started = time.monotonic()
+    with pytest.raises(ServerLaunchError) as err:
+        srv.launch_command(oom, log_path=tmp_path / "o.log", ready_timeout=60)
+    assert err.value.cause == "oom" and time.monotonic() - started < 30
+    with pytest.raises(ConfigError, match=r"\{port\}"):
+        srv.launch_command(["engine", "serve"], log_path=tmp_path / "x.log")
+    with pytest.raises(ConfigError, match="ready_path"):
+        srv.launch_command(SIM_TEMPLATE, ready_path="health")

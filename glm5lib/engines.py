@@ -1,0 +1,146 @@
+"""Presets for inference engines launched from a command template.
+
+The workbook's question, "does the server's concurrency cap hold throughput below what the
+GPUs can give?", is not SGLang's alone: every engine has a knob that bounds how much work one
+scheduler step may hold. An :class:`Engine` names an engine's command template (for
+:func:`glm5lib.server.launch_command`), the API the load generator should use, that knob, and
+two ready-made settings, ``"capped"`` (the knob set low, the baseline of a capped-vs-uncapped
+comparison) and ``"uncapped"`` (the knob back at the engine's default or high).
+
+Flags of ``transformers serve`` (transformers 5.x, ``transformers/cli/serve.py``): a positional
+model to preload, ``--continuous-batching``, ``--cb-block-size``, ``--cb-num-blocks``,
+``--cb-max-batch-tokens``, ``--cb-max-memory-percent``, ``--cb-use-cuda-graph``, ``--host``,
+``--port``; ``/health`` answers once the server is up.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from glm5lib.errors import ConfigError
+from glm5lib.server import apply_flag_changes, flag_name
+
+__all__ = ["ENGINES", "Engine", "get_engine"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One engine's command template, API and concurrency knob."""
+
+    name: str
+    #: argv template with {host}, {port}, {model}, {python} placeholders
+    command: tuple[str, ...]
+    #: loadgen API the engine serves: "generate", "completions" or "chat"
+    api: str
+    #: the flag that bounds how much work the scheduler holds at once (the parameter under test)
+    knob: str
+    #: other flags that shape batching, flag -> what it does
+    knobs: Mapping[str, str] = field(default_factory=dict)
+    #: named flag changes, at least "capped" and "uncapped"
+    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    ready_path: str = "/health"
+    #: whether requests must name the model (OpenAI "model" field)
+    needs_model: bool = False
+    description: str = ""
+
+    def command_for(self, setting: str | None = None, changes: Mapping[str, Any] | None = None) -> list[str]:
+        """The command template with a named setting and then ``changes`` applied."""
+        argv = list(self.command)
+        if setting is not None:
+            argv = apply_flag_changes(argv, self.setting(setting))
+        if changes:
+            argv = apply_flag_changes(argv, changes)
+        return argv
+
+    def setting(self, name: str) -> dict[str, Any]:
+        """The flag changes of a named setting (``"capped"``, ``"uncapped"``...)."""
+        if name not in self.settings:
+            raise ConfigError(
+                f"engine {self.name!r} has no setting {name!r}; valid: {', '.join(self.settings)}",
+                field="setting", valid=list(self.settings),
+            )
+        return {flag_name(k): v for k, v in self.settings[name].items()}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "command": list(self.command), "api": self.api, "knob": self.knob,
+            "knobs": dict(self.knobs), "settings": {k: dict(v) for k, v in self.settings.items()},
+            "ready_path": self.ready_path, "needs_model": self.needs_model, "description": self.description,
+        }
+
+
+ENGINES: dict[str, Engine] = {
+    "transformers-serve": Engine(
+        name="transformers-serve",
+        command=("transformers", "serve", "{model}", "--continuous-batching", "--host", "{host}", "--port", "{port}"),
+        api="completions",
+        knob="--cb-max-batch-tokens",
+        knobs={
+            "--cb-max-batch-tokens": "tokens one continuous-batching step may hold (decoding requests take one each)",
+            "--cb-num-blocks": "KV-cache blocks (bounds how many requests' contexts fit at once)",
+            "--cb-block-size": "tokens per KV-cache block",
+            "--cb-max-memory-percent": "GPU-memory fraction for the KV cache, 0.0-1.0",
+            "--cb-use-cuda-graph": "capture decode steps as CUDA graphs",
+        },
+        settings={
+            # 64 tokens a step: at most 64 requests decode together, whatever the concurrency
+            "capped": {"--cb-max-batch-tokens": 64},
+            # the engine sizes the step from free GPU memory
+            "uncapped": {"--cb-max-batch-tokens": None},
+        },
+        needs_model=True,
+        description="Hugging Face transformers serve with continuous batching (paged attention)",
+    ),
+    "vllm": Engine(
+        name="vllm",
+        command=("vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}"),
+        api="completions",
+        knob="--max-num-seqs",
+        knobs={
+            "--max-num-seqs": "requests one scheduler step may hold",
+            "--max-num-batched-tokens": "tokens one scheduler step may hold",
+            "--gpu-memory-utilization": "GPU-memory fraction for weights and KV cache",
+        },
+        settings={"capped": {"--max-num-seqs": 64}, "uncapped": {"--max-num-seqs": 1024}},
+        needs_model=True,
+        description="vLLM's OpenAI-compatible server",
+    ),
+    "sglang": Engine(
+        name="sglang",
+        command=("{python}", "-m", "sglang.launch_server", "--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
+        api="generate",
+        knob="--max-running-requests",
+        knobs={
+            "--max-running-requests": "requests the scheduler runs at once",
+            "--cuda-graph-max-bs": "largest batch captured as a CUDA graph",
+            "--mem-fraction-static": "GPU-memory fraction for weights and KV cache",
+        },
+        settings={"capped": {"--max-running-requests": 64}, "uncapped": {"--max-running-requests": 1024}},
+        description="SGLang launched from a command line instead of a ServerConfig",
+    ),
+    "glm5-sim": Engine(
+        name="glm5-sim",
+        command=("{python}", "-m", "glm5lib.sim", "--host", "{host}", "--port", "{port}"),
+        api="completions",
+        knob="--max-running-requests",
+        knobs={"--max-running-requests": "requests the stand-in's scheduler runs at once"},
+        settings={"capped": {"--max-running-requests": 64}, "uncapped": {"--max-running-requests": 1024}},
+        description="glm5lib's stand-in (timings from a model, not from GPUs), as a generic command engine",
+    ),
+}
+
+
+def get_engine(name: str | Engine) -> Engine:
+    """An engine preset by name (``"transformers-serve"``, ``"vllm"``, ``"sglang"``, ``"glm5-sim"``)."""
+    if isinstance(name, Engine):
+        return name
+    if name in ENGINES:
+        return ENGINES[name]
+    close = difflib.get_close_matches(str(name), list(ENGINES), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"unknown engine {name!r}{hint}; valid: {', '.join(ENGINES)}", field="engine",
+                      valid=list(ENGINES))
+
