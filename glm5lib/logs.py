@@ -769,7 +769,9 @@ class _Parser:
                     if m is not None:
                         continue
             if timed_line is not None:
-                self._sync_clock(timed_line)
+                # The clock matters only to a line without its own time: read it lazily.
+                if line[:1] != "[":
+                    self._sync_clock(timed_line)
                 timed_line = None
             self._slow(line, base + i)
             args_open = self._args_buffer is not None
@@ -978,6 +980,12 @@ class _Parser:
         """Parse a whole file: scheduler lines of one shape are parsed together in C (regex
         substitution into tab-separated text, then pandas' CSV reader); the rest line by line."""
         base = self.lines
+        if self.first_time is None:
+            for line in lines[:1000]:
+                m = _PREFIX_RE.match(line)
+                if m is not None and m.group(1):
+                    self.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
+                    break
         keys = [
             (line.count(":") << 20) | (line.count(",") << 12) | line.find("batch") if "batch" in line else -1
             for line in lines
@@ -1371,8 +1379,11 @@ def _fill_hybrid(frame: pd.DataFrame) -> None:
         present = [p for p in parts if p in frame.columns]
         if not present:
             continue
-        filled = frame[present].max(axis=1)
-        frame[col] = filled if col not in frame.columns else frame[col].fillna(filled)
+        filled = pd.concat([pd.to_numeric(frame[p], errors="coerce") for p in present], axis=1).max(axis=1)
+        if col not in frame.columns:
+            frame[col] = filled
+        elif pd.api.types.is_numeric_dtype(frame[col].dtype):
+            frame[col] = frame[col].fillna(filled)
 
 
 def _to_timestamps(values: Any) -> pd.Series:
