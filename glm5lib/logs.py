@@ -1285,21 +1285,24 @@ class _Parser:
             return cached[1].copy()
         parts = []
         for shape in shapes:
+            if shape.rows:
+                # Type only the rows added since the last build (a follower builds often).
+                table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
+                table[:] = shape.rows
+                cols: dict[str, Any] = {"_order": np.array(shape.order, dtype=np.int64)}
+                cols["time"] = _to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy()
+                ranks = table[:, 1]
+                ranks[np.equal(ranks, None)] = ""
+                cols["rank"] = ranks
+                if not np.equal(table[:, 2], None).all():
+                    cols["iter"] = _convert_column(table[:, 2])
+                for k, key in enumerate(shape.columns):
+                    cols[key] = _convert_column(table[:, 3 + k])
+                shape.frames.append(pd.DataFrame(cols))
+                del shape.rows[:], shape.order[:]  # the fast path keeps appending to these lists
+                if len(shape.frames) > 8:
+                    shape.frames[:] = [pd.concat(shape.frames, ignore_index=True, sort=False)]
             parts.extend(shape.frames)
-            if not shape.rows:
-                continue
-            cols: dict[str, Any] = {"_order": np.array(shape.order, dtype=np.int64)}
-            table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
-            table[:] = shape.rows
-            cols["time"] = _to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy()
-            ranks = table[:, 1]
-            ranks[np.equal(ranks, None)] = ""
-            cols["rank"] = ranks
-            if not np.equal(table[:, 2], None).all():
-                cols["iter"] = _convert_column(table[:, 2])
-            for k, key in enumerate(shape.columns):
-                cols[key] = _convert_column(table[:, 3 + k])
-            parts.append(pd.DataFrame(cols))
         base = ["time", "rank", *columns]
         if not parts:
             frame = pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in base})
@@ -1309,6 +1312,8 @@ class _Parser:
             frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
             if len(parts) > 1:
                 frame = frame.sort_values("_order", kind="stable", ignore_index=True)
+            else:
+                frame = frame.copy()
             frame = frame.drop(columns="_order")
             if "iter" in frame.columns and frame["iter"].isna().all():
                 frame = frame.drop(columns="iter")
