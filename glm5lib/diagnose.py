@@ -798,8 +798,14 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
     (launches, all-reduce latency, scheduling) or a large part per running request (kernels).
     """
     s = ev.sweep_sorted()
+    if "completed" in s:
+        s = s[_col(s, "completed").fillna(0) > 0].reset_index(
+            drop=True
+        )  # levels that finished requests
     if len(s) < 2 or "output_throughput" not in s:
-        ev.skipped.append("saturation: needs a sweep of at least two levels")
+        ev.skipped.append(
+            "saturation: needs a sweep of at least two levels with completed requests"
+        )
         return []
     thr = _col(s, "output_throughput")
     conc = s["concurrency"]
@@ -1847,7 +1853,11 @@ def _cli_diagnose(args: argparse.Namespace) -> int:
     _print_findings(frame)
     if args.capacity:
         ev = load_evidence(args.run_dir, phase=args.phase)
-        model = CapacityModel.fit(ev.decode)
+        try:
+            model = CapacityModel.fit(ev.decode)
+        except DiagnosisError as exc:
+            print(f"\nCapacity model: not fitted ({exc})")
+            return 0
         print("\nCapacity model: " + model.describe())
         pool, _ = ev.kv_pool_tokens()
         ctx, _ = ev.context_tokens()

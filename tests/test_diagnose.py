@@ -793,3 +793,25 @@ def test_saturation_quiet_when_throughput_scales_or_cap_explains():
     scaling = dg.Evidence(sweep=sweep_frame([256, 512, 1024], [1950, 2800, 3740], [300, 500, 900]))
     assert dg.rule_saturation(scaling) == []
     assert dg.rule_saturation(cap_evidence()) == []
+
+
+def test_diff_accepts_server_config_and_server_log_objects():
+    from glm5lib.config import ServerConfig
+    from glm5lib.logs import parse_log
+
+    baseline = ServerConfig.load("glm5-baseline")
+    log = parse_log(dg.reference_dir("k2-thinking") / "server.log")
+    diff = dg.diff_configs(baseline, log, hide_irrelevant=True)
+    assert diff.iloc[0]["field"] == "max_running_requests"
+    same = dg.diff_configs(baseline, baseline.with_changes(port=31000), hide_irrelevant=True)
+    assert same.empty
+
+
+def test_cli_capacity_model_on_the_reference(capsys):
+    from glm5lib.cli import main
+
+    assert main(["diagnose", str(dg.reference_dir("k2-thinking")), "--no-write", "--capacity"]) == 0
+    out = capsys.readouterr().out
+    assert "Capacity model: decode step = " in out
+    assert "recommended --max-running-requests: " in out
+    assert "198,734-token KV pool" in out
