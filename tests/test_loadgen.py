@@ -302,6 +302,24 @@ def test_cli_sweep_writes_a_run_folder(server, tmp_path, capsys):
     assert len((tmp_path / "baseline" / "sweep.csv").read_text().splitlines()) == 3
 
 
+def test_cli_sweep_with_the_server_log_attached(server, tmp_path, capsys):
+    pytest.importorskip("glm5lib.server")
+    from glm5lib.cli import main
+
+    code = main(["sweep", server.base_url + "/slow", "-c", "2", "-n", "2", "--output-len", "30",
+                 "--run-dir", str(tmp_path), "--no-progress", "--warmup", "0",
+                 "--server-log", str(server.log_path)])
+    assert code == 0 and "written:" in capsys.readouterr().out
+
+
+def test_attached_server_health_probes_pass_while_it_serves(server):
+    glm5_server = pytest.importorskip("glm5lib.server")
+    attached = glm5_server.attach(server.base_url + "/ok", log_path=server.log_path)
+    df = _sweep(server.base_url + "/slow", [2], requests_per_level=2, output_len=80, server=attached,
+                health_interval=0.05)
+    assert df.loc[0, "completed"] == 2
+
+
 def test_bad_arguments_name_the_input_and_what_is_valid():
     from glm5lib.errors import ConfigError, LoadGenError
     from glm5lib.loadgen import run_sweep

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,8 @@ def register_cli(subparsers: Any) -> None:
                    help="levels, comma-separated (default 1,64,256)")
     p.add_argument("--api", choices=["generate", "completions", "chat"], default="generate")
     p.add_argument("--model", default=None, help="model name for OpenAI APIs (default: from /v1/models)")
-    p.add_argument("--input-len", type=int, default=256)
-    p.add_argument("--output-len", type=int, default=256)
+    p.add_argument("--input-len", type=int, default=256, help="prompt tokens (default 256)")
+    p.add_argument("--output-len", type=int, default=256, help="output tokens, EOS ignored (default 256)")
     p.add_argument("--range-ratio", type=float, default=1.0, help="lengths uniform in [len*ratio, len]")
     p.add_argument("--dataset", default=None, help="prompt file (.jsonl, ShareGPT .json, .txt)")
     p.add_argument("-n", "--requests", type=int, default=None, help="requests per level")
@@ -53,7 +54,12 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the first level")
     p.add_argument("--mode", choices=["closed", "poisson"], default="closed")
     p.add_argument("--rate", type=_float_list, default=None, help="poisson: requests/s, comma-separated")
-    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key", default=os.environ.get("GLM5_API_KEY"),
+                   help="bearer token (default: $GLM5_API_KEY; never written to the run folder)")
+    p.add_argument("--server-log", default=None,
+                   help="the server's log file: a sweep stopped by a dead server quotes its fatal lines")
+    p.add_argument("--read-timeout", type=float, default=300.0,
+                   help="seconds without data before a request fails (default 300)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--run-dir", default=None, help="run folder (default: a new one under data/runs)")
     p.add_argument("--phase", default="sweep", help="phase sub-folder of the run folder (default 'sweep')")
@@ -73,12 +79,18 @@ def _handler(args: argparse.Namespace) -> int:
     if args.mode == "poisson" and not args.rate:
         raise ConfigError("--mode poisson needs --rate", field="rate")
     rate = args.rate if args.mode == "poisson" else None
+    server = None
+    if args.server_log:
+        from glm5lib.server import attach
+
+        server = attach(args.base_url, api_key=args.api_key, log_path=args.server_log)
     frame = run_sweep(
         args.base_url, args.concurrency, api=args.api, model=args.model, input_len=args.input_len,
         output_len=args.output_len, range_ratio=args.range_ratio, dataset=args.dataset,
         requests_per_level=args.requests, duration=args.duration, warmup=args.warmup,
         mode=args.mode, rate=rate, run_dir=out, api_key=args.api_key, seed=args.seed,
-        progress=not args.no_progress, resume=not args.no_resume,
+        progress=not args.no_progress, resume=not args.no_resume, server=server,
+        read_timeout=args.read_timeout,
     )
     cols = ["concurrency", "completed", "failed", "cancelled", "output_throughput",
             "median_ttft_ms", "median_itl_ms", "p99_e2e_latency_ms", "client_bound"]

@@ -159,6 +159,11 @@ def _finish_from_last(rec: RequestRecord, payload: bytes, api: str) -> None:
         rec.id = obj.get("id", rec.id)
 
 
+async def _drain(content: aiohttp.StreamReader) -> None:
+    while await content.readany():
+        pass
+
+
 async def stream_request(
     session: aiohttp.ClientSession,
     url: str,
@@ -253,8 +258,7 @@ async def stream_request(
                 # Read the end of the chunked body so the connection goes back to the pool
                 # instead of being closed (a new connection per request costs handshakes).
                 with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                    while await content.readany():
-                        pass
+                    await asyncio.wait_for(_drain(content), timeout=2.0)
             if not times:
                 rec.error = "stream ended without any token chunk" + (
                     "" if done else " (no [DONE])"

@@ -138,6 +138,14 @@ def _same_level(row: pd.Series, key: dict[str, Any]) -> bool:
     return True
 
 
+def _call_probe(probe: Callable[..., bool], timeout: float) -> bool:
+    """``server.healthy(timeout=...)``, or ``server.healthy()`` for one that takes no timeout."""
+    try:
+        return bool(probe(timeout=timeout))
+    except TypeError:
+        return bool(probe())
+
+
 class _LevelState:
     """Counters the progress bar, the callback and the watchdog read while a level runs."""
 
@@ -232,7 +240,7 @@ class _Sweep:
                     return True, "", []
                 for attempt in range(3):
                     try:
-                        if await asyncio.to_thread(healthy, self.health_timeout):
+                        if await asyncio.to_thread(_call_probe, healthy, self.health_timeout):
                             return True, "", []
                     except Exception as exc:  # a health probe that raises counts as a failed one
                         log.debug("health probe raised %r", exc)
