@@ -341,9 +341,14 @@ def test_nan_fault_logs_the_signature_and_kills_the_process():
         assert parse_log(text).crash_cause() == "nan"
 
 
-@pytest.mark.parametrize(("fault", "cause"), [("oom-at-start", "oom"), ("nccl-at-start", "nccl")])
-def test_start_faults_exit_with_their_signature(fault, cause):
-    with pytest.raises(ServerLaunchError) as err, run_standin("--sim-fault", fault, ready_timeout=30):
+@pytest.mark.parametrize(("flags", "cause"), [
+    (("--sim-fault", "oom-at-start"), "oom"),
+    (("--sim-fault", "nccl-at-start"), "nccl"),
+    (("--mem-fraction-static", "0.5"), "oom"),  # weights leave no room for the KV pool
+    (("--tp-size", "4"), "oom"),  # twice the weights per GPU do not fit
+])
+def test_start_faults_exit_with_their_signature(flags, cause):
+    with pytest.raises(ServerLaunchError) as err, run_standin(*flags, ready_timeout=30):
         pass
     assert err.value.exit_code != 0
     from glm5lib.logs import parse_log
@@ -471,3 +476,11 @@ def test_fit_from_one_batch_size_scales_the_base_profile(tmp_path):
     fitted = load_profile(tmp_path / "one.json")
     assert "one batch size" in fitted.data["fit"]["method"]
     assert abs(fitted.decode_ms(256, 256 * 320, ctx) / prof.decode_ms(256, 256 * 320, ctx) - 1.2) < 0.03
+
+
+def test_glm5_sim_subcommand_passes_every_flag_through():
+    from glm5lib.cli import build_parser
+
+    ns = build_parser().parse_args(["sim", "--max-running-requests", "64", "--sim-fault", "oom-at-start"])
+    assert ns.sim_args == ["--max-running-requests", "64", "--sim-fault", "oom-at-start"]
+    assert callable(ns.func)

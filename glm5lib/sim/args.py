@@ -223,6 +223,11 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
                 f"{flag_field}={values[flag_field]!r} has no factor in profile {profile.name!r}: "
                 "timed like the profile's reference (factor 1.0)"
             )
+    if step.moe_autotune and float(profile["flags"]["moe_autotune_factor"]) == 1.0:
+        notes.append(
+            f"--sim-moe-autotune: profile {profile.name!r} has moe_autotune_factor 1.0 (the autotune's "
+            "share of the published fix was not measured separately), so it changes no timing"
+        )
     if step.allreduce_fusion and not profile["flags"]["allreduce_fusion_supported"]:
         notes.append(
             "--enable-flashinfer-allreduce-fusion: not supported on these GPUs per the profile; "
