@@ -518,6 +518,24 @@ class Evidence:
                 return float(per.max()), "tokens per completed request in the sweep"
         return None, "unknown"
 
+    def decode_in_level(self, level: Mapping[str, Any]) -> pd.DataFrame:
+        """Active decode lines logged while one sweep level ran (log clock read as local time).
+
+        Empty when the level has no start/end times, the log times cannot be converted, or the
+        two clocks do not overlap (a log from another machine or time zone).
+        """
+        d = self.active_decode()
+        a, b = level.get("start_time", np.nan), level.get("end_time", np.nan)
+        if d.empty or "time" not in d or pd.isna(a) or pd.isna(b):
+            return d.iloc[0:0]
+        try:
+            from glm5lib.logs import to_epoch
+
+            t = pd.to_numeric(to_epoch(d["time"]), errors="coerce")
+        except Exception:  # a time column the log parser did not produce
+            return d.iloc[0:0]
+        return d[(t.to_numpy() >= float(a)) & (t.to_numpy() <= float(b))]
+
     def sweep_sorted(self) -> pd.DataFrame:
         s = self.sweep
         if s is None or s.empty or "concurrency" not in s:
@@ -597,13 +615,29 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     if inferred and float(_col(d, "token_usage").where(both).max()) >= 0.9:
         return []  # a KV-bound plateau, handled by the KV rule
 
-    parts = [
-        f"#running-req stayed at {cap} on {_pct(share)} of decode lines while #queue-req averaged "
+    parts = []
+    s = ev.sweep_sorted()
+    # The sharpest evidence: the decode lines of the highest offered level above the cap.
+    above_cap = s[s["concurrency"] > cap] if not s.empty else s
+    if len(above_cap):
+        top = above_cap.iloc[-1]
+        lv = ev.decode_in_level(top)
+        if len(lv) >= 3:
+            lv_run = _col(lv, "running_req")
+            lv_q = _col(lv, "queue_req").fillna(0)
+            lv_pinned = (lv_run >= threshold) & (lv_q > 0)
+            parts.append(
+                f"at concurrency {int(top['concurrency'])} #running-req stayed at {cap} on "
+                f"{_pct(float(lv_pinned.mean()))} of its {len(lv)} decode lines while #queue-req "
+                f"averaged {_num(float(lv_q.mean()))}"
+            )
+    parts += [
+        ("over the whole log " if parts else "")
+        + f"#running-req stayed at {cap} on {_pct(share)} of decode lines while #queue-req averaged "
         f"{_num(float(queue[both].mean()))} (max {int(queue[both].max())}); "
         f"token usage there averaged {float(_col(d, 'token_usage')[both].mean()):.2f}, so KV was not the limit"
     ]
     confidence = 0.45 if inferred else 0.7
-    s = ev.sweep_sorted()
     if not s.empty and "output_throughput" in s:
         above = s[s["concurrency"] > cap]
         at = s[s["concurrency"] <= cap]

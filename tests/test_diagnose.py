@@ -815,3 +815,21 @@ def test_cli_capacity_model_on_the_reference(capsys):
     assert "Capacity model: decode step = " in out
     assert "recommended --max-running-requests: " in out
     assert "198,734-token KV pool" in out
+
+
+def test_concurrency_cap_quotes_the_level_above_the_cap_when_clocks_align():
+    from glm5lib.logs import to_epoch
+
+    running = [16] * 10 + [64] * 20
+    queue = [0] * 10 + [190] * 20
+    decode = decode_frame(running, queue=queue, usage=0.2)
+    t = to_epoch(decode["time"])
+    sweep = sweep_frame([16, 256], [600, 880], [150, 9000])
+    sweep.loc[0, ["start_time", "end_time"]] = [t.iloc[0] - 1, t.iloc[9] + 0.5]
+    sweep.loc[1, ["start_time", "end_time"]] = [t.iloc[10] - 0.5, t.iloc[29] + 1]
+    ev = dg.Evidence(decode=decode, sweep=sweep, server_args={"max_running_requests": 64})
+    out = dg.rule_concurrency_cap(ev)
+    assert out[0].evidence.startswith(
+        "at concurrency 256 #running-req stayed at 64 on 100% of its 20 decode lines while #queue-req averaged 190; "
+        "over the whole log #running-req stayed at 64 on 67% of decode lines"
+    )
