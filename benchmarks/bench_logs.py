@@ -55,7 +55,7 @@ TEMPLATES = [
     # prefill, all generations
     (6, "[{d} {t} TP0] Prefill batch, #new-seq: 4, #new-token: {n}, #cached-token: 128, token usage: {u:.2f}, #running-req: {r}, #queue-req: {q}, "),
     (3, "[{d} {t} TP0] Prefill batch. #new-seq: 4, #new-token: {n}, #cached-token: 0, cache hit rate: 12.50%, token usage: {u:.2f}, #running-req: {r}, #queue-req: {q}"),
-    (2, "[{d} {t} TP0] Prefill batch(mixed #running-req: {r}). #new-seq: 1, #new-token: {n}, #cached-token: 0, cache hit rate: 0.00%, token usage: {u:.2f}, #running-req: {r}, #queue-req: {q}"),
+    (1, "[{d} {t} TP0] Prefill batch(mixed #running-req: {r}). #new-seq: 1, #new-token: {n}, #cached-token: 0, cache hit rate: 0.00%, token usage: {u:.2f}, #running-req: {r}, #queue-req: {q}"),
     (2, "[{d} {t} TP0] Prefill batch, #new-seq: 4, #new-token: {n}, #cached-token: 0, token usage: {u:.2f}, #running-req: {r}, #queue-req: {q}, #pending-token: 0, cuda graph: False, input throughput (token/s): 9876.54, est. prefill TFLOPS/s (per GPU): 120.5"),
     # retraction
     (1, "[{d} {t} TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4000 -> 0.9000"),
@@ -124,19 +124,24 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         nbytes = generate(path, args.size_mb)
         print(f"generated {nbytes / 1e6:.1f} MB ({nbytes / 2**20:.1f} MiB) in {time.perf_counter() - t0:.1f} s: {path}")
-        best = None
+        best = best_cpu = None
         for i in range(args.repeat):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             slog = parse_log(path)
-            dt = time.perf_counter() - t0
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
             best = dt if best is None else min(best, dt)
+            best_cpu = cpu if best_cpu is None else min(best_cpu, cpu)
             print(
-                f"run {i + 1}: {dt:.2f} s = {nbytes / 1e6 / dt:.1f} MB/s  "
+                f"run {i + 1}: {dt:.2f} s wall = {nbytes / 1e6 / dt:.1f} MB/s; {cpu:.2f} s CPU = "
+                f"{nbytes / 1e6 / cpu:.1f} MB/s  "
                 f"(decode {len(slog.decode)}, prefill {len(slog.prefill)}, retractions {len(slog.retractions)}, "
                 f"errors {len(slog.errors)}, http {len(slog.http)}, skipped {slog.skipped}, lines {slog.lines})"
             )
         rate = nbytes / 1e6 / best
-        print(f"parse rate: {rate:.1f} MB/s (best of {args.repeat}; target >= 50 MB/s on one core)")
+        print(
+            f"parse rate: {rate:.1f} MB/s wall, {nbytes / 1e6 / best_cpu:.1f} MB/s by CPU time "
+            f"(best of {args.repeat}; load average {os.getloadavg()[0]:.1f}; target >= 50 MB/s on one core)"
+        )
     return 0 if rate >= 50 else 1
 
 

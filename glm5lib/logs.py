@@ -768,6 +768,15 @@ class _Parser:
                             break
                     if m is not None:
                         continue
+            if line.startswith("INFO:  ") and not blocks_open and not args_open:
+                # uvicorn access lines are the next most frequent: one regex, no dispatch.
+                um = _UVICORN_RE.match(line)
+                if um is not None:
+                    if timed_line is not None:
+                        self._sync_clock(timed_line)
+                        timed_line = None
+                    self.http_rows.append((self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5))))
+                    continue
             if timed_line is not None:
                 # The clock matters only to a line without its own time: read it lazily.
                 if line[:1] != "[":
