@@ -1046,15 +1046,33 @@ class _Parser:
         shape, _bulk_re = self._bulk_shapes[_shape_regex(head, raw_keys).pattern]
         if _it is not None:
             return None  # iteration numbers in the head: line by line
-        group = [lines[i] for i in idx.tolist()]
-        left = idx[:0]
-        # Every line must hold each key exactly once, in the first line's form.
+        rank = m.group(2)
+        label = f" {re.match(r'[A-Z_]+', rank).group()}" if rank else None
         sep = msg[len(head)]
         needles = [f"] {head}{sep} {raw_keys[0]}: "] + [f", {k}: " for k in raw_keys[1:]]
+        tabs_per_line = len(needles) + (label is not None)
+
+        def to_tsv(text: str) -> str:
+            # Tab-separated values by plain substring replacement (C speed, no regex).
+            text = text[1:].replace("\n[", "\n")
+            for x in needles:
+                text = text.replace(x, "\t")
+            if label is not None:
+                text = text.replace(label, "\t" + label[1:])
+            return text
+
+        group = [lines[i] for i in idx.tolist()]
+        left = idx[:0]
         text = "\n".join(group)
-        if any(text.count(x) != len(group) for x in needles):
+        if "\t" in text:
+            return None
+        tsv = to_tsv(text)
+        # A needle can occur at most once a line, so the tab count proves every line had every
+        # key (and the rank label once); otherwise shapes share the bucket: peel this one off.
+        if tsv.count("\t") != len(group) * tabs_per_line:
+            commas = first.count(",")
             has = np.fromiter(
-                (all(map(line.__contains__, needles)) and line.count(",") == first.count(",") for line in group),
+                (all(map(line.__contains__, needles)) and line.count(",") == commas for line in group),
                 dtype=bool, count=len(group),
             )
             if not has.any():
@@ -1062,24 +1080,12 @@ class _Parser:
             left = idx[~has]
             idx = idx[has]
             group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
-            text = "\n".join(group)
-            if any(text.count(x) != len(group) for x in needles):
+            tsv = to_tsv("\n".join(group))
+            if tsv.count("\t") != len(group) * tabs_per_line:
                 return None
         n = len(group)
-        del group
-        if text[:1] != "[" or text.count("\n[") != n - 1:
-            return None
-        rank = m.group(2)
-        label = f" {re.match(r'[A-Z_]+', rank).group()}" if rank else None
-        if label is not None and text.count(label) != n:
-            return None
-        # Turn the lines into tab-separated values with plain substring replacement (C speed).
-        text = text[1:].replace("\n[", "\n")
-        for x in needles:
-            text = text.replace(x, "\t")
-        if label is not None:
-            text = text.replace(label, "\t" + label[1:])
-        text = text.replace(", \n", "\n").replace(",\n", "\n")
+        del group, text
+        text = tsv.replace(", \n", "\n").replace(",\n", "\n")
         if text.endswith(", "):
             text = text[:-2]
         elif text.endswith(","):
