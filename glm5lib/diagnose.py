@@ -201,11 +201,13 @@ def _args_from_json_file(path: Path) -> dict[str, Any]:
         return dict(ServerConfig.load(path).to_dict())
     except ImportError:
         pass
-    except ConfigError:
-        raise
-    except Exception as exc:  # fall back to reading the JSON ourselves
-        logger.debug("ServerConfig.load(%s) failed (%s); reading the JSON directly", path, exc)
-    data = json.loads(path.read_text())
+    except Exception as exc:
+        # Fields of another SGLang release, say: a diff should still show them.
+        logger.warning("reading %s as plain JSON: %s", path, exc)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}", field="config") from None
     if isinstance(data, dict) and isinstance(data.get("server_args"), dict):
         return dict(data["server_args"])
     if isinstance(data, dict):
@@ -248,7 +250,11 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
-            return _args_from_folder(path), str(path)
+            try:
+                folder = _find_phase(path, None)
+            except DiagnosisError as exc:
+                raise ConfigError(str(exc), field="config") from None
+            return _args_from_folder(folder), str(folder)
         if path.is_file():
             if path.suffix == ".json":
                 return _args_from_json_file(path), str(path)
@@ -1165,6 +1171,23 @@ def _p2p_ok(env: Mapping[str, Any]) -> bool | None:
     return True
 
 
+def _p2p_summary(env: Mapping[str, Any]) -> str:
+    matrix = env.get("p2p") or []
+    pairs = [str(v) for i, row in enumerate(matrix) for j, v in enumerate(row) if i < j]
+    bad = [v for v in pairs if v.upper() != "OK"]
+    if not bad:
+        return f"GPU P2P OK on all {len(pairs)} pairs"
+    kinds = ", ".join(sorted(set(bad)))
+    return f"GPU P2P not available on {len(bad)} of {len(pairs)} pairs (status {kinds})"
+
+
+def _line_around(text: str, start: int, end: int) -> str:
+    """The whole line of ``text`` holding the span start:end."""
+    first = text.rfind("\n", 0, start) + 1
+    last = text.find("\n", end)
+    return text[first : last if last >= 0 else len(text)]
+
+
 def _matches(value: Any, want: Any) -> bool:
     if isinstance(want, list):
         return any(_norm(value) == _norm(w) for w in want)
@@ -1186,10 +1209,7 @@ def rule_incompatibilities(ev: Evidence) -> list[Finding]:
             m = re.search(entry["log_pattern"], ev.log_text or "")
             if not m:
                 continue
-            line = ev.log_text[
-                max(0, ev.log_text.rfind("\n", 0, m.start()) + 1) : ev.log_text.find("\n", m.end())
-                % (len(ev.log_text) + 1)
-            ]
+            line = _line_around(ev.log_text, m.start(), m.end())
         else:
             line = None
         confidence = 0.85
@@ -1218,7 +1238,7 @@ def rule_incompatibilities(ev: Evidence) -> list[Finding]:
                 ok = _p2p_ok(env)
                 if ok is None or ok != env_cond["p2p_ok"]:
                     continue
-                facts.append("GPU P2P matrix has pairs that are not OK" if not ok else "GPU P2P OK")
+                facts.append(_p2p_summary(env))
             n_gpus = len(env.get("gpus") or [])
             if n_gpus < int(env_cond.get("min_gpus", 0)):
                 continue

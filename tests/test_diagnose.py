@@ -455,6 +455,8 @@ def test_incompatibility_p2p_and_log_pattern_entries():
         f.rule for f in dg.rule_incompatibilities(dg.Evidence(server_args=args, environment=no_p2p))
     ]
     assert rules == ["incompatibility:custom-allreduce-without-p2p"]
+    p2p = dg.rule_incompatibilities(dg.Evidence(server_args=args, environment=no_p2p))[0]
+    assert "GPU P2P not available on 28 of 28 pairs (status CNS)" in p2p.evidence
     ev = dg.Evidence(
         server_args=args,
         log_text="[2026-01-01 10:00:00] RuntimeError: CUDA error: initialization error\n",
@@ -833,3 +835,22 @@ def test_concurrency_cap_quotes_the_level_above_the_cap_when_clocks_align():
         "at concurrency 256 #running-req stayed at 64 on 100% of its 20 decode lines while #queue-req averaged 190; "
         "over the whole log #running-req stayed at 64 on 67% of decode lines"
     )
+
+
+def test_diff_reads_json_of_another_release_and_a_run_root(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({"server_args": dict(BASELINE, some_future_flag=3)}))
+    diff = dg.diff_configs(other, BASELINE)
+    assert list(diff["field"]) == ["some_future_flag"]
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        dg.diff_configs(bad, BASELINE)
+    phase = tmp_path / "run" / "baseline"
+    phase.mkdir(parents=True)
+    (phase / "config.json").write_text(json.dumps({"server_args": BASELINE}))
+    assert dg.diff_configs(tmp_path / "run", REFERENCE).iloc[0]["field"] == "max_running_requests"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(ConfigError, match="not a run folder"):
+        dg.diff_configs(tmp_path / "run", empty)
