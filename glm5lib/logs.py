@@ -648,6 +648,7 @@ def _kv_pairs(text: str) -> dict[str, Any]:
     return out
 
 
+_FIRST_RANK_RE = re.compile(r"(?:[A-Z][A-Z_]*0(?: |$))*")
 _GB_RE = re.compile(r"(avail mem|mem usage|K size|V size|KV size)\s*[=:]\s*(\d+(?:\.\d+)?)\s*GB", re.IGNORECASE)
 _ELAPSED_RE = re.compile(r"(?:[Tt]ime elapsed|elapsed)\s*[:=]\s*(\d+(?:\.\d+)?)\s*s")
 
@@ -668,6 +669,7 @@ class _Parser:
         self.server_args_incomplete = False
         self._args_buffer: str | None = None
         self.startup: dict[str, Any] = {}
+        self._startup_other: dict[str, Any] = {}
         self.ready_at: str | None = None
         self.became_ready = False
         self.standin: str | None = None
@@ -1151,8 +1153,9 @@ class _Parser:
 
     # ---- startup facts
     def _startup(self, msg: str, rank: str, cut: bool = False) -> None:
-        s = self.startup
-        first_rank = not rank or rank.endswith("TP0") or "TP" not in rank
+        # Facts from the first rank (all labels 0, or none) win; other ranks only fill gaps.
+        first_rank = _FIRST_RANK_RE.fullmatch(rank) is not None
+        s = self.startup if first_rank else self._startup_other
         if msg.startswith("Load weight begin"):
             m = _GB_RE.search(msg)
             if m and first_rank:
@@ -1275,7 +1278,7 @@ class _Parser:
         return ServerLog(
             server_args=server_args,
             server_args_incomplete=incomplete,
-            startup=dict(self.startup),
+            startup={**self._startup_other, **self.startup},
             ready_at=pd.Timestamp(self.ready_at) if self.ready_at else None,
             decode=self._frame("decode", _DECODE_COLUMNS),
             prefill=self._frame("prefill", _PREFILL_COLUMNS),

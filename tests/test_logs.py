@@ -238,9 +238,11 @@ def test_startup_facts_2024_and_2026():
     s = logs.parse_log(fixture("sglang-2024-nan.log")).startup
     assert (s["max_total_num_tokens"], s["max_running_requests"], s["context_len"]) == (1033884, 4097, 32768)
     assert s["weight_avail_mem_gb"] == 18.65
+    assert s["memory_pool_end_avail_mem_gb"] == 4.14  # TP0's, though TP1 logged first
     r = logs.parse_log(fixture("sglang-ranks.log")).startup
-    assert r["weight_mem_usage_gb"] == 166.59  # the first rank's
-    assert r["weight_load_time_s"] == 228.09
+    assert r["weight_mem_usage_gb"] == 166.59  # DP0 TP0's
+    assert r["weight_load_time_s"] == 93.30  # DP0 TP0 EP0's, not TP4's 228.09
+    assert r["cuda_graph_begin_avail_mem_gb"] == 8.73  # only DP1 PP1 said it: it fills the gap
     text = (
         "[2025-11-30 10:00:00] glm5lib stand-in server (not SGLang): profile 'glm5-nvfp4-8x-rtxpro6000' "
         "(data/profiles/glm5-nvfp4-8x-rtxpro6000.json); timings come from a model, not from GPUs\n"
