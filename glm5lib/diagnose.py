@@ -1652,8 +1652,9 @@ class CapacityModel:
     """Decode step time as a linear function of batch size and KV tokens, fitted from decode lines.
 
     ``step_ms = intercept_ms + per_request_ms * batch + per_ktoken_ms * kv_tokens / 1000``; step
-    time comes from each decode line as ``#running-req / gen throughput``. Prefill work is not
-    modelled, so predictions are for steady decode; ``mape`` is the fit's mean relative error in
+    time comes from each decode line as ``#running-req / gen throughput``; SGLang divides by the
+    time since the previous decode line, so prefill batches in between are folded in at the
+    workload's own mix. Lines far off the fit (the first after an idle gap) are dropped; ``mape`` is the fit's mean relative error in
     throughput on the lines it was fitted to.
     """
 
@@ -1918,11 +1919,8 @@ def _cli_diagnose(args: argparse.Namespace) -> int:
         cap, _ = ev.cap()
         s = ev.sweep_sorted()
         levels = sorted({int(c) for c in s["concurrency"]}) if not s.empty else [64, 256, 1024]
-        print(
-            model.predict(levels, cap=cap, max_total_num_tokens=pool, context_tokens=ctx).to_string(
-                index=False
-            )
-        )
+        table = model.predict(levels, cap=cap, max_total_num_tokens=pool, context_tokens=ctx)
+        print(table.round(1).to_string(index=False))
         rec = model.recommend_max_running_requests(
             pool, ctx, target_concurrency=max(levels), current_cap=cap
         )
@@ -1939,7 +1937,7 @@ def _cli_diff(args: argparse.Namespace) -> int:
         print("The two configurations do not differ.")
         return 0
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
-        print(frame.drop(columns=["flag"]).to_string(index=False))
+        print(frame.drop(columns=["flag", "automatic"]).to_string(index=False))
     return 0
 
 
