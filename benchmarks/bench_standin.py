@@ -2,10 +2,13 @@
 
 For each scenario this starts ``python -m glm5lib.sim`` with the scenario's flags, drives it
 with C closed-loop streaming ``/generate`` clients (256-word prompts = 256 tokens to the
-stand-in, long outputs with ``ignore_eos``), waits until the running batch is full, then
+stand-in, outputs with ``ignore_eos``), waits until the running batch stops growing, then
 measures over a steady window: aggregate generated tokens per second (from the chunks' own
-``completion_tokens``), the stand-in process's CPU use (psutil), and the simulated per-GPU power
-(``/sim/gpus``). It prints published vs measured.
+``completion_tokens``), the stand-in process's CPU use (psutil), the simulated per-GPU power
+(``/sim/gpus``) and the highest ``gen throughput`` the stand-in logged in the window. It prints
+published vs measured. The GLM-5 figures are compared with the client's steady throughput
+(long outputs); the K2-Thinking figure, published as the highest logged gen throughput of a
+256-in/256-out benchmark, with the same thing.
 
     .venv/bin/python benchmarks/bench_standin.py            # all scenarios, 15 s windows
     .venv/bin/python benchmarks/bench_standin.py --window 8 --only fix-1024
@@ -17,11 +20,16 @@ import argparse
 import asyncio
 import statistics
 import sys
+import tempfile
 import time
+from datetime import datetime
+from pathlib import Path
 
 import aiohttp
+import pandas as pd
 import psutil
 
+from glm5lib.logs import parse_log
 from glm5lib.sim import run_standin
 
 GLM5 = ["--sim-profile", "glm5-nvfp4-8x-rtxpro6000", "--attention-backend", "flashinfer",
@@ -31,13 +39,14 @@ FIX = [*GLM5, "--max-running-requests", "1024", "--disable-cuda-graph", "--disab
 K2 = ["--sim-profile", "k2-thinking-nvfp4-8x-rtxpro6000", "--max-running-requests", "2048",
       "--attention-backend", "triton", "--disable-cuda-graph", "--page-size", "1"]
 
-# name, label, flags, concurrency, running cap, published tok/s, published W per GPU (or None)
+# name, label, flags, concurrency, output tokens (None = --output-len), published tok/s,
+# published W per GPU (or None), compared figure ("client" steady tok/s or "log peak")
 SCENARIOS = [
-    ("baseline-256", "GLM-5 baseline (cap 64, CUDA graphs), C=256", BASELINE, 256, 64, 880, 83),
-    ("fix-256", "GLM-5 fix (cap 1024, no graphs), C=256", FIX, 256, 1024, 1950, None),
-    ("fix-512", "GLM-5 fix, C=512", FIX, 512, 1024, 2800, None),
-    ("fix-1024", "GLM-5 fix, C=1,024", FIX, 1024, 1024, 3740, 250),
-    ("k2-1024", "K2-Thinking reference (cap 2048, triton), C=1,024", K2, 1024, 2048, 5816, None),
+    ("baseline-256", "GLM-5 baseline (cap 64, CUDA graphs), C=256", BASELINE, 256, None, 880, 83, "client"),
+    ("fix-256", "GLM-5 fix (cap 1024, no graphs), C=256", FIX, 256, None, 1950, None, "client"),
+    ("fix-512", "GLM-5 fix, C=512", FIX, 512, None, 2800, None, "client"),
+    ("fix-1024", "GLM-5 fix, C=1,024", FIX, 1024, None, 3740, 250, "client"),
+    ("k2-512", "K2-Thinking reference (cap 2048, triton), C=512, peak", K2, 512, 256, 5816, None, "log peak"),
 ]
 
 PROMPT = " ".join(["word"] * 256)
@@ -85,8 +94,7 @@ class Client:
                 await asyncio.sleep(0.1)
 
 
-async def measure(base_url: str, pid: int, concurrency: int, cap: int, window: float,
-                  output_len: int) -> dict:
+async def measure(base_url: str, pid: int, concurrency: int, window: float, output_len: int) -> dict:
     client = Client(base_url, concurrency, output_len)
     conn = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_read=300)
@@ -94,11 +102,15 @@ async def measure(base_url: str, pid: int, concurrency: int, cap: int, window: f
     me = psutil.Process()
     async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         tasks = [asyncio.create_task(client.worker(session, i)) for i in range(concurrency)]
-        # Warm-up: every stream the cap lets run has its first token, then one more second.
-        want = min(concurrency, cap)
-        t0 = time.monotonic()
-        while client.started < want and time.monotonic() - t0 < 180:
+        # Warm-up: until every stream has its first token or the count stops growing for 2 s
+        # (the running cap or the KV pool holds the rest back), then one more second.
+        t0 = last_change = time.monotonic()
+        seen = 0
+        while client.started < concurrency and time.monotonic() - last_change < 2.0 \
+                and time.monotonic() - t0 < 180:
             await asyncio.sleep(0.2)
+            if client.started != seen:
+                seen, last_change = client.started, time.monotonic()
         await asyncio.sleep(1.0)
         tok0, cpu0, my0, w0 = client.tokens(), proc.cpu_times(), me.cpu_times(), time.monotonic()
         powers = []
@@ -120,6 +132,7 @@ async def measure(base_url: str, pid: int, concurrency: int, cap: int, window: f
         "power_w": statistics.mean(powers) if powers else float("nan"),
         "errors": client.errors,
         "warmup_s": w0 - t0,
+        "window": (time.time() - (time.monotonic() - w0), time.time() - (time.monotonic() - w1)),
     }
 
 
@@ -130,32 +143,44 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=None, help=f"scenario names: {[s[0] for s in SCENARIOS]}")
     args = ap.parse_args()
     rows = []
-    for name, label, flags, conc, cap, pub, pub_w in SCENARIOS:
+    for name, label, flags, conc, out_len, pub, pub_w, metric in SCENARIOS:
         if args.only and name not in args.only:
             continue
-        with run_standin(*flags, "--sim-no-access-log", ready_timeout=60) as srv:
-            m = asyncio.run(measure(srv.base_url, srv.pid, conc, cap, args.window, args.output_len))
+        with tempfile.TemporaryDirectory() as tmp:
+            log_path = Path(tmp) / "server.log"
+            with run_standin(*flags, "--sim-no-access-log", "--decode-log-interval", "20",
+                             ready_timeout=60, log_path=log_path) as srv:
+                m = asyncio.run(measure(srv.base_url, srv.pid, conc, args.window, out_len or args.output_len))
+            decode = parse_log(log_path).decode
+        t_lo, t_hi = (pd.Timestamp(datetime.fromtimestamp(t)) for t in m["window"])
+        in_window = decode[(decode["time"] >= t_lo.floor("s")) & (decode["time"] <= t_hi.ceil("s"))]
+        m["log_peak"] = float(in_window["gen_throughput"].max()) if len(in_window) else float("nan")
+        m["running"] = int(in_window["running_req"].median()) if len(in_window) else 0
+        m["figure"] = m["log_peak"] if metric == "log peak" else m["tok_s"]
+        m["metric"] = metric
         rows.append((label, pub, pub_w, m))
-        err = m["tok_s"] / pub - 1
-        print(f"  {label}: {m['tok_s']:.0f} tok/s ({err:+.1%} vs {pub}), {m['power_w']:.0f} W/GPU, "
+        err = m["figure"] / pub - 1
+        print(f"  {label}: {m['figure']:.0f} tok/s {metric} ({err:+.1%} vs {pub}); client {m['tok_s']:.0f} tok/s, "
+              f"log peak {m['log_peak']:.0f}, running {m['running']}, {m['power_w']:.0f} W/GPU, "
               f"stand-in CPU {m['server_cpu_pct']:.0f}%, client CPU {m['client_cpu_pct']:.0f}%, "
               f"errors {m['errors']}", file=sys.stderr, flush=True)
 
     print()
-    print(f"{'scenario':52} {'published':>10} {'measured':>10} {'diff':>7}  "
-          f"{'W/GPU pub':>9} {'W/GPU':>6}  {'stand-in CPU':>12}  {'client CPU':>10}")
+    print(f"{'scenario':56} {'published':>9} {'measured':>9} {'diff':>7} {'figure':>9}  "
+          f"{'W/GPU pub':>9} {'W/GPU':>6} {'running':>7}  {'stand-in CPU':>12} {'client CPU':>10}")
     ok = True
     for label, pub, pub_w, m in rows:
-        err = m["tok_s"] / pub - 1
+        err = m["figure"] / pub - 1
         ok &= abs(err) <= 0.10
         pw = f"{pub_w:>9}" if pub_w else f"{'-':>9}"
         if pub_w:
             ok &= abs(m["power_w"] / pub_w - 1) <= 0.10
-        print(f"{label:52} {pub:>10,} {m['tok_s']:>10,.0f} {err:>+7.1%}  {pw} {m['power_w']:>6.0f}  "
-              f"{m['server_cpu_pct']:>11.0f}%  {m['client_cpu_pct']:>9.0f}%")
+        print(f"{label:56} {pub:>9,} {m['figure']:>9,.0f} {err:>+7.1%} {m['metric']:>9}  {pw} "
+              f"{m['power_w']:>6.0f} {m['running']:>7}  {m['server_cpu_pct']:>11.0f}% {m['client_cpu_pct']:>9.0f}%")
     print()
-    print(f"all figures within 10%: {'yes' if ok else 'NO'}  "
-          f"(window {args.window:.0f} s, prompts 256 tokens, outputs up to {args.output_len} tokens, /generate streaming)")
+    print(f"all figures within 10%: {'yes' if ok else 'NO'}  (window {args.window:.0f} s, prompts 256 tokens, "
+          f"outputs {args.output_len} tokens unless the scenario says otherwise, /generate streaming; "
+          "'client' = steady aggregate tok/s the clients received, 'log peak' = highest gen throughput logged)")
     return 0 if ok else 1
 
 

@@ -128,9 +128,24 @@ def test_profiles_imply_the_published_step_times():
     assert prof.decode_ms(65, 0, graphs) == prof.decode_ms(65, 0, no_graph)
     # Power follows work: ~83 W at 880 tok/s, ~250 W at 3,740 tok/s.
     assert abs(prof.power_w(880, 0) - 83) < 4 and abs(prof.power_w(3740, 0) - 250) < 10
+    # K2-Thinking: its reference run is bound by the KV pool at about 450 running requests.
     k2 = load_profile("k2-thinking-nvfp4-8x-rtxpro6000")
     k2ctx = StepContext("triton", False, 2048, False, "auto", "auto", False)
-    assert abs(1024 / (k2.decode_ms(1024, 1024 * ctx_tokens, k2ctx) / 1000) / 5816 - 1) < 0.05
+    assert abs(448 / (k2.decode_ms(448, 448 * 400, k2ctx) / 1000) / 5816 - 1) < 0.05
+
+
+def test_k2_profile_matches_the_reference_run_log():
+    from glm5lib.logs import parse_log
+    from glm5lib.paths import data_dir
+
+    ref = parse_log(data_dir() / "reference" / "k2-thinking" / "server.log")
+    args = parse_sim_argv(["--sim-profile", "k2-thinking-nvfp4-8x-rtxpro6000", "--max-running-requests",
+                           "2048", "--attention-backend", "triton", "--disable-cuda-graph", "--page-size", "1"])
+    assert args.max_total_num_tokens == ref.startup["max_total_num_tokens"]
+    steady = ref.decode[ref.decode["running_req"] == ref.decode["running_req"].max()]
+    modelled = [r.running_req / (args.profile.decode_ms(r.running_req, r.num_token, args.step) / 1000)
+                for r in steady.itertuples()]
+    assert abs(sum(modelled) / len(modelled) / steady["gen_throughput"].mean() - 1) < 0.05
 
 
 def test_token_text_slices_agree_with_ids_and_counts():
