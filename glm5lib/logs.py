@@ -43,6 +43,7 @@ import pandas as pd
 
 __all__ = [
     "ERROR_KINDS",
+    "IMPORTANT_ARGS",
     "LogFollower",
     "ServerArgs",
     "ServerLog",
@@ -554,7 +555,33 @@ def _convert_column(col: Any) -> Any:
 
 @dataclass
 class ServerLog:
-    """Everything :func:`parse_log` reads from one SGLang server log."""
+    """Everything :func:`parse_log` reads from one SGLang server log.
+
+    Tables (pandas DataFrames, one row per log line, in log order):
+
+    * ``decode``: ``time, rank, running_req, num_token, token_usage, cuda_graph, gen_throughput,
+      queue_req`` then whatever else the SGLang version printed (``largest_len``, ``accept_len``,
+      ``accept_rate``, ``full_token``, ``swa_token``..., ``est_decode_tflops_per_gpu``,
+      ``fwd_occupancy``, ``iter``...). ``cuda_graph`` is a nullable boolean (2024 lines do not
+      say; ``cpu graph``/``npu graph`` land here too). Hybrid models fill ``num_token`` and
+      ``token_usage`` from the fuller pool, as SGLang's own metrics do.
+    * ``prefill``: ``time, rank, new_seq, new_token, cached_token, token_usage, running_req,
+      queue_req`` then extras (``cache_hit_rate`` as a fraction, ``input_throughput``...).
+    * ``retractions``: ``time, rank, retracted_reqs, new_token_ratio_before, new_token_ratio_after``.
+    * ``errors``: ``time, rank, kind, message, text``; ``kind`` in :data:`ERROR_KINDS`, ``message``
+      the final exception line, ``text`` the whole (masked) traceback.
+    * ``http``: uvicorn access lines: ``time, client, method, path, status``.
+
+    ``time`` is the naive timestamp printed in the log (NaT when a line had none; lines of builds
+    that print only the clock get the ``date`` given to :func:`parse_log`, else the last date
+    seen, else 1970-01-01). ``rank`` is the rank label as printed (``"TP0"``, ``"DP1 TP1"``,
+    ``"TP0 EP0"``), ``""`` when the server ran without parallelism. ``startup`` holds facts such
+    as ``max_total_num_tokens``, ``max_running_requests``, ``context_len``, ``kv_cache_tokens``,
+    ``kv_cache_size_gb``, ``weight_load_time_s``, ``weight_mem_usage_gb``,
+    ``cuda_graph_capture_time_s``, ``cuda_graph_batch_sizes``, ``available_gpu_mem_gb``; the
+    first rank's value wins. ``standin`` is the profile name when the log comes from glm5lib's
+    stand-in server (its first line says so), else None.
+    """
 
     server_args: dict[str, Any] = field(default_factory=dict)
     server_args_incomplete: bool = False
@@ -1577,31 +1604,30 @@ def to_epoch(series: pd.Series | pd.Timestamp | Any, tz: str | None = None) -> A
     if isinstance(series, pd.Timestamp | str):
         return float(to_epoch(pd.Series([pd.Timestamp(series)]), tz=tz).iloc[0])
     s = pd.to_datetime(pd.Series(series))
-    if s.dt.tz is None:
-        if tz is None:
-            import time as _time
+    name = getattr(series, "name", None)
+    if s.dt.tz is not None:
+        return _utc_seconds(s.dt.tz_convert("UTC").dt.tz_localize(None)).rename(name)
+    if tz is not None:
+        local = s.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward")
+        return _utc_seconds(local.dt.tz_convert("UTC").dt.tz_localize(None)).rename(name)
+    # This machine's zone: its UTC offset per hour of wall time (DST-aware through mktime),
+    # computed once per distinct hour, so a long log converts at vectorised speed.
+    import time as _time
 
-            # The local zone's UTC offset for each stamp (DST-aware through mktime).
-            naive = s
-            out = np.full(len(naive), np.nan)
-            valid = naive.notna().to_numpy()
-            if valid.any():
-                vals = naive[valid]
-                offsets = {}
-                res = []
-                for ts in vals:
-                    key = (ts.year, ts.month, ts.day, ts.hour)
-                    off = offsets.get(key)
-                    if off is None:
-                        wall = ts.replace(minute=0, second=0, microsecond=0, nanosecond=0)
-                        off = _time.mktime(wall.timetuple()) - (wall - pd.Timestamp("1970-01-01")).total_seconds()
-                        offsets[key] = off
-                    res.append((ts - pd.Timestamp("1970-01-01")).total_seconds() + off)
-                out[valid] = res
-            return pd.Series(out, index=s.index, name=getattr(series, "name", None))
-        s = s.dt.tz_localize(tz, ambiguous="NaT", nonexistent="shift_forward")
-    epoch = (s.dt.tz_convert("UTC") - pd.Timestamp("1970-01-01", tz="UTC")).dt.total_seconds()
-    return epoch
+    hours = s.dt.floor("h")
+    offsets = {}
+    for hour in hours.dropna().unique():
+        wall = pd.Timestamp(hour)
+        offsets[wall] = _time.mktime(wall.timetuple()) - (wall - _EPOCH).total_seconds()
+    return (_utc_seconds(s) + hours.map(offsets).astype(float)).rename(name)
+
+
+_EPOCH = pd.Timestamp("1970-01-01")
+
+
+def _utc_seconds(naive: pd.Series) -> pd.Series:
+    """Naive timestamps read as UTC -> float seconds since the epoch (NaT -> NaN)."""
+    return (naive - _EPOCH).dt.total_seconds()
 
 
 # --------------------------------------------------------------------------------------------

@@ -492,6 +492,8 @@ def test_to_epoch_utc_and_local():
     local = logs.to_epoch(series)
     assert local.iloc[0] == time.mktime(time.strptime("2025-11-30 10:00:00", "%Y-%m-%d %H:%M:%S"))
     assert logs.to_epoch(pd.Timestamp("2025-11-30 10:00:00"), tz="UTC") == 1764496800.0
+    berlin = logs.to_epoch(pd.Series(pd.to_datetime(["2025-11-30 10:00:00", "2025-07-01 10:00:00"])), tz="Europe/Berlin")
+    assert berlin.tolist() == [1764496800.0 - 3600, 1751364000.0 - 7200]  # CET, then CEST
 
 
 def test_cli_logs_summary(tmp_path, capsys):
