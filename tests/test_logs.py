@@ -566,3 +566,14 @@ def test_any_cut_of_server_args_is_a_prefix_of_the_whole(cut):
     assert part.incomplete == (cut < len(GLM5_ARGS_LINE))
     assert all(whole[k] == v for k, v in part.items())
     assert list(part) == list(whole)[: len(part)]
+
+
+def test_to_epoch_uses_this_machines_zone_by_default(monkeypatch):
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    try:
+        local = logs.to_epoch(pd.Series(pd.to_datetime(["2025-11-30 10:00:00", "2025-07-01 10:00:00"])))
+        assert local.tolist() == [1764496800.0 - 3600, 1751364000.0 - 7200]
+    finally:
+        monkeypatch.undo()
+        time.tzset()
