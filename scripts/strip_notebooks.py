@@ -2,7 +2,7 @@
 
 Removes outputs and execution counts from every code cell except those whose first line is
 ``# NBVAL_CHECK_OUTPUT`` (deterministic cells whose output nbval compares; their outputs are
-kept), the cells papermill injects (tag ``injected-parameters``), papermill's and Jupyter's
+kept, with the cell's position as a stable execution count), the cells papermill injects (tag ``injected-parameters``), papermill's and Jupyter's
 per-run metadata, and widget state. Cell tags (``parameters``) are kept.
 
     python scripts/strip_notebooks.py                 # strip notebooks/*.ipynb in place
@@ -33,7 +33,9 @@ def checked(cell) -> bool:
 def strip(nb):
     """Return ``nb`` without volatile content (modifies it in place)."""
     nb.cells = [c for c in nb.cells if "injected-parameters" not in c.metadata.get("tags", [])]
+    code_index = 0
     for cell in nb.cells:
+        code_index += cell.cell_type == "code"
         for key in _CELL_META_DROP:
             cell.metadata.pop(key, None)
         if not cell.metadata.get("tags", True):
@@ -43,6 +45,8 @@ def strip(nb):
             continue
         cell.execution_count = None
         if checked(cell):
+            # nbval skips comparing cells it considers unrun (no count): give a stable one
+            cell.execution_count = code_index
             for out in cell.outputs:
                 if "execution_count" in out:
                     out["execution_count"] = None

@@ -75,7 +75,7 @@ def test_notebook_follows_the_style_rules(path):
         assert cell is tagged[0] or len(cell.source.splitlines()) <= 12, f"cell too long: {cell.source[:60]!r}"
         checked = cell.source.startswith("# NBVAL_CHECK_OUTPUT")
         assert checked or not cell.outputs, "committed notebooks carry no volatile output"
-        assert cell.execution_count is None
+        assert checked or cell.execution_count is None
     assert "report.write_report(run)" in code[-1].source, "the last cell writes results to the run folder"
 
 
@@ -116,7 +116,7 @@ def test_workbook_tells_the_story_on_the_stand_in(tmp_path):
     run = tmp_path / "run"
     # Baseline: short levels suffice, the cap of 64 is reached at once.
     workbook.run_workbook(
-        {"CONCURRENCIES": [64, 256], "OUTPUT_LEN": 64, "LEVEL_DURATION_S": 12.0},
+        {"CONCURRENCIES": [256], "OUTPUT_LEN": 64, "LEVEL_DURATION_S": 12.0},
         run_dir=run, only=[1, 2, 3], progress=False,
     )
     hypothesis = json.loads((run / "hypothesis.json").read_text())
@@ -156,7 +156,7 @@ def test_workbook_tells_the_story_on_the_stand_in(tmp_path):
 def test_notebooks_pass_nbval(tmp_path):
     env = {**os.environ, "GLM5_RUNS_DIR": str(tmp_path)}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q",
+        [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "-p", "no:cacheprovider", "-q",
          "--rootdir", str(ROOT / "notebooks"), str(ROOT / "notebooks")],
         capture_output=True, text=True, env=env, cwd=ROOT, check=False, timeout=400,
     )
