@@ -854,3 +854,38 @@ def test_diff_reads_json_of_another_release_and_a_run_root(tmp_path):
     empty.mkdir()
     with pytest.raises(ConfigError, match="not a run folder"):
         dg.diff_configs(tmp_path / "run", empty)
+
+
+@pytest.mark.slow
+def test_standin_nan_crash_is_the_top_finding(tmp_path):
+    from glm5lib.errors import SweepAbortedError
+    from glm5lib.loadgen import run_sweep
+    from glm5lib.sim.testing import run_standin
+
+    flags = ["--model-path", "glm5", "--tp-size", "8", "--attention-backend", "flashinfer"]
+    with (
+        run_standin(
+            *flags,
+            "--sim-fault",
+            "nan-after=4",
+            "--sim-profile",
+            "glm5-nvfp4-8x-rtxpro6000",
+            log_path=tmp_path / "server.log",
+        ) as srv,
+        pytest.raises(SweepAbortedError),
+    ):
+        run_sweep(
+            srv.base_url,
+            [8],
+            input_len=32,
+            output_len=64,
+            duration=6,
+            run_dir=tmp_path,
+            progress=False,
+            warmup=0,
+        )
+    frame = dg.diagnose(tmp_path, write=False)
+    top = frame.iloc[0]
+    assert top["rule"] == "crash:nan"
+    assert "NaN in the logits" in top["evidence"] and "on 8 rank(s)" in top["evidence"]
+    assert "--attention-backend (now flashinfer" in top["suggestion"]
