@@ -116,3 +116,19 @@ def test_cli_prints_where_results_and_report_went(tmp_path, capsys):
     assert code == 2
     assert f"Report (partial): {tmp_path / 'run2' / 'report.md'}" in captured.out
     assert "02-broken.ipynb failed in cell" in captured.err
+
+
+def test_resolve_run_dir_takes_names_under_runs_and_paths(tmp_path, monkeypatch):
+    monkeypatch.setenv("GLM5_RUNS_DIR", str(tmp_path / "runs"))
+    assert workbook.resolve_run_dir("interactive") == (tmp_path / "runs" / "interactive").resolve()
+    assert (tmp_path / "runs" / "interactive").is_dir()
+    assert workbook.resolve_run_dir(tmp_path / "elsewhere" / "r1") == (tmp_path / "elsewhere" / "r1").resolve()
+    with pytest.raises(ConfigError, match="RUN_DIR is empty"):
+        workbook.resolve_run_dir("  ")
+
+
+def test_start_server_rejects_unknown_backends_before_starting_anything(tmp_path):
+    with pytest.raises(ConfigError, match="BACKEND 'vllm' is not valid") as exc:
+        workbook.start_server("vllm", None, tmp_path)
+    assert "http://HOST:PORT" in exc.value.valid
+    assert not any(tmp_path.iterdir())
