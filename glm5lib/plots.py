@@ -4,7 +4,8 @@ Every function takes tidy frames as written to a run folder (``sweep.csv`` rows 
 :func:`glm5lib.loadgen.run_sweep`, decode rows from :func:`glm5lib.logs.parse_log`, per-level
 power rows from :func:`glm5lib.telemetry.per_level`) and returns a
 :class:`matplotlib.figure.Figure`. Figures are built without pyplot, so nothing accumulates in
-pyplot's global state during a long sweep; Jupyter shows a returned figure as a PNG.
+pyplot's global state during a long sweep; Jupyter shows a returned figure as a PNG
+(:class:`PlotFigure` renders itself).
 
 Several phases (``baseline``, ``fix``...) are drawn on the same axes when a mapping
 ``{label: frame}`` is passed instead of one frame, so before and after read at a glance.
@@ -12,6 +13,7 @@ Several phases (``baseline``, ``fix``...) are drawn on the same axes when a mapp
 
 from __future__ import annotations
 
+import io
 import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -25,6 +27,7 @@ from glm5lib.errors import ConfigError
 
 __all__ = [
     "LATENCY_METRICS",
+    "PlotFigure",
     "latency_vs_concurrency",
     "power_vs_tdp",
     "running_queued_over_time",
@@ -82,8 +85,17 @@ def _concurrency_axis(ax, levels: Iterable[float]) -> None:
     ax.grid(True, alpha=0.3)
 
 
+class PlotFigure(Figure):
+    """A Figure that Jupyter shows as a PNG even though pyplot never saw it."""
+
+    def _repr_png_(self) -> bytes:
+        buf = io.BytesIO()
+        self.savefig(buf, format="png", dpi=100)
+        return buf.getvalue()
+
+
 def _new_figure(width: float = 7.0, height: float = 4.2, ncols: int = 1) -> tuple[Figure, list]:
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = PlotFigure(figsize=(width, height), layout="constrained")
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return fig, list(axes)
 

@@ -104,5 +104,6 @@ def test_save_figure_writes_a_png_in_figures(tmp_path):
     path = plots.save_figure(fig, tmp_path, "throughput")
     assert path == tmp_path / "figures" / "throughput.png"
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"  # what Jupyter displays
     with pytest.raises(ConfigError, match="plain file name"):
         plots.save_figure(fig, tmp_path, "../escape")
