@@ -1232,9 +1232,10 @@ class _Parser:
             if "piecewise" in low:
                 stage = "piecewise_cuda_graph"
             bs = _BS_LIST_RE.search(msg)
-            if bs and (" bs" in msg or "bs=" in msg):
+            if bs and (" bs" in msg or "bs=" in msg or "num tokens" in msg):
                 nums = bs.group(1) or bs.group(2) or bs.group(3) or ""
-                s.setdefault(f"{stage}_batch_sizes", [int(x) for x in re.findall(r"\d+", nums)])
+                what = "num_tokens" if "num tokens" in msg else "batch_sizes"
+                s.setdefault(f"{stage}_{what}", [int(x) for x in re.findall(r"\d+", nums)])
             if " end" in low:
                 if f"{stage}_capture_time_s" in s:
                     return

@@ -577,3 +577,31 @@ def test_to_epoch_uses_this_machines_zone_by_default(monkeypatch):
     finally:
         monkeypatch.undo()
         time.tzset()
+
+
+def test_startup_0_5_capture_and_limits():
+    slog = logs.parse_log(fixture("sglang-startup-0.5.log"))
+    s = slog.startup
+    assert (s["cuda_graph_capture_time_s"], s["cuda_graph_mem_usage_gb"], s["cuda_graph_avail_mem_gb"]) == (5.92, 1.44, 37.06)
+    assert (s["max_total_num_tokens"], s["chunked_prefill_size"], s["max_running_requests"]) == (2261377, 16384, 4096)
+    assert (s["context_len"], s["available_gpu_mem_gb"]) == (128000, 37.06)
+    assert slog.skipped == 0  # the capture bar is known noise
+    tp = logs.parse_log(fixture("sglang-capture-tp.log")).startup
+    assert tp["cuda_graph_capture_time_s"] == 11.39  # TP0's, logged after TP1's 11.35
+    assert tp["cuda_graph_num_tokens"][:3] == [4, 8, 12] and tp["cuda_graph_num_tokens"][-1] == 4096
+
+
+def test_lines_mangled_when_pasted_are_skipped_not_misread():
+    slog = logs.parse_log(fixture("sglang-2026-npu-mangled.log"))
+    assert slog.decode.empty and slog.prefill.empty and slog.http.empty
+    assert slog.skipped == 3
+    assert slog.skipped_examples[0].endswith("#queue-req")
+
+
+def test_prefill_keys_in_another_order_between_debug_lines():
+    slog = logs.parse_log(fixture("sglang-2026-prefill-order.log"))
+    p = slog.prefill
+    assert p["input_throughput"].tolist() == [0.14, 9610.84]
+    assert p["cuda_graph"].tolist() == [False, False]
+    assert (p["new_seq"].tolist(), p["new_token"].tolist()) == ([2, 2], [578, 578])
+    assert slog.skipped == 6  # the [DEBUG] lines are not SGLang's
