@@ -160,8 +160,9 @@ def _finish_from_last(rec: RequestRecord, payload: bytes, api: str) -> None:
 
 
 async def _drain(content: aiohttp.StreamReader) -> None:
-    while await content.readany():
-        pass
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+        while await content.readany():
+            pass
 
 
 async def stream_request(
@@ -257,8 +258,11 @@ async def stream_request(
             if done and not content.is_eof():
                 # Read the end of the chunked body so the connection goes back to the pool
                 # instead of being closed (a new connection per request costs handshakes).
-                with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
-                    await asyncio.wait_for(_drain(content), timeout=2.0)
+                drain = asyncio.ensure_future(_drain(content))
+                try:
+                    await asyncio.wait({drain}, timeout=2.0)
+                finally:
+                    drain.cancel()
             if not times:
                 rec.error = "stream ended without any token chunk" + (
                     "" if done else " (no [DONE])"

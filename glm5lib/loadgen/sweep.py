@@ -156,6 +156,7 @@ class _LevelState:
         self.gate = asyncio.Event()
         self.gate.set()
         self.unchecked = False
+        self.finished = False
         self.issued = 0
         self.completed = 0
         self.failed = 0
@@ -271,11 +272,17 @@ class _Sweep:
         return False, failures[-1] + " (3 tries)", []
 
     async def _watchdog(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
-        while True:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(
-                    state.connection_errors.wait(), timeout=min(self.health_interval, self.read_timeout or math.inf)
-                )
+        interval = min(self.health_interval, self.read_timeout or math.inf)
+        while not state.finished:
+            # asyncio.wait rather than wait_for: Python 3.11's wait_for can swallow the
+            # cancellation that ends the level when its own timeout fires at the same moment.
+            waiter = asyncio.ensure_future(state.connection_errors.wait())
+            try:
+                await asyncio.wait({waiter}, timeout=interval)
+            finally:
+                waiter.cancel()
+            if state.finished:
+                return
             state.connection_errors.clear()
             self._cancel_stalled(state)
             await self._health_gate(session, state)
@@ -311,7 +318,7 @@ class _Sweep:
     @staticmethod
     async def _lag_probe(lags: list[float], interval: float = 0.01) -> None:
         clock = time.perf_counter
-        while True:
+        while True:  # ended by cancellation; asyncio.sleep never swallows it
             t = clock()
             await asyncio.sleep(interval)
             lags.append(clock() - t - interval)
@@ -442,6 +449,7 @@ class _Sweep:
                 except _Aborted as exc:
                     aborted = exc
         finally:
+            state.finished = True
             for t in [*main, *tasks, watchdog, *helpers]:
                 t.cancel()
             await asyncio.gather(*main, *tasks, watchdog, *helpers, return_exceptions=True)
