@@ -30,11 +30,13 @@ __all__ = [
     "list_notebooks",
     "notebooks_dir",
     "parse_parameter",
+    "phase_log",
     "register_cli",
     "resolve_run_dir",
     "run_workbook",
     "save_server_info",
     "start_server",
+    "stop_server",
 ]
 
 #: Values of a notebook's ``BACKEND`` parameter, besides an http(s) URL to attach to.
@@ -212,12 +214,15 @@ def start_server(
     ready_timeout: float = 600.0,
     api_key: str | None = None,
     extra_args: Sequence[str] = (),
+    attach_log: str | Path | None = None,
 ):
     """Launch (``sim``/``sglang``) or attach to (a URL) the server of one phase.
 
     The server log goes to ``<folder>/server.log``; the configuration to ``config.json`` and
-    the server's own ``/get_server_info`` to ``server_info.json`` (secrets masked). Returns the
-    :mod:`glm5lib.server` object (``Server`` or ``AttachedServer``).
+    the server's own ``/get_server_info`` to ``server_info.json`` (secrets masked). When
+    attaching, ``attach_log`` is that server's log file if it is readable from here. Returns the
+    :mod:`glm5lib.server` object (``Server`` or ``AttachedServer``); end the phase with
+    :func:`stop_server`.
     """
     from glm5lib import server as server_mod
 
@@ -232,12 +237,48 @@ def start_server(
                                 ready_timeout=ready_timeout, extra_args=args)
         config.save(folder / rundir.CONFIG)
     else:
-        srv = server_mod.attach(backend, api_key=api_key)
+        srv = server_mod.attach(backend, api_key=api_key, log_path=attach_log or None)
         cfg = getattr(srv, "config", None)
         if cfg is not None:
             cfg.save(folder / rundir.CONFIG)
     save_server_info(srv.base_url, folder, api_key=api_key)
     return srv
+
+
+def stop_server(srv, folder: str | Path):
+    """End a phase: stop a launched server (an attached one is left running) and return its
+    parsed log (an empty ServerLog when the log is not readable here).
+
+    An attached server's log is copied into ``<folder>/server.log`` so the run folder holds
+    the evidence either way.
+    """
+    import shutil
+
+    from glm5lib.logs import parse_log
+
+    target = Path(folder) / rundir.SERVER_LOG
+    server_log = srv.logs()
+    srv.stop()
+    source = getattr(srv, "log_path", None)
+    if source is not None and Path(source).exists() and Path(source).resolve() != target.resolve():
+        shutil.copyfile(source, target)
+    if server_log is None:
+        log.warning("no server log readable for %s: scheduler evidence is missing from this phase",
+                    getattr(srv, "base_url", srv))
+        return parse_log("")
+    return server_log
+
+
+def phase_log(folder: str | Path):
+    """The parsed ``server.log`` of a phase folder; an empty ServerLog when there is none
+    (an attached server whose log was not readable)."""
+    from glm5lib.logs import parse_log
+
+    path = Path(folder) / rundir.SERVER_LOG
+    if not path.exists():
+        log.warning("%s has no server log; scheduler evidence is missing", folder)
+        return parse_log("")
+    return parse_log(path)
 
 
 def save_server_info(base_url: str, folder: str | Path, *, api_key: str | None = None) -> dict | None:

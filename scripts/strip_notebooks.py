@@ -7,8 +7,8 @@ per-run metadata, and widget state. Cell tags (``parameters``) are kept.
 
     python scripts/strip_notebooks.py                 # strip notebooks/*.ipynb in place
     python scripts/strip_notebooks.py --check         # exit 1 and list notebooks that need it (CI)
-    python scripts/strip_notebooks.py --from RUN_DIR  # take executed copies from a run folder,
-                                                      # strip them and write them to notebooks/
+    python scripts/strip_notebooks.py --from RUN_DIR  # refresh the checked cells' outputs from
+                                                      # the executed copies in a run folder
 """
 
 from __future__ import annotations
@@ -73,12 +73,21 @@ def main(argv: list[str] | None = None) -> int:
     targets = args.paths or sorted(NOTEBOOKS.glob("[0-9][0-9]-*.ipynb"))
     dirty = []
     for target in targets:
-        source = args.source / target.name if args.source else target
-        if not source.exists():
-            print(f"{source}: missing", file=sys.stderr)
+        if not target.exists():
+            print(f"{target}: missing", file=sys.stderr)
             return 2
-        original = target.read_text() if target.exists() else ""
-        nb = nbformat.read(source, as_version=4)
+        original = target.read_text()
+        nb = nbformat.read(target, as_version=4)
+        if args.source:
+            executed = args.source / target.name
+            if not executed.exists():
+                print(f"{executed}: missing", file=sys.stderr)
+                return 2
+            outputs = {c.source: c.outputs for c in nbformat.read(executed, as_version=4).cells
+                       if c.cell_type == "code"}
+            for cell in nb.cells:
+                if checked(cell) and cell.source in outputs:
+                    cell.outputs = outputs[cell.source]
         text = _text(strip(nb))
         if text == original:
             continue

@@ -132,3 +132,13 @@ def test_start_server_rejects_unknown_backends_before_starting_anything(tmp_path
         workbook.start_server("vllm", None, tmp_path)
     assert "http://HOST:PORT" in exc.value.valid
     assert not any(tmp_path.iterdir())
+
+
+def test_phase_log_is_empty_not_an_error_when_the_log_is_missing(tmp_path):
+    assert workbook.phase_log(tmp_path).decode.empty
+    (tmp_path / "server.log").write_text(
+        "[2026-01-01 10:00:00] Decode batch, #running-req: 64, #token: 9000, token usage: 0.01, "
+        "cuda graph: True, gen throughput (token/s): 880.00, #queue-req: 192, \n"
+    )
+    decode = workbook.phase_log(tmp_path).decode
+    assert decode["running_req"].tolist() == [64] and decode["queue_req"].tolist() == [192]
