@@ -235,6 +235,20 @@ def test_generate_non_streaming_and_min_tokens(srv):
     assert status == 400 and b"context length" in raw
 
 
+def test_long_prompt_is_prefilled_in_chunks(srv):
+    before = len(_prefill_lines(srv))
+    status, raw = _post(srv.base_url + "/generate", {
+        "text": "w " * 40000, "sampling_params": {"max_new_tokens": 2, "ignore_eos": True}})
+    assert status == 200 and json.loads(raw)["meta_info"]["prompt_tokens"] == 40000
+    new = _prefill_lines(srv)[before:]
+    chunks = [int(line.split("#new-token: ")[1].split(",")[0]) for line in new]
+    assert sum(chunks) == 40000 and max(chunks) <= 16384 and len(chunks) == 3
+
+
+def _prefill_lines(srv) -> list[str]:
+    return [line for line in srv.log_text().splitlines() if "Prefill batch" in line]
+
+
 def test_openai_streams_with_usage(srv):
     status, raw = _post(srv.base_url + "/v1/chat/completions", {
         "messages": [{"role": "user", "content": "hello there"}], "max_tokens": 5, "ignore_eos": True,

@@ -477,6 +477,7 @@ class SimScheduler:
         self.recent.append(r)
         if r.sink is not None:
             r.sink(r)
+            r.sink = None  # the record outlives the connection; do not keep its socket
         r.event.set()
         if self.on_finish is not None:
             self.on_finish(r)
