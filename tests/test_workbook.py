@@ -142,3 +142,24 @@ def test_phase_log_is_empty_not_an_error_when_the_log_is_missing(tmp_path):
     )
     decode = workbook.phase_log(tmp_path).decode
     assert decode["running_req"].tolist() == [64] and decode["queue_req"].tolist() == [192]
+
+
+@pytest.mark.slow
+def test_attaching_records_server_info_and_copies_the_log(tmp_path):
+    from glm5lib import server
+    from glm5lib.config import ServerConfig
+
+    own = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "own.log",
+                        ready_timeout=60)
+    try:
+        phase = tmp_path / "run" / "baseline"
+        srv = workbook.start_server(own.base_url, None, phase, attach_log=tmp_path / "own.log")
+        info = json.loads((phase / "server_info.json").read_text())
+        assert info["standin"]["profile"] == "glm5-nvfp4-8x-rtxpro6000"
+        server_log = workbook.stop_server(srv, phase)
+        assert own.alive(), "stopping an attached server must leave it running"
+        assert server_log.standin == "glm5-nvfp4-8x-rtxpro6000"
+        assert (phase / "server.log").read_text().startswith((tmp_path / "own.log").read_text()[:200])
+    finally:
+        own.stop()
+    assert not own.alive()
