@@ -513,3 +513,17 @@ def test_glm5_sim_subcommand_passes_every_flag_through():
     ns = build_parser().parse_args(["sim", "--max-running-requests", "64", "--sim-fault", "oom-at-start"])
     assert ns.sim_args == ["--max-running-requests", "64", "--sim-fault", "oom-at-start"]
     assert callable(ns.func)
+
+
+def test_port_in_use_fails_fast_with_uvicorns_message():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "glm5lib.sim", "--port", str(port)],
+                              capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "address already in use" in proc.stderr and f"'127.0.0.1', {port}" in proc.stderr
+    assert "glm5lib stand-in server (not SGLang)" in proc.stderr.splitlines()[0]
