@@ -174,7 +174,8 @@ def reference_dir(name: str) -> Path:
     path = data_dir() / "reference" / name
     if not (path / rundir.SERVER_LOG).is_file():
         raise ConfigError(
-            f"no reference run named {name!r} (looked for {path / rundir.SERVER_LOG})",
+            f"no reference run named {name!r} (looked for {path / rundir.SERVER_LOG}; "
+            f"references: {', '.join(list_references()) or 'none'})",
             field="reference",
             valid=list_references(),
         )
@@ -272,7 +273,8 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
         if name in _config_names():
             return _args_from_json_file(data_dir() / "configs" / f"{name}.json"), f"config {name}"
         raise ConfigError(
-            f"configuration source {name!r} is not a file, a folder, a reference name or a shipped config name",
+            f"configuration source {name!r} is not a file, a folder, a reference name or a shipped config "
+            f"name (names: {', '.join(list_references() + _config_names()) or 'none shipped'})",
             field="config",
             valid=list_references() + _config_names(),
         )
@@ -740,9 +742,10 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
         return []
     parts = []
     if len(d) and usage.notna().any():
-        parts.append(
-            f"token usage peaked at {float(usage.max()):.2f} and was >= 0.95 on {_pct(share_full)} of decode lines"
-        )
+        peak_text = f"token usage peaked at {float(usage.max()):.2f}"
+        if full.any():
+            peak_text += f" and was >= 0.95 on {_pct(share_full)} of decode lines"
+        parts.append(peak_text)
         if full.any():
             parts.append(f"#running-req there averaged {_num(float(running[full].mean()))}")
         if held_signal:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import json
-import math
 import random
 from pathlib import Path
 
@@ -257,7 +256,7 @@ def bench_row(conc: int, sim: dict[str, float], rng: random.Random) -> dict:
 
 def printed_block(row: dict) -> str:
     def line(label: str, value) -> str:
-        return "{:<40} {:<10}".format(label, value)
+        return f"{label:<40} {value:<10}"
 
     out = ["", "{s:{c}^{n}}".format(s=" Serving Benchmark Result ", n=50, c="=")]
     out += [
