@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from glm5lib.errors import ConfigError
 from glm5lib.sim.args import SIM_FLAGS, SimArgs, parse_sim_argv, sim_usage
 from glm5lib.sim.faults import Faults, parse_faults
-from glm5lib.sim.fit import fit_profile
 from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, list_profiles, load_profile
 from glm5lib.sim.testing import StandinProcess, free_port, run_standin
 
@@ -42,6 +41,17 @@ __all__ = [
     "register_cli",
     "run_standin",
 ]
+
+
+def fit_profile(log, base=DEFAULT_PROFILE, name=None, out=None) -> Profile:
+    """A profile whose decode timings and KV capacity come from a real server log.
+
+    See :func:`glm5lib.sim.fit.fit_profile` (imported on first use: it needs numpy and pandas,
+    which the server itself does not).
+    """
+    from glm5lib.sim.fit import fit_profile as _fit
+
+    return _fit(log, base=base, name=name, out=out)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
