@@ -423,11 +423,48 @@ _SHAPE_PREFIX = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z
 
 
 _SHAPE_PREFIX_RE = re.compile(_SHAPE_PREFIX)
+_TO_TABS = str.maketrans({":": "\t", ",": "\t"})
+_RANK_LABELS_RE = re.compile(r"[A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*")
 
 
 def _bucket_key(line: str) -> int:
     # Lines of one shape have the same number of commas and "batch" at the same place.
     return (line.count(":") << 20) | (line.count(",") << 12) | line.find("batch")
+
+
+def _prefix_columns(group: list[str], t0: int, t1: int, r0: int, r1: int) -> tuple[Any, Any]:
+    """Times (datetime64) and rank labels of lines whose prefixes all have the same layout;
+    ValueError when a line does not fit it."""
+    n = len(group)
+    text = "\n".join(group)
+    if text.isascii():
+        data = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
+        lengths = np.fromiter(map(len, group), dtype=np.int64, count=n)
+        starts = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1] + 1, out=starts[1:])
+        if int(lengths.min()) <= r1:
+            raise ValueError("a line is shorter than its prefix")
+        cols = data[starts[:, None] + np.arange(r1 + 1)]
+        if not (cols[:, r1] == ord("]")).all():
+            raise ValueError("prefixes differ")
+        times = np.ascontiguousarray(cols[:, t0:t1]).view(f"S{t1 - t0}").ravel().astype("datetime64[ns]")
+        if r1 == r0:
+            return times, None
+        raw = np.ascontiguousarray(cols[:, r0:r1]).view(f"S{r1 - r0}").ravel()
+        uniques, inverse = np.unique(raw, return_inverse=True)
+        labels = [u.decode("ascii") for u in uniques]
+        if not all(_RANK_LABELS_RE.fullmatch(lbl) for lbl in labels):
+            raise ValueError("not rank labels")
+        return times, np.array(labels, dtype=object)[inverse.ravel()]
+    if {line[r1 : r1 + 1] for line in group} != {"]"}:
+        raise ValueError("prefixes differ")
+    times = np.array([line[t0:t1] for line in group], dtype="datetime64[ns]")
+    if r1 == r0:
+        return times, None
+    ranks = [line[r0:r1] for line in group]
+    if not all(_RANK_LABELS_RE.fullmatch(r) for r in set(ranks)):
+        raise ValueError("not rank labels")
+    return times, np.array(ranks, dtype=object)
 
 
 class _Shape:
@@ -1073,72 +1110,79 @@ class _Parser:
         if self._learn(kind, keys, head, raw_keys, first) is None:
             return None
         shape, _bulk_re = self._bulk_shapes[_shape_regex(head, raw_keys).pattern]
+        if any(":" in k or "," in k for k in raw_keys) or any(":" in v or "," in v for v in _vals):
+            return None
         if _it is not None:
             return None  # iteration numbers in the head: line by line
-        rank = m.group(2)
-        label = f" {re.match(r'[A-Z_]+', rank).group()}" if rank else None
         sep = msg[len(head)]
         needles = [f"] {head}{sep} {raw_keys[0]}: "] + [f", {k}: " for k in raw_keys[1:]]
-        tabs_per_line = len(needles) + (label is not None)
-
-        def to_tsv(text: str) -> str:
-            # Tab-separated values by plain substring replacement (C speed, no regex).
-            text = text[1:].replace("\n[", "\n")
-            for x in needles:
-                text = text.replace(x, "\t")
-            if label is not None:
-                text = text.replace(label, "\t" + label[1:])
-            return text
+        # One C pass turns ":" and "," into tabs; keys and values then sit in fixed fields whose
+        # places the first line gives. Keys are checked by counting, values by their dtype.
+        tr_first = first.translate(_TO_TABS).split("\t")
+        value_fields: list[int] = []
+        pos = 0
+        for key, val in zip(raw_keys, _vals, strict=True):
+            while pos < len(tr_first) and not tr_first[pos].rstrip().endswith(key):
+                pos += 1
+            if pos + 1 >= len(tr_first) or tr_first[pos + 1].strip().rstrip(".") != val:
+                return None
+            value_fields.append(pos + 1)
+            pos += 2
+        fields_per_line = len(tr_first)
+        t0, t1 = m.span(1)
+        r0, r1 = m.span(2) if m.group(2) else (t1, t1)
 
         group = [lines[i] for i in idx.tolist()]
         left = idx[:0]
         text = "\n".join(group)
         if "\t" in text:
             return None
-        tsv = to_tsv(text)
-        # A needle can occur at most once a line, so the tab count proves every line had every
-        # key (and the rank label once); otherwise shapes share the bucket: peel this one off.
-        if tsv.count("\t") != len(group) * tabs_per_line:
+        n = len(group)
+        if any(text.count(x) != n for x in needles):
+            # Shapes share the bucket: peel this one off, line by line.
             commas = first.count(",")
             has = np.fromiter(
                 (all(map(line.__contains__, needles)) and line.count(",") == commas for line in group),
-                dtype=bool, count=len(group),
+                dtype=bool, count=n,
             )
             if not has.any():
                 return None
             left = idx[~has]
             idx = idx[has]
             group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
-            tsv = to_tsv("\n".join(group))
-            if tsv.count("\t") != len(group) * tabs_per_line:
+            text = "\n".join(group)
+            n = len(group)
+            if any(text.count(x) != n for x in needles):
                 return None
-        n = len(group)
-        del group, text
-        text = tsv.replace(", \n", "\n").replace(",\n", "\n")
-        if text.endswith(", "):
-            text = text[:-2]
-        elif text.endswith(","):
-            text = text[:-1]
-        names = ["time", "rank", *shape.columns] if label else ["time", *shape.columns]
+        tsv = text.translate(_TO_TABS)
+        del text
+        if tsv.count("\t") != n * (fields_per_line - 1):
+            return None
+        # The prefix has the same width on every line of a bucket: cut time and rank out of a
+        # byte matrix (one row per line) instead of slicing strings one by one.
         try:
+            times, ranks = _prefix_columns(group, t0, t1, r0, r1)
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 frame = pd.read_csv(
-                    io.StringIO(text), sep="\t", header=None, names=names, engine="c", index_col=False,
-                    quoting=3, dtype={"time": str, "rank": str}, keep_default_na=False,
-                    na_values=[""], low_memory=False,
+                    io.StringIO(tsv), sep="\t", header=None, engine="c", index_col=False,
+                    usecols=value_fields, quoting=3, skipinitialspace=True,
+                    keep_default_na=False, na_values=[""], low_memory=False,
                 )
-            frame["time"] = np.array(frame["time"].to_numpy(), dtype="datetime64[ns]")
         except (ValueError, TypeError, pd.errors.ParserError, Warning):
             return None
+        del group, tsv
         if len(frame) != n:
             return None
-        if label is None:
-            frame.insert(1, "rank", "")
+        frame.columns = list(shape.columns)
+        frame.insert(0, "rank", ranks if ranks is not None else "")
+        frame.insert(0, "time", times)
         for col in shape.columns:
             dtype = frame[col].dtype
             if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
-                converted = _convert_column(frame[col].to_numpy(dtype=object, na_value=None))
+                raw = frame[col].to_numpy(dtype=object, na_value=None)
+                raw = np.array([v.rstrip(".") if isinstance(v, str) else v for v in raw], dtype=object)
+                converted = _convert_column(raw)
                 if getattr(converted, "dtype", None) is np.dtype(object):
                     return None  # text where a value belongs: misaligned, line by line instead
                 frame[col] = converted
