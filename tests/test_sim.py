@@ -233,6 +233,12 @@ def test_generate_non_streaming_and_min_tokens(srv):
     assert count_prompt_tokens(out["text"]) == 7
     status, raw = _post(srv.base_url + "/generate", {"text": "x " * 300000})
     assert status == 400 and b"context length" in raw
+    status, raw = _post(srv.base_url + "/generate", {"text": "a", "rid": 'my "id"',
+                                                      "sampling_params": {"max_new_tokens": 1}})
+    assert status == 200 and json.loads(raw)["meta_info"]["id"] == 'my "id"'
+    assert _post(srv.base_url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": -1}})[0] == 400
+    assert _post(srv.base_url + "/generate", {"text": "a", "sampling_params": {"max_new_tokens": "x"}})[0] == 400
+    assert _post(srv.base_url + "/v1/completions", {"max_tokens": 2})[0] == 400
 
 
 def test_long_prompt_is_prefilled_in_chunks(srv):

@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import sys
@@ -88,7 +89,6 @@ class StandinServer:
         self.text = TokenText(seed=args.seed)
         self.ready = False
         self.hang = asyncio.Event()  # set = the hang fault fired; handlers wait forever
-        self.stopped = asyncio.Event()
         self.eos_id = int(self.profile["model"]["eos_token_id"])
         self.natural_mean = float(self.profile["model"]["natural_output_mean_tokens"])
         self.user_finished = 0
@@ -109,8 +109,6 @@ class StandinServer:
         )
         self.sched = SimScheduler(self.profile, settings, self.log, on_finish=self._on_finish)
         self.gpus = SimGpus(self.profile, self.sched, float(sa["mem_fraction_static"]))
-        import random
-
         self._rng = random.Random(args.seed + 1)
         self.app = self._build_app()
 
@@ -172,6 +170,8 @@ class StandinServer:
         stream: bool,
         prompt_hash: int | None,
     ) -> Req:
+        if max_new < 0:
+            raise _BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
         if prompt_len + max_new > self.context_len:
             raise _BadRequest(
                 f"Requested token count exceeds the model's maximum context length of "
@@ -180,8 +180,6 @@ class StandinServer:
                 "Please reduce the number of tokens in the input messages or the completion to fit "
                 "within the limit."
             )
-        if max_new < 0:
-            raise _BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
         if ignore_eos:
             stop_at = max_new
         else:
@@ -469,7 +467,8 @@ class StandinServer:
         prompt_len, phash = self._prompt(body, "generate")
         max_new = self._int_param(params, "max_new_tokens", 128)
         min_new = self._int_param(params, "min_new_tokens", 0) or 0
-        rid = str(body.get("rid") or uuid.uuid4().hex)
+        # A client-given rid goes into hand-built JSON: keep it escaped.
+        rid = json.dumps(str(body["rid"]))[1:-1] if body.get("rid") else uuid.uuid4().hex
         req = self._new_req(rid, prompt_len, max_new, min_new, bool(params.get("ignore_eos", False)),
                             bool(body.get("stream", False)), phash)
         if not req.stream:
@@ -869,6 +868,9 @@ async def serve(args: SimArgs, log: LogWriter | None = None) -> int:
     await server._warmup()
     server.ready = True
     log.info("The server is fired up and ready to roll!", rank=None)
+    if args.faults.hang_after == 0:
+        server.hang.set()
+        server.sched.hung = True
     await stop.wait()
     # Clean stop: end every open stream, close the listener, stop the scheduler.
     for req in list(server.sched.running) + list(server.sched.waiting):
