@@ -794,6 +794,19 @@ class StandinServer:
         await self._run_req(req)
 
 
+def _raise_open_files_limit(target: int = 65535) -> None:
+    """Allow thousands of client sockets, as SGLang's set_ulimit does at start."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on POSIX
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = target if hard == resource.RLIM_INFINITY else min(target, hard)
+    if soft < want:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
 def _port_free(host: str, port: int) -> str | None:
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -821,6 +834,7 @@ async def serve(args: SimArgs, log: LogWriter | None = None) -> int:
         )
     if args.faults.specs():
         log.info(f"stand-in: faults to inject: {', '.join(args.faults.specs())}", rank=None)
+    _raise_open_files_limit()
     host, port = str(sa["host"]), int(sa["port"])
     busy = _port_free(host, port)
     if busy:
