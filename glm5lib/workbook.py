@@ -148,6 +148,8 @@ def run_workbook(
             entry.update(status="failed", seconds=round(time.time() - started, 1),
                          error=f"{type(exc).__name__}: {_first_line(str(exc))}")
             _save_status(out, status)
+            if report:
+                _write_report(out)
             raise
         entry.update(status="ok", seconds=round(time.time() - started, 1))
         _save_status(out, status)

@@ -163,3 +163,17 @@ def test_attaching_records_server_info_and_copies_the_log(tmp_path):
     finally:
         own.stop()
     assert not own.alive()
+
+
+def test_a_notebook_that_cannot_start_is_recorded_and_reported(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _notebook(nbs / "01-ok.ipynb", "x = 1")
+    broken = nbformat.read(nbs / "01-ok.ipynb", as_version=4)
+    broken.metadata["kernelspec"]["name"] = "no-such-kernel-glm5"
+    nbformat.write(broken, nbs / "02-nokernel.ipynb")
+    with pytest.raises(Exception, match="no-such-kernel-glm5"):
+        workbook.run_workbook({}, run_dir=tmp_path / "run", notebooks=nbs, progress=False)
+    status = json.loads((tmp_path / "run" / "notebooks.json").read_text())
+    assert [(n["name"], n["status"]) for n in status] == [("01-ok.ipynb", "ok"), ("02-nokernel.ipynb", "failed")]
+    assert "02-nokernel.ipynb failed" in (tmp_path / "run" / "report.md").read_text()
