@@ -985,6 +985,10 @@ class _Parser:
                 )
             return
         kind = classify_fatal(line)
+        if kind == "scheduler_exception" and stripped.endswith(":"):
+            # "Exception in ControllerSingle:" (2024): the traceback follows on the next lines.
+            self._open_block(kind, self.last_time_str, "", stripped)
+            return
         if kind is not None:
             self.errors.append(
                 {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}

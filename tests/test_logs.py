@@ -605,3 +605,39 @@ def test_prefill_keys_in_another_order_between_debug_lines():
     assert p["cuda_graph"].tolist() == [False, False]
     assert (p["new_seq"].tolist(), p["new_token"].tolist()) == ([2, 2], [578, 578])
     assert slog.skipped == 6  # the [DEBUG] lines are not SGLang's
+
+
+# Variants for which no public excerpt was found: lines built from the f-strings in SGLang's
+# scheduler_metrics_mixin.py / metrics_reporter.py / scheduler.py / utils.py of their releases.
+SOURCE_BUILT = "\n".join(
+    [
+        '[2024-07-20 10:00:00] [gpu_id=0] Prefill batch(mixed #running-req: 3). #new-seq: 1, #new-token: 7, #cached-token: 0, cache hit rate: 0.00%, #running-req: 3, #queue-req: 0',
+        '[2024-07-20 10:00:01] [gpu_id=0] KV Cache is allocated. dtype: torch.float8_e4m3fn, #tokens: 123456, KV size: 7.53 GB',
+        '[2025-09-01 10:00:00 DP1 TP1] Decode batch [4096], #running-req: 12, #token: 4800, token usage: 0.03, pre-allocated usage: 0.00, #prealloc-req: 0, #transfer-req: 1, #retracted-req: 0, cuda graph: True, gen throughput (token/s): 610.50, #queue-req: 2, ',
+        '[2025-10-01 10:00:00 TP0] Decode batch, #running-req: 9, #full token: 9000, full token usage: 0.10, mamba num: 9, mamba usage: 0.02, cuda graph: True, gen throughput (token/s): 300.00, #queue-req: 0, ',
+        '[2026-03-01 10:00:00 TP0] Decode batch, #running-req: 64, #token: 20480, token usage: 0.04, cuda graph: True, gen throughput (token/s): 880.50, #queue-req: 192, est. decode TFLOPS/s (per GPU): 12.30, est. read BW (GB/s per GPU): 456.70, fwd occupancy: 91.20%',
+        '[2026-03-01 10:00:05] kill_process_tree called: parent_pid=1234, include_parent=True',
+        'Exception in ControllerSingle:',
+        'Traceback (most recent call last):',
+        'RuntimeError: CUDA error: out of memory',
+        "",
+    ]
+)
+
+
+def test_variants_built_from_sglang_source():
+    slog = logs.parse_log(SOURCE_BUILT)
+    p = slog.prefill.iloc[0]
+    assert (p["rank"], p["mixed_running_req"], p["new_token"], p["running_req"]) == ("TP0", 3, 7, 3)
+    assert slog.startup["kv_cache_tokens"] == 123456 and slog.startup["kv_cache_size_gb"] == 7.53
+    assert slog.startup["kv_cache_dtype"] == "torch.float8_e4m3fn"
+    d = slog.decode
+    assert d["iter"].tolist()[0] == 4096 and d["rank"].tolist()[0] == "DP1 TP1"
+    assert (d["transfer_req"].iloc[0], d["pre_allocated_usage"].iloc[0]) == (1, 0.0)
+    assert (d["mamba_num"].iloc[1], d["num_token"].iloc[1], d["token_usage"].iloc[1]) == (9, 9000, 0.10)
+    last = d.iloc[2]
+    assert (last["est_decode_tflops_per_gpu"], last["est_read_bw_gb_s_per_gpu"]) == (12.30, 456.70)
+    assert last["fwd_occupancy"] == pytest.approx(0.912)
+    assert slog.errors["kind"].tolist() == ["sigquit", "oom"]
+    assert slog.errors["message"].iloc[1] == "RuntimeError: CUDA error: out of memory"
+    assert logs.classify_fatal("Exception in ControllerSingle:") == "scheduler_exception"
