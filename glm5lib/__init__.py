@@ -9,6 +9,9 @@ and diagnosing (:mod:`glm5lib.diagnose`), and a stand-in server for machines wit
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from glm5lib._version import __version__
 from glm5lib.errors import (
     ConfigError,
@@ -26,19 +29,127 @@ from glm5lib.errors import (
     WorkbookError,
 )
 
+# Public names of the submodules, imported on first use so that ``import glm5lib`` stays cheap
+# (the stand-in server and the CLI start without loading pandas or aiohttp).
+_LAZY: dict[str, str] = {
+    "LogFollower": "glm5lib.logs",
+    "ServerLog": "glm5lib.logs",
+    "classify_fatal": "glm5lib.logs",
+    "follow_log": "glm5lib.logs",
+    "mask_secrets": "glm5lib.logs",
+    "parse_bench_result": "glm5lib.logs",
+    "parse_log": "glm5lib.logs",
+    "parse_server_args": "glm5lib.logs",
+    "to_epoch": "glm5lib.logs",
+    "SGLANG_FLAGS": "glm5lib.config",
+    "ServerConfig": "glm5lib.config",
+    "field_for": "glm5lib.config",
+    "flag_for": "glm5lib.config",
+    "shipped_configs": "glm5lib.config",
+    "AttachedServer": "glm5lib.server",
+    "CommandServer": "glm5lib.server",
+    "Server": "glm5lib.server",
+    "attach": "glm5lib.server",
+    "launch": "glm5lib.server",
+    "launch_command": "glm5lib.server",
+    "stop_all": "glm5lib.server",
+    "GpuSampler": "glm5lib.telemetry",
+    "MetricsScraper": "glm5lib.telemetry",
+    "environment": "glm5lib.telemetry",
+    "format_environment": "glm5lib.telemetry",
+    "metrics_per_level": "glm5lib.telemetry",
+    "per_level": "glm5lib.telemetry",
+    "save_environment": "glm5lib.telemetry",
+    "load_requests": "glm5lib.loadgen",
+    "load_sweep": "glm5lib.loadgen",
+    "run_sweep": "glm5lib.loadgen",
+    "run_sweep_async": "glm5lib.loadgen",
+    "CapacityModel": "glm5lib.diagnose",
+    "diagnose": "glm5lib.diagnose",
+    "diff_configs": "glm5lib.diagnose",
+    "list_references": "glm5lib.diagnose",
+    "recommend_max_running_requests": "glm5lib.diagnose",
+    "fit_profile": "glm5lib.sim",
+    "list_profiles": "glm5lib.sim",
+    "load_profile": "glm5lib.sim",
+    "run_standin": "glm5lib.sim",
+    "write_report": "glm5lib.report",
+    "run_workbook": "glm5lib.workbook",
+    "new_run_dir": "glm5lib.rundir",
+    "phase_dir": "glm5lib.rundir",
+}
+
 __all__ = [
+    "SGLANG_FLAGS",
+    "AttachedServer",
+    "CapacityModel",
+    "CommandServer",
     "ConfigError",
     "DiagnosisError",
     "Glm5Error",
+    "GpuSampler",
     "LoadGenError",
+    "LogFollower",
+    "MetricsScraper",
     "NotebookFailedError",
     "PatchError",
+    "Server",
+    "ServerConfig",
     "ServerCrashedError",
     "ServerError",
     "ServerLaunchError",
+    "ServerLog",
     "SweepAbortedError",
     "TelemetryError",
     "TelemetryUnavailable",
     "WorkbookError",
     "__version__",
+    "attach",
+    "classify_fatal",
+    "diagnose",
+    "diff_configs",
+    "environment",
+    "field_for",
+    "fit_profile",
+    "flag_for",
+    "follow_log",
+    "format_environment",
+    "launch",
+    "launch_command",
+    "list_profiles",
+    "list_references",
+    "load_profile",
+    "load_requests",
+    "load_sweep",
+    "mask_secrets",
+    "metrics_per_level",
+    "new_run_dir",
+    "parse_bench_result",
+    "parse_log",
+    "parse_server_args",
+    "per_level",
+    "phase_dir",
+    "recommend_max_running_requests",
+    "run_standin",
+    "run_sweep",
+    "run_sweep_async",
+    "run_workbook",
+    "save_environment",
+    "shipped_configs",
+    "stop_all",
+    "to_epoch",
+    "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'glm5lib' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -45,3 +45,18 @@ def test_server_error_shows_the_log_lines_that_explain_it():
     assert "server exited" in text
     assert "Not enough memory" in text
     assert exc.cause == "oom" and exc.exit_code == 1
+
+
+def test_every_public_name_resolves_to_the_object_in_its_module():
+    import importlib
+
+    for name, module in glm5lib._LAZY.items():
+        assert name in glm5lib.__all__
+        assert getattr(glm5lib, name) is getattr(importlib.import_module(module), name), name
+
+
+def test_unknown_attribute_is_an_attribute_error():
+    import pytest
+
+    with pytest.raises(AttributeError, match="no_such_name"):
+        glm5lib.no_such_name  # noqa: B018
