@@ -29,7 +29,8 @@ from glm5lib.errors import (
     WorkbookError,
 )
 
-# Public names of the submodules, imported on first use so that ``import glm5lib`` stays cheap
+# Public names of the submodules, imported on first use so that ``import glm5lib`` stays cheap.
+# (``diagnose`` is left out: the name is its module, so use ``glm5lib.diagnose.diagnose``.)
 # (the stand-in server and the CLI start without loading pandas or aiohttp).
 _LAZY: dict[str, str] = {
     "LogFollower": "glm5lib.logs",
@@ -65,7 +66,6 @@ _LAZY: dict[str, str] = {
     "run_sweep": "glm5lib.loadgen",
     "run_sweep_async": "glm5lib.loadgen",
     "CapacityModel": "glm5lib.diagnose",
-    "diagnose": "glm5lib.diagnose",
     "diff_configs": "glm5lib.diagnose",
     "list_references": "glm5lib.diagnose",
     "recommend_max_running_requests": "glm5lib.diagnose",
@@ -106,7 +106,6 @@ __all__ = [
     "__version__",
     "attach",
     "classify_fatal",
-    "diagnose",
     "diff_configs",
     "environment",
     "field_for",
