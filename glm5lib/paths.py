@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["data_dir", "runs_dir"]
+__all__ = ["data_dir", "display_path", "runs_dir"]
 
 
 def data_dir() -> Path:
@@ -27,3 +27,15 @@ def runs_dir() -> Path:
     if override:
         return Path(override)
     return data_dir() / "runs"
+
+
+def display_path(path: str | Path) -> str:
+    """A path as shown in logs and reports: ``data/...`` for shipped data, else as given.
+
+    Keeps the machine's own folder layout out of logs and reports that get shared.
+    """
+    p = Path(path)
+    try:
+        return str(Path("data") / p.resolve().relative_to(data_dir().resolve()))
+    except ValueError:
+        return str(path)

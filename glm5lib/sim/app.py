@@ -31,6 +31,7 @@ from aiohttp.abc import AbstractAccessLogger
 
 from glm5lib._version import __version__
 from glm5lib.config import mask_value
+from glm5lib.paths import display_path
 from glm5lib.sim.args import SimArgs
 from glm5lib.sim.gpus import SimGpus
 from glm5lib.sim.logwriter import LogWriter, banner_line
@@ -317,7 +318,7 @@ class StandinServer:
     def standin_info(self) -> dict[str, Any]:
         return {
             "profile": self.profile.name,
-            "profile_path": str(self.profile.path) if self.profile.path else None,
+            "profile_path": display_path(self.profile.path) if self.profile.path else None,
             "note": _STANDIN_NOTE,
             "not_modelled": list(self.args.not_modelled),
             "faults": self.args.faults.specs(),
@@ -822,7 +823,7 @@ async def serve(args: SimArgs, log: LogWriter | None = None) -> int:
     sa = args.server_args
     log = log or LogWriter(tp_size=int(sa["tp_size"]), level=str(sa["log_level"]))
     prof = args.profile
-    log.info(banner_line(prof.name, str(prof.path) if prof.path else "<in memory>"), rank=None, force=True)
+    log.info(banner_line(prof.name, display_path(prof.path) if prof.path else "<in memory>"), rank=None, force=True)
     log.info(f"server_args={args.server_args_repr()}", rank=None)
     for note in args.notes:
         log.info(f"stand-in: {note}", rank=None)
