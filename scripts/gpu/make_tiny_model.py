@@ -2,8 +2,9 @@
 
     python3 scripts/gpu/make_tiny_model.py OUT_DIR
 
-About 0.42 B parameters in bfloat16 (8 layers, 32 experts, 4 active per token), a 2,000-token
-vocabulary trained on random words, and no end-of-sequence token in its generation config, so
+About 0.42 B parameters in bfloat16 (8 layers, 32 experts, 4 active per token), a byte-level BPE
+vocabulary trained on random words (it stops at 330 tokens: the corpus has 16 distinct words, so
+English prompts take about four tokens a word), and no end-of-sequence token in its generation config, so
 a request always runs to ``max_tokens``. Its outputs are meaningless; its cost per token is that
 of a real MoE forward pass, which is what a serving benchmark needs. Needs torch, tokenizers and
 transformers (5.x).
