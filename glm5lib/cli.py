@@ -11,6 +11,7 @@ import argparse
 import importlib
 import importlib.util
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -72,6 +73,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("glm5: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader went away (``glm5 env --json | head``): not an error of ours.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
 
 
 if __name__ == "__main__":

@@ -35,3 +35,17 @@ def test_console_script_runs_as_a_module():
         [sys.executable, "-m", "glm5lib", "--version"], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == f"glm5lib {glm5lib.__version__}"
+
+
+def test_output_cut_short_by_the_reader_is_not_an_error():
+    # `glm5 --help | head -1`: the reader closes the pipe before glm5 has written everything
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "glm5lib", "config", "flags"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    proc.stdout.readline()
+    proc.stdout.close()
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, stderr
+    assert "Traceback" not in stderr
