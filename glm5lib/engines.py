@@ -7,6 +7,10 @@ scheduler step may hold. An :class:`Engine` names an engine's command template (
 two ready-made settings, ``"capped"`` (the knob set low, the baseline of a capped-vs-uncapped
 comparison) and ``"uncapped"`` (the knob back at the engine's default or high).
 
+Requests: ``transformers serve`` accepts only OpenAI's own completion fields, so its preset's
+``sweep_options`` ask the load generator for text prompts, no ``ignore_eos`` and no
+``stream_options`` (the random-weight test model never emits EOS, so ``max_tokens`` is reached).
+
 Flags of ``transformers serve`` (transformers 5.x, ``transformers/cli/serve.py``): a positional
 model to preload, ``--continuous-batching``, ``--cb-block-size``, ``--cb-num-blocks``,
 ``--cb-max-batch-tokens``, ``--cb-max-memory-percent``, ``--cb-use-cuda-graph``, ``--host``,
@@ -42,6 +46,9 @@ class Engine:
     #: named flag changes, at least "capped" and "uncapped"
     settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     ready_path: str = "/health"
+    #: options for :func:`glm5lib.loadgen.run_sweep` this engine's API needs (a stricter server
+    #: rejects SGLang/vLLM extensions such as ignore_eos, token-id prompts, stream_options)
+    sweep_options: Mapping[str, Any] = field(default_factory=dict)
     #: whether requests must name the model (OpenAI "model" field)
     needs_model: bool = False
     description: str = ""
@@ -68,7 +75,7 @@ class Engine:
         return {
             "name": self.name, "command": list(self.command), "api": self.api, "knob": self.knob,
             "knobs": dict(self.knobs), "settings": {k: dict(v) for k, v in self.settings.items()},
-            "ready_path": self.ready_path, "needs_model": self.needs_model, "description": self.description,
+            "ready_path": self.ready_path, "sweep_options": dict(self.sweep_options), "needs_model": self.needs_model, "description": self.description,
         }
 
 
@@ -91,6 +98,10 @@ ENGINES: dict[str, Engine] = {
             # the engine sizes the step from free GPU memory
             "uncapped": {"--cb-max-batch-tokens": None},
         },
+        # /v1/completions answers 422 to fields outside OpenAI's schema (ignore_eos, min_tokens)
+        # and to stream_options, 400 to token-id prompts; usage comes in the last chunk only, and
+        # /v1/models lists the Hugging Face cache, not the served local model
+        sweep_options={"token_ids": False, "ignore_eos": False, "extra_body": {"stream_options": None}},
         needs_model=True,
         description="Hugging Face transformers serve with continuous batching (paged attention)",
     ),

@@ -14,6 +14,7 @@ its version, the model, the GPU and both commands.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.metadata
 import json
 import logging
@@ -76,12 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ready-timeout", type=float, default=300.0)
     ap.add_argument("--set", action="append", default=[], metavar="FLAG=VALUE",
                     help="flag change on the capped command, e.g. --set=--cb-num-blocks=512 (repeatable)")
+    ap.add_argument("--command", help="JSON argv template replacing the preset's (an engine without a preset)")
+    ap.add_argument("--capped", help="JSON flag changes replacing the preset's capped setting")
+    ap.add_argument("--uncapped", help="JSON flag changes replacing the preset's uncapped setting")
     ap.add_argument("--archive", help="write the run folder as this .tar.gz")
     ap.add_argument("--skip", default="", help="notebooks to leave out, e.g. 5")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     engine = engines.get_engine(args.engine)
+    overrides = {k: json.loads(v) for k, v in (("command", args.command), ("capped", args.capped),
+                                                ("uncapped", args.uncapped)) if v}
+    if overrides:
+        settings = dict(engine.settings)
+        settings.update({k: overrides[k] for k in ("capped", "uncapped") if k in overrides})
+        engine = dataclasses.replace(engine, name=f"{engine.name} (modified)", settings=settings,
+                                     command=tuple(overrides.get("command", engine.command)))
     extra = {}
     for item in args.set:
         flag, _, value = item.partition("=")
@@ -96,10 +107,11 @@ def main(argv: list[str] | None = None) -> int:
         "FIX_CHANGES": fix_changes, "APPLY_PATCH": False, "CONCURRENCIES": concurrencies,
         "INPUT_LEN": args.input_len, "OUTPUT_LEN": args.output_len, "LEVEL_DURATION_S": args.duration,
         "REQUESTS_PER_LEVEL": 0, "READY_TIMEOUT_S": args.ready_timeout, "WARMUP_REQUESTS": 4,
+        "SWEEP_OPTIONS": dict(engine.sweep_options),
     }
     manifest = {
         "engine": engine.name, "engine_description": engine.description, "knob": engine.knob,
-        "baseline_command": capped, "fix_changes": fix_changes,
+        "baseline_command": capped, "fix_changes": fix_changes, "sweep_options": dict(engine.sweep_options),
         "fix_command": server.apply_flag_changes(capped, fix_changes),
         "versions": {d: _version(d) for d in ("transformers", "torch", "glm5lib", "vllm", "sglang")},
         "python": platform.python_version(), "host": platform.node(), "gpus": _gpus(),
