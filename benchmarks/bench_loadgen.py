@@ -148,7 +148,12 @@ def _measure(argv: list[str], server: StreamServer, core: int, env: dict | None 
     proc = subprocess.Popen(["taskset", "-c", str(core), *argv], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
     poller = CpuPoller(proc.pid)
-    out, _ = proc.communicate()
+    try:
+        out, _ = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, _ = proc.communicate()
+        out += "\n(killed after 600 s)"
     poller.stop()
     if proc.returncode != 0:
         raise RuntimeError(f"client failed ({proc.returncode}): {' '.join(argv[:4])}...\n{out[-3000:]}")
