@@ -237,8 +237,8 @@ def power_vs_tdp(
     """Mean GPU power per concurrency level against the power limit (TDP), per phase.
 
     Takes :func:`glm5lib.telemetry.per_level` frames (``concurrency, mean_power_w,
-    power_limit_w``, optionally ``peak_power_w``); the limit is drawn as a horizontal line and
-    each point is labelled with its share of the limit.
+    power_limit_w``, optionally ``peak_power_w``); the limit is drawn as a horizontal line, the
+    right axis reads as a share of the limit, and each mean is labelled in watts.
     """
     frames = _as_mapping(per_level, "gpus")
     fig, (ax,) = _new_figure()
@@ -255,20 +255,23 @@ def power_vs_tdp(
         if "peak_power_w" in data.columns:
             ax.plot(data["concurrency"], data["peak_power_w"], marker="^", linestyle=":",
                     color=colour, alpha=0.7, label=f"{label} peak")
+        offset = (0, 7) if i % 2 == 0 else (0, -14)
         for x, y, lim in zip(data["concurrency"], data["mean_power_w"], data["power_limit_w"], strict=True):
             if pd.notna(y) and pd.notna(lim) and lim > 0:
-                ax.annotate(f"{y:,.0f} W ({y / lim:.0%})", (x, y), textcoords="offset points",
-                            xytext=(0, 6), ha="center", fontsize=8, color=colour)
+                ax.annotate(f"{y:,.0f} W", (x, y), textcoords="offset points",
+                            xytext=offset, ha="center", fontsize=8, color=colour)
     if limits:
         tdp = max(limits)
         ax.axhline(tdp, color="black", linestyle="--", linewidth=1, label=f"power limit {tdp:,.0f} W")
         ax.set_ylim(0, tdp * 1.1)
+        share = ax.secondary_yaxis("right", functions=(lambda w: 100 * w / tdp, lambda p: p * tdp / 100))
+        share.set_ylabel("% of power limit")
     else:
         ax.set_ylim(bottom=0)
     _concurrency_axis(ax, levels)
     ax.set_ylabel("W per GPU")
     ax.set_title(title or "GPU power vs power limit")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="center left")
     return fig
 
 

@@ -83,10 +83,12 @@ def test_power_vs_tdp_draws_the_limit_and_share():
         }
     )
     fig = plots.power_vs_tdp({"baseline": per_level})
-    (ax,) = fig.axes
+    ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
     assert labels == ["baseline mean per GPU", "baseline peak", "power limit 600 W"]
-    assert "83 W (14%)" in {t.get_text() for t in ax.texts}
+    assert "83 W" in {t.get_text() for t in ax.texts}
+    (share,) = ax.child_axes
+    assert share.get_ylabel() == "% of power limit"
     assert ax.get_ylim()[1] == pytest.approx(660.0)
 
 
