@@ -35,6 +35,8 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -424,6 +426,7 @@ _SHAPE_PREFIX = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z
 
 _SHAPE_PREFIX_RE = re.compile(_SHAPE_PREFIX)
 _TO_TABS = str.maketrans({":": "\t", ",": "\t"})
+_TO_TABS_BYTES = bytes.maketrans(b":,", b"\t\t")
 _RANK_LABELS_RE = re.compile(r"[A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*")
 
 
@@ -436,21 +439,23 @@ def _prefix_columns(group: list[str], t0: int, t1: int, r0: int, r1: int) -> tup
     """Times (datetime64) and rank labels of lines whose prefixes all have the same layout;
     ValueError when a line does not fit it."""
     n = len(group)
-    text = "\n".join(group)
-    if text.isascii():
-        data = np.frombuffer(text.encode("ascii"), dtype=np.uint8)
-        lengths = np.fromiter(map(len, group), dtype=np.int64, count=n)
-        starts = np.zeros(n, dtype=np.int64)
-        np.cumsum(lengths[:-1] + 1, out=starts[1:])
-        if int(lengths.min()) <= r1:
-            raise ValueError("a line is shorter than its prefix")
-        cols = data[starts[:, None] + np.arange(r1 + 1)]
+    # The prefixes alone, sliced in C, one fixed-width record each: a line shorter than its
+    # prefix shows in the total length.
+    head = "".join(map(itemgetter(slice(0, r1 + 1)), group))
+    if len(head) == n * (r1 + 1) and head.isascii():
+        cols = np.frombuffer(head.encode("ascii"), dtype=np.uint8).reshape(n, r1 + 1)
         if not (cols[:, r1] == ord("]")).all():
             raise ValueError("prefixes differ")
         times = np.ascontiguousarray(cols[:, t0:t1]).view(f"S{t1 - t0}").ravel().astype("datetime64[ns]")
         if r1 == r0:
             return times, None
         raw = np.ascontiguousarray(cols[:, r0:r1]).view(f"S{r1 - r0}").ravel()
+        if (raw == raw[0]).all():
+            # One rank (the usual case: only the first rank logs), no sort needed.
+            label = raw[0].decode("ascii")
+            if not _RANK_LABELS_RE.fullmatch(label):
+                raise ValueError("not rank labels")
+            return times, np.full(n, label, dtype=object)
         uniques, inverse = np.unique(raw, return_inverse=True)
         labels = [u.decode("ascii") for u in uniques]
         if not all(_RANK_LABELS_RE.fullmatch(lbl) for lbl in labels):
@@ -1065,12 +1070,17 @@ class _Parser:
                 if m is not None and m.group(1):
                     self.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
                     break
-        keys = [
-            (line.count(":") << 20) | (line.count(",") << 12) | line.find("batch") if "batch" in line else -1
-            for line in lines
-        ]
-        karr = np.fromiter(keys, dtype=np.int64, count=len(keys))
-        del keys
+        # The bucket key of _bucket_key for every line at once: map() over str methods runs
+        # in C (no bytecode per line), numpy combines the three columns; -1 = not a scheduler line.
+        n = len(lines)
+        where = np.fromiter(map(str.find, lines, repeat("batch")), dtype=np.int64, count=n)
+        karr = (
+            (np.fromiter(map(str.count, lines, repeat(":")), dtype=np.int64, count=n) << 20)
+            | (np.fromiter(map(str.count, lines, repeat(",")), dtype=np.int64, count=n) << 12)
+            | where
+        )
+        karr[where < 0] = -1
+        del where
         order = np.argsort(karr, kind="stable")
         sorted_keys = karr[order]
         uniq, starts = np.unique(sorted_keys, return_index=True)
@@ -1136,13 +1146,17 @@ class _Parser:
         t0, t1 = m.span(1)
         r0, r1 = m.span(2) if m.group(2) else (t1, t1)
 
-        group = [lines[i] for i in idx.tolist()]
+        group = list(map(lines.__getitem__, idx.tolist()))
         left = idx[:0]
-        text = "\n".join(group)
-        if "\t" in text:
+        # Bytes from here on: counting, translating and pandas' CSV reader are all faster on
+        # bytes (read_csv would otherwise encode a str itself), and ":" and "," never occur
+        # inside a multi-byte UTF-8 character.
+        data = "\n".join(group).encode("utf-8", errors="surrogatepass")
+        if b"\t" in data:
             return None
         n = len(group)
-        if any(text.count(x) != n for x in needles):
+        needles_b = [x.encode("utf-8", errors="surrogatepass") for x in needles]
+        if any(data.count(x) != n for x in needles_b):
             # Shapes share the bucket: peel this one off, line by line.
             commas = first.count(",")
             has = np.fromiter(
@@ -1154,26 +1168,24 @@ class _Parser:
             left = idx[~has]
             idx = idx[has]
             group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
-            text = "\n".join(group)
+            data = "\n".join(group).encode("utf-8", errors="surrogatepass")
             n = len(group)
-            if any(text.count(x) != n for x in needles):
+            if any(data.count(x) != n for x in needles_b):
                 return None
-        tsv = text.translate(_TO_TABS)
-        del text
-        if tsv.count("\t") != n * (fields_per_line - 1):
+        tsv = data.translate(_TO_TABS_BYTES)
+        del data
+        if tsv.count(b"\t") != n * (fields_per_line - 1):
             return None
-        # The prefix has the same width on every line of a bucket: cut time and rank out of a
-        # byte matrix (one row per line) instead of slicing strings one by one.
         try:
             times, ranks = _prefix_columns(group, t0, t1, r0, r1)
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
                 frame = pd.read_csv(
-                    io.StringIO(tsv), sep="\t", header=None, engine="c", index_col=False,
+                    io.BytesIO(tsv), sep="\t", header=None, engine="c", index_col=False,
                     usecols=value_fields, quoting=3, skipinitialspace=True,
-                    keep_default_na=False, na_values=[""], low_memory=False,
+                    keep_default_na=False, na_values=[""], low_memory=False, encoding="utf-8",
                 )
-        except (ValueError, TypeError, pd.errors.ParserError, Warning):
+        except (ValueError, TypeError, UnicodeError, pd.errors.ParserError, Warning):
             return None
         del group, tsv
         if len(frame) != n:
