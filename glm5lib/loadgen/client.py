@@ -204,10 +204,27 @@ async def stream_request(
                     crlf = b"\r\n" in data
                 if crlf:
                     data = data.replace(b"\r\n", b"\n")
-                # JSON never holds a raw newline, so a blank line can only end an event.
-                events = (buf + data if buf else data).split(b"\n\n")
-                buf = events.pop()
-                for ev in events:
+                if buf:
+                    data = buf + data
+                    buf = b""
+                # JSON never holds a raw newline, so a newline can only end a line of the
+                # event stream; a single-byte find runs at memchr speed over the long
+                # whole-text chunks, several times faster than splitting on the blank line.
+                start = search = 0
+                end = len(data)
+                while True:
+                    j = data.find(b"\n", search)
+                    if j < 0 or j + 1 >= end:
+                        if start < end:
+                            buf = data[start:]
+                        break
+                    if data[j + 1] != 10:  # a line break inside a multi-line event
+                        search = j + 1
+                        continue
+                    ev = data[start:j]
+                    start = search = j + 2
+                    if not ev:
+                        continue
                     if not ev.startswith(b"data:"):
                         k = ev.find(b"data:")
                         if k < 0:
@@ -218,11 +235,15 @@ async def stream_request(
                         done = True
                         break
                     i = ev.rfind(_COMPLETION_KEY, s)
+                    tok = None
                     if i >= 0:
-                        m = _INT_AFTER.match(ev, i + 20)
-                        tok = int(m.group(1)) if m else None
-                    else:
-                        tok = None
+                        i += 20
+                        k = ev.find(b",", i)
+                        try:
+                            tok = int(ev[i : k if k >= 0 else ev.find(b"}", i)])
+                        except ValueError:
+                            m = _INT_AFTER.match(ev, i)
+                            tok = int(m.group(1)) if m else None
                     if tok is None:
                         if ev.find(_ERROR_KEY, s) >= 0:
                             try:
