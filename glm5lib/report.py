@@ -532,7 +532,8 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines += ["## Before and after", "", verdict(summary), ""]
         changes = summary.get("fix_changes") or {}
         if changes:
-            lines.append("Changed: " + ", ".join(f"`{k}` {v[0]!r} -> {v[1]!r}" for k, v in changes.items()) + ".")
+            lines.append("Server arguments that differ, as each server resolved them: "
+                         + ", ".join(f"`{k}` {v[0]!r} -> {v[1]!r}" for k, v in changes.items()) + ".")
             lines.append("")
         lines += _table(comparison, [("concurrency", "concurrency", 0), ("before", "baseline tok/s", 0),
                                      ("after", "fix tok/s", 0), ("gain", "gain x", 2)])
