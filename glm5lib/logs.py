@@ -754,6 +754,8 @@ class _Parser:
         self._open_blocks: list[dict[str, Any]] = []
         self._block_body_started = False
         self._cache: dict[str, tuple[int, pd.DataFrame]] = {}
+        # A follower builds again and again: it keeps the tables and hands out copies.
+        self.reuse_frames = True
         self._cache_errors: tuple[int, pd.DataFrame] | None = None
 
     # ---- helpers
@@ -839,15 +841,19 @@ class _Parser:
                             break
                     if m is not None:
                         continue
-            if line.startswith("INFO:  ") and not blocks_open and not args_open:
-                # uvicorn access lines are the next most frequent: one regex, no dispatch.
-                um = _UVICORN_RE.match(line)
-                if um is not None:
-                    if timed_line is not None:
-                        self._sync_clock(timed_line)
-                        timed_line = None
-                    self.http_rows.append((self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5))))
-                    continue
+            if not blocks_open and not args_open and line[:1] in ("I", "\x1b"):
+                # uvicorn access lines are the next most frequent: one regex, no dispatch
+                # (coloured ones too, unless something is glued on, which _line splits).
+                plain = line if line[0] == "I" else _ANSI_RE.sub("", line)
+                if plain.startswith("INFO:  ") and (plain is line or plain.find("[", 1) < 0):
+                    um = _UVICORN_RE.match(plain)
+                    if um is not None:
+                        if timed_line is not None:
+                            self._sync_clock(timed_line)
+                            timed_line = None
+                        client, _port, method, target, status = um.groups()
+                        self.http_rows.append((self.last_time_str, client, method, target, int(status)))
+                        continue
             if timed_line is not None:
                 # The clock matters only to a line without its own time: read it lazily.
                 if line[:1] != "[":
@@ -865,6 +871,16 @@ class _Parser:
             self._sync_clock(timed_line)
 
     def _sync_clock(self, line: str) -> None:
+        # The lines given here were taken by the fast or bulk path, so they start with a
+        # "[YYYY-MM-DD HH:MM:SS" prefix those paths checked: cut date and clock out by position
+        # (this runs once per uvicorn line), as _stamp would for a dated line.
+        if line[20:21] in ("]", " ") and line[0] == "[" and line[11] == " " and line[14] == ":" and line[17] == ":":
+            self.last_date = line[1:11]
+            self.last_clock = line[12:20]
+            self.last_time_str = stamp = line[1:20]
+            if self.first_time is None:
+                self.first_time = stamp
+            return
         m = _PREFIX_RE.match(line)
         if m is not None:
             self._stamp(m.group(1), m.group(2))
@@ -1415,12 +1431,15 @@ class _Parser:
         else:
             # Extra columns appear in the order the log first shows them, whichever path read them.
             parts.sort(key=lambda f: int(f["_order"].min()))
-            frame = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
-            if len(parts) > 1:
-                frame = frame.sort_values("_order", kind="stable", ignore_index=True)
+            if len(parts) == 1:
+                frame = parts[0].drop(columns="_order")
             else:
-                frame = frame.copy()
-            frame = frame.drop(columns="_order")
+                frame = pd.concat(parts, ignore_index=True, sort=False)
+                # Back into log order and without "_order" in one take (each is a full copy).
+                perm = np.argsort(frame["_order"].to_numpy(), kind="stable")
+                keep = [k for k, c in enumerate(frame.columns) if c != "_order"]
+                frame = frame.iloc[perm, keep]
+                frame.index = pd.RangeIndex(len(frame))
             if "iter" in frame.columns and frame["iter"].isna().all():
                 frame = frame.drop(columns="iter")
             frame["time"] = _to_timestamps(frame["time"])
@@ -1433,6 +1452,8 @@ class _Parser:
                 frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
             extras = [c for c in frame.columns if c not in base]
             frame = frame[base + extras]
+        if not self.reuse_frames:
+            return frame  # nobody keeps this parser: no copy to protect a cache
         self._cache[kind] = (total, frame)
         return frame.copy()
 
@@ -1571,6 +1592,7 @@ def parse_log(path_or_text: str | os.PathLike[str] | bytes, *, date: str | None 
 
 def _parse_text(text: str, date: str | None) -> ServerLog:
     parser = _Parser(date=date)
+    parser.reuse_frames = False
     lines = _split_text(text)
     cut = bool(lines) and lines[-1] != ""
     if not cut and lines:
