@@ -1549,14 +1549,15 @@ def _split_text(text: str) -> list[str]:
     return lines
 
 
-def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
+def _read_source(path_or_text: str | os.PathLike[str] | bytes) -> str | bytes:
+    """The log: bytes when read from a file (or given as bytes), else the text given."""
     if isinstance(path_or_text, bytes):
-        return path_or_text.decode("utf-8", errors="replace")
+        return path_or_text
     if isinstance(path_or_text, os.PathLike):
         path = Path(path_or_text)
         if not path.is_file():
             raise FileNotFoundError(f"server log {str(path)!r} does not exist (pass a path or the log text)")
-        return path.read_bytes().decode("utf-8", errors="replace")
+        return path.read_bytes()
     if not isinstance(path_or_text, str):
         raise TypeError(
             f"expected a path or the log text, got {type(path_or_text).__name__}"
@@ -1565,12 +1566,50 @@ def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
         path = Path(path_or_text)
         try:
             if path.is_file():
-                return path.read_bytes().decode("utf-8", errors="replace")
+                return path.read_bytes()
         except OSError:
             pass
         if path.suffix in (".log", ".txt", ".out", ".jsonl", ".json") and not any(c.isspace() for c in path_or_text):
             raise FileNotFoundError(f"server log {path_or_text!r} does not exist (pass a path or the log text)")
     return path_or_text
+
+
+def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
+    source = _read_source(path_or_text)
+    return source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
+
+
+_DECODE_CHUNK = 1 << 20
+
+
+def _split_bytes(raw: bytes) -> list[str]:
+    """``_split_text(raw.decode("utf-8", errors="replace"))``, decoded a megabyte at a time.
+
+    One progress-bar character would make the whole text a two-bytes-per-character string
+    (twice the memory, slower to split); decoded in pieces cut after a newline, only the
+    pieces that hold one are. A newline byte is never part of a multi-byte character, and a
+    cut after "\n" keeps "\r\n" whole, so the pieces split exactly as the whole text would."""
+    if not raw:
+        return [""]
+    crs = b"\r" in raw
+    lines: list[str] = []
+    n = len(raw)
+    start = 0
+    while start < n:
+        end = raw.find(b"\n", min(start + _DECODE_CHUNK, n) - 1)
+        end = n if end < 0 else end + 1
+        piece = raw[start:end].decode("utf-8", errors="replace")
+        if crs:
+            lines += piece.splitlines()
+        else:
+            parts = piece.split("\n")
+            if end < n:
+                parts.pop()  # the empty string after the piece's final newline
+            lines += parts
+        start = end
+    if crs and raw.endswith((b"\n", b"\r")):
+        lines.append("")
+    return lines
 
 
 def parse_log(path_or_text: str | os.PathLike[str] | bytes, *, date: str | None = None) -> ServerLog:
@@ -1579,21 +1618,23 @@ def parse_log(path_or_text: str | os.PathLike[str] | bytes, *, date: str | None 
     ``date`` (``YYYY-MM-DD``) dates the lines of old builds that print only ``HH:MM:SS``;
     without it such lines get the date of the last dated line, or 1970-01-01.
     """
-    text = _read_text(path_or_text)
+    source = _read_source(path_or_text)
     # Millions of small objects and no cycles: the cyclic collector would only slow this down.
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
-        return _parse_text(text, date)
+        lines = _split_bytes(source) if isinstance(source, bytes) else _split_text(source)
+        del source
+        return _parse_lines(lines, date)
     finally:
         if gc_was_enabled:
             gc.enable()
 
 
-def _parse_text(text: str, date: str | None) -> ServerLog:
+def _parse_lines(lines: list[str], date: str | None) -> ServerLog:
+    """Parse the lines of a whole log, as _split_text gives them."""
     parser = _Parser(date=date)
     parser.reuse_frames = False
-    lines = _split_text(text)
     cut = bool(lines) and lines[-1] != ""
     if not cut and lines:
         lines.pop()
