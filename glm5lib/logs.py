@@ -426,6 +426,7 @@ _SHAPE_PREFIX = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z
 
 _SHAPE_PREFIX_RE = re.compile(_SHAPE_PREFIX)
 _TO_TABS = str.maketrans({":": "\t", ",": "\t"})
+_BULK_CHUNK = 16384  # lines (about 3 MB)
 _TO_TABS_BYTES = bytes.maketrans(b":,", b"\t\t")
 _RANK_LABELS_RE = re.compile(r"[A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*")
 
@@ -1162,65 +1163,82 @@ class _Parser:
         t0, t1 = m.span(1)
         r0, r1 = m.span(2) if m.group(2) else (t1, t1)
 
-        group = list(map(lines.__getitem__, idx.tolist()))
-        left = idx[:0]
-        # Bytes from here on: counting, translating and pandas' CSV reader are all faster on
-        # bytes (read_csv would otherwise encode a str itself), and ":" and "," never occur
-        # inside a multi-byte UTF-8 character.
-        data = "\n".join(group).encode("utf-8", errors="surrogatepass")
-        if b"\t" in data:
-            return None
-        n = len(group)
         needles_b = [x.encode("utf-8", errors="surrogatepass") for x in needles]
-        if any(data.count(x) != n for x in needles_b):
-            # Shapes share the bucket: peel this one off, line by line.
-            commas = first.count(",")
-            has = np.fromiter(
-                (all(map(line.__contains__, needles)) and line.count(",") == commas for line in group),
-                dtype=bool, count=n,
-            )
-            if not has.any():
-                return None
-            left = idx[~has]
-            idx = idx[has]
-            group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
+        commas = first.count(",")
+
+        def parse_chunk(group: list[str], idx: np.ndarray) -> tuple[pd.DataFrame | None, np.ndarray] | None:
+            """(frame of the lines of this shape, indices left over); None: none of it in bulk."""
+            left = idx[:0]
+            # Bytes from here on: counting, translating and pandas' CSV reader are all faster
+            # on bytes (read_csv would otherwise encode a str itself), and ":" and "," never
+            # occur inside a multi-byte UTF-8 character.
             data = "\n".join(group).encode("utf-8", errors="surrogatepass")
+            if b"\t" in data:
+                return None
             n = len(group)
             if any(data.count(x) != n for x in needles_b):
+                # Shapes share the bucket: peel this one off (one C-level map per needle).
+                has = np.fromiter(map(str.count, group, repeat(",")), dtype=np.int64, count=n) == commas
+                for needle in needles:
+                    has &= np.fromiter(map(str.__contains__, group, repeat(needle)), dtype=bool, count=n)
+                if not has.any():
+                    return None, idx
+                left = idx[~has]
+                idx = idx[has]
+                group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
+                data = "\n".join(group).encode("utf-8", errors="surrogatepass")
+                n = len(group)
+                if any(data.count(x) != n for x in needles_b):
+                    return None
+            tsv = data.translate(_TO_TABS_BYTES)
+            del data
+            if tsv.count(b"\t") != n * (fields_per_line - 1):
                 return None
-        tsv = data.translate(_TO_TABS_BYTES)
-        del data
-        if tsv.count(b"\t") != n * (fields_per_line - 1):
+            try:
+                times, ranks = _prefix_columns(group, t0, t1, r0, r1)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    frame = pd.read_csv(
+                        io.BytesIO(tsv), sep="\t", header=None, engine="c", index_col=False,
+                        usecols=value_fields, quoting=3, skipinitialspace=True,
+                        keep_default_na=False, na_values=[""], low_memory=False, encoding="utf-8",
+                    )
+            except (ValueError, TypeError, UnicodeError, pd.errors.ParserError, Warning):
+                return None
+            del tsv
+            if len(frame) != n:
+                return None
+            frame.columns = list(shape.columns)
+            frame.insert(0, "rank", ranks if ranks is not None else "")
+            frame.insert(0, "time", times)
+            for col in shape.columns:
+                dtype = frame[col].dtype
+                if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
+                    raw = frame[col].to_numpy(dtype=object, na_value=None)
+                    raw = np.array([v.rstrip(".") if isinstance(v, str) else v for v in raw], dtype=object)
+                    converted = _convert_column(raw)
+                    if getattr(converted, "dtype", None) is np.dtype(object):
+                        return None  # text where a value belongs: misaligned, line by line instead
+                    frame[col] = converted
+            frame.insert(0, "_order", idx + base)
+            return frame, left
+
+        # In chunks of a few megabytes: the temporary texts are then reused memory that stays in
+        # cache, rather than hundreds of megabytes of fresh pages for the kernel to fault in.
+        group_all = list(map(lines.__getitem__, idx.tolist()))
+        frames: list[pd.DataFrame] = []
+        lefts: list[np.ndarray] = []
+        for c0 in range(0, len(group_all), _BULK_CHUNK):
+            result = parse_chunk(group_all[c0 : c0 + _BULK_CHUNK], idx[c0 : c0 + _BULK_CHUNK])
+            if result is None:
+                return None  # the whole group line by line, as if it had been one chunk
+            if result[0] is not None:
+                frames.append(result[0])
+            lefts.append(result[1])
+        if not frames:
             return None
-        try:
-            times, ranks = _prefix_columns(group, t0, t1, r0, r1)
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                frame = pd.read_csv(
-                    io.BytesIO(tsv), sep="\t", header=None, engine="c", index_col=False,
-                    usecols=value_fields, quoting=3, skipinitialspace=True,
-                    keep_default_na=False, na_values=[""], low_memory=False, encoding="utf-8",
-                )
-        except (ValueError, TypeError, UnicodeError, pd.errors.ParserError, Warning):
-            return None
-        del group, tsv
-        if len(frame) != n:
-            return None
-        frame.columns = list(shape.columns)
-        frame.insert(0, "rank", ranks if ranks is not None else "")
-        frame.insert(0, "time", times)
-        for col in shape.columns:
-            dtype = frame[col].dtype
-            if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
-                raw = frame[col].to_numpy(dtype=object, na_value=None)
-                raw = np.array([v.rstrip(".") if isinstance(v, str) else v for v in raw], dtype=object)
-                converted = _convert_column(raw)
-                if getattr(converted, "dtype", None) is np.dtype(object):
-                    return None  # text where a value belongs: misaligned, line by line instead
-                frame[col] = converted
-        frame.insert(0, "_order", idx + base)
-        shape.frames.append(frame)
-        return left
+        shape.frames.extend(frames)
+        return np.concatenate(lefts)
 
     def _retract(self, msg: str, stamp: str, rank: str, line: str) -> None:
         body = msg.split("Retract requests.", 1)[1] if "Retract requests." in msg else msg.split(".", 1)[-1]
@@ -1431,15 +1449,9 @@ class _Parser:
         else:
             # Extra columns appear in the order the log first shows them, whichever path read them.
             parts.sort(key=lambda f: int(f["_order"].min()))
-            if len(parts) == 1:
-                frame = parts[0].drop(columns="_order")
-            else:
-                frame = pd.concat(parts, ignore_index=True, sort=False)
-                # Back into log order and without "_order" in one take (each is a full copy).
-                perm = np.argsort(frame["_order"].to_numpy(), kind="stable")
-                keep = [k for k, c in enumerate(frame.columns) if c != "_order"]
-                frame = frame.iloc[perm, keep]
-                frame.index = pd.RangeIndex(len(frame))
+            # Columns are fixed up first (none of it depends on row order), then one take puts
+            # rows into log order and columns into their order (each take is a full copy).
+            frame = parts[0].copy() if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
             if "iter" in frame.columns and frame["iter"].isna().all():
                 frame = frame.drop(columns="iter")
             frame["time"] = _to_timestamps(frame["time"])
@@ -1450,8 +1462,14 @@ class _Parser:
                     frame[c] = pd.array([pd.NA] * len(frame), dtype="boolean") if c == "cuda_graph" else np.nan
             if "cuda_graph" in frame.columns and frame["cuda_graph"].dtype == object:
                 frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
-            extras = [c for c in frame.columns if c not in base]
-            frame = frame[base + extras]
+            extras = [c for c in frame.columns if c not in base and c != "_order"]
+            keep = [frame.columns.get_loc(c) for c in base + extras]
+            if len(parts) == 1:
+                frame = frame.iloc[:, keep]
+            else:
+                perm = np.argsort(frame["_order"].to_numpy(), kind="stable")
+                frame = frame.iloc[perm, keep]
+                frame.index = pd.RangeIndex(len(frame))
         if not self.reuse_frames:
             return frame  # nobody keeps this parser: no copy to protect a cache
         self._cache[kind] = (total, frame)
