@@ -409,6 +409,31 @@ def test_bulk_and_line_by_line_paths_agree(tmp_path):
     assert whole.skipped == followed.skipped and whole.lines == followed.lines
 
 
+def test_bulk_chunks_and_piecewise_decoding_change_nothing(monkeypatch):
+    text = _mixed_log(300) + "Capturing batches (bs=8 avail_mem=17.40 GB): 100%|\u2588\u2588| 8/8\r\n"
+    whole = logs.parse_log(text)  # a str: split as one text
+    monkeypatch.setattr(logs, "_BULK_CHUNK", 7)
+    monkeypatch.setattr(logs, "_DECODE_CHUNK", 100)
+    pieces = logs.parse_log(text.encode())  # bytes: decoded and split in 100-byte pieces
+    assert len(whole.decode) > 500
+    for name in ("decode", "prefill", "retractions", "errors", "http"):
+        pd.testing.assert_frame_equal(getattr(whole, name), getattr(pieces, name), obj=name)
+    assert (whole.skipped, whole.lines, whole.startup) == (pieces.skipped, pieces.lines, pieces.startup)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.sampled_from(["a", "\n", "\r", "\r\n", "\u2588", "\x0b", "\x85", "\u2028", "[", " "]), max_size=40),
+       st.binary(max_size=3), st.integers(1, 5))
+def test_piecewise_decoding_splits_like_the_whole_text(chars, junk, piece):
+    raw = "".join(chars).encode() + junk  # junk: bytes that may not be UTF-8 at all
+    old = logs._DECODE_CHUNK
+    logs._DECODE_CHUNK = piece
+    try:
+        assert logs._split_bytes(raw) == logs._split_text(raw.decode("utf-8", errors="replace"))
+    finally:
+        logs._DECODE_CHUNK = old
+
+
 # ---------------------------------------------------------------------------------------------
 # Following a log that is still being written
 
