@@ -421,6 +421,19 @@ def test_bulk_chunks_and_piecewise_decoding_change_nothing(monkeypatch):
     assert (whole.skipped, whole.lines, whole.startup) == (pieces.skipped, pieces.lines, pieces.startup)
 
 
+def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
+    import numpy as np
+
+    for stamps in (["2025-11-30 10:00:03", "2024-02-29 23:59:59", "1969-12-31 23:59:59"],
+                   ["2025-11-30 10:00:03.123456", "2026-01-01 00:00:00.000001", "2026-01-01 00:00:00.500000"],
+                   ["2025-11-30 10:00:03.5", "2025-12-01 00:00:00.0"]):
+        block = np.frombuffer("".join(stamps).encode(), dtype=np.uint8).reshape(len(stamps), -1)
+        assert (logs._stamps(block) == np.array(stamps, dtype="datetime64[ns]")).all()
+    for bad in ("2025-02-30 10:00:00", "2025-11-30 10:00:60", "2025-11-30T10:00:0x"):
+        with pytest.raises(ValueError):
+            logs._stamps(np.frombuffer(bad.encode(), dtype=np.uint8).reshape(1, -1))
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.sampled_from(["a", "\n", "\r", "\r\n", "\u2588", "\x0b", "\x85", "\u2028", "[", " "]), max_size=40),
        st.binary(max_size=3), st.integers(1, 5))
