@@ -484,7 +484,7 @@ def _prefix_columns(group: list[str], t0: int, t1: int, r0: int, r1: int) -> tup
     head = "".join(map(itemgetter(slice(0, r1 + 1)), group))
     if len(head) == n * (r1 + 1) and head.isascii():
         cols = np.frombuffer(head.encode("ascii"), dtype=np.uint8).reshape(n, r1 + 1)
-        if not (cols[:, r1] == ord("]")).all():
+        if not ((cols[:, r1] == ord("]")).all() and (cols[:, 0] == ord("[")).all()):
             raise ValueError("prefixes differ")
         times = _stamps(cols[:, t0:t1])
         if r1 == r0:
@@ -501,7 +501,7 @@ def _prefix_columns(group: list[str], t0: int, t1: int, r0: int, r1: int) -> tup
         if not all(_RANK_LABELS_RE.fullmatch(lbl) for lbl in labels):
             raise ValueError("not rank labels")
         return times, np.array(labels, dtype=object)[inverse.ravel()]
-    if {line[r1 : r1 + 1] for line in group} != {"]"}:
+    if {line[r1 : r1 + 1] for line in group} != {"]"} or {line[:1] for line in group} != {"["}:
         raise ValueError("prefixes differ")
     times = np.array([line[t0:t1] for line in group], dtype="datetime64[ns]")
     if r1 == r0:
