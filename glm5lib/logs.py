@@ -428,6 +428,8 @@ _SHAPE_PREFIX_RE = re.compile(_SHAPE_PREFIX)
 _TO_TABS = str.maketrans({":": "\t", ",": "\t"})
 _BULK_CHUNK = 16384  # lines (about 3 MB)
 _TO_TABS_BYTES = bytes.maketrans(b":,", b"\t\t")
+_TO_TABS_IT = str.maketrans({":": "\t", ",": "\t", "[": "\t", "]": "\t"})
+_TO_TABS_IT_BYTES = bytes.maketrans(b":,[]", b"\t\t\t\t")
 _RANK_LABELS_RE = re.compile(r"[A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*")
 
 
@@ -1182,13 +1184,24 @@ class _Parser:
         shape, _bulk_re = self._bulk_shapes[_shape_regex(head, raw_keys).pattern]
         if any(":" in k or "," in k for k in raw_keys) or any(":" in v or "," in v for v in _vals):
             return None
-        if _it is not None:
-            return None  # iteration numbers in the head: line by line
-        sep = msg[len(head)]
-        needles = [f"] {head}{sep} {raw_keys[0]}: "] + [f", {k}: " for k in raw_keys[1:]]
+        table, table_b = _TO_TABS, _TO_TABS_BYTES
+        if _it is None:
+            needles = [f"] {head}{msg[len(head)]} {raw_keys[0]}: "]
+        else:
+            # "Decode batch [123], #running-req: ..." (data-parallel builds): brackets become
+            # tabs as well, so that the iteration number sits in a field of its own.
+            if any("[" in x or "]" in x for x in (*raw_keys, *_vals)):
+                return None
+            close = msg.find("]", len(head))
+            sep = msg[close + 1 : close + 2]
+            if sep not in (",", "."):
+                return None
+            table, table_b = _TO_TABS_IT, _TO_TABS_IT_BYTES
+            needles = [f"] {head} [", f"]{sep} {raw_keys[0]}: "]
+        needles += [f", {k}: " for k in raw_keys[1:]]
         # One C pass turns ":" and "," into tabs; keys and values then sit in fixed fields whose
         # places the first line gives. Keys are checked by counting, values by their dtype.
-        tr_first = first.translate(_TO_TABS).split("\t")
+        tr_first = first.translate(table).split("\t")
         value_fields: list[int] = []
         pos = 0
         for key, val in zip(raw_keys, _vals, strict=True):
@@ -1198,6 +1211,16 @@ class _Parser:
                 return None
             value_fields.append(pos + 1)
             pos += 2
+        names = list(shape.columns)
+        if _it is not None:
+            it_field = next(
+                (k for k in range(1, value_fields[0]) if tr_first[k] == _it and tr_first[k - 1].rstrip().endswith(head)),
+                None,
+            )
+            if it_field is None:
+                return None
+            value_fields.insert(0, it_field)
+            names.insert(0, "iter")
         fields_per_line = len(tr_first)
         t0, t1 = m.span(1)
         r0, r1 = m.span(2) if m.group(2) else (t1, t1)
@@ -1229,7 +1252,7 @@ class _Parser:
                 n = len(group)
                 if any(data.count(x) != n for x in needles_b):
                     return None
-            tsv = data.translate(_TO_TABS_BYTES)
+            tsv = data.translate(table_b)
             del data
             if tsv.count(b"\t") != n * (fields_per_line - 1):
                 return None
@@ -1247,10 +1270,10 @@ class _Parser:
             del tsv
             if len(frame) != n:
                 return None
-            frame.columns = list(shape.columns)
+            frame.columns = names
             frame.insert(0, "rank", ranks if ranks is not None else "")
             frame.insert(0, "time", times)
-            for col in shape.columns:
+            for col in names:
                 dtype = frame[col].dtype
                 if not (pd.api.types.is_numeric_dtype(dtype) or pd.api.types.is_bool_dtype(dtype)):
                     raw = frame[col].to_numpy(dtype=object, na_value=None)

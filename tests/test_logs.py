@@ -434,6 +434,21 @@ def test_a_line_whose_bracket_was_lost_is_skipped_by_both_paths(tmp_path):
         assert slog.skipped_examples == [lines[100][:300]]
 
 
+def test_iteration_numbers_in_bulk_and_line_by_line(tmp_path):
+    # The data-parallel head "Decode batch [N]," (format from SGLang's scheduler metrics mixin).
+    line = ("[2025-09-01 10:00:{s:02d} DP{r} TP{r}] Decode batch [{it}], #running-req: {n}, #token: 4800, "
+            "token usage: 0.03, cuda graph: True, gen throughput (token/s): 610.50, #queue-req: 2, ")
+    its = [7 * i ** 2 for i in range(150)]  # 1 to 5 digits wide
+    lines = [line.format(s=i % 60, r=i % 2, it=it, n=i) for i, it in enumerate(its)]
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / "server.log"
+    path.write_text(text)
+    whole, followed = logs.parse_log(text), logs.follow_log(path).finish()
+    pd.testing.assert_frame_equal(whole.decode, followed.decode, check_dtype=False)
+    assert whole.decode["iter"].tolist() == its and whole.decode["running_req"].tolist() == list(range(150))
+    assert whole.decode["rank"].tolist()[:3] == ["DP0 TP0", "DP1 TP1", "DP0 TP0"]
+
+
 def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
     import numpy as np
 
