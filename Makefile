@@ -24,3 +24,6 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest $(ARGS)
+
+clean-notebooks: setup
+	$(BIN)/python scripts/strip_notebooks.py
