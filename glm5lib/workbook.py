@@ -28,6 +28,7 @@ from glm5lib.report import NOTEBOOKS_STATUS, SERVER_INFO
 __all__ = [
     "BACKENDS",
     "list_notebooks",
+    "load_command",
     "notebooks_dir",
     "parse_parameter",
     "phase_log",
@@ -40,9 +41,12 @@ __all__ = [
 ]
 
 #: Values of a notebook's ``BACKEND`` parameter, besides an http(s) URL to attach to.
-BACKENDS = ("sim", "sglang")
+BACKENDS = ("sim", "sglang", "command")
 
 log = logging.getLogger(__name__)
+
+#: File in a phase folder recording the command a ``command`` backend ran.
+COMMAND = "command.json"
 
 _NOTEBOOK_RE = re.compile(r"^(\d\d)-[\w-]+\.ipynb$")
 
@@ -200,8 +204,8 @@ def _check_backend(backend: str) -> str:
     if backend in BACKENDS or str(backend).startswith(("http://", "https://")):
         return backend
     raise ConfigError(
-        f"BACKEND {backend!r} is not valid: use 'sim' (the stand-in), 'sglang' (launch SGLang here) "
-        f"or the http(s) URL of a running server to attach to",
+        f"BACKEND {backend!r} is not valid: use 'sim' (the stand-in), 'sglang' (launch SGLang here), "
+        f"'command' (launch any engine from ENGINE_COMMAND) or the http(s) URL of a running server to attach to",
         field="BACKEND",
         valid=[*BACKENDS, "http://HOST:PORT"],
     )
@@ -216,9 +220,13 @@ def start_server(
     ready_timeout: float = 600.0,
     api_key: str | None = None,
     extra_args: Sequence[str] = (),
+    command: Sequence[str] | None = None,
+    command_changes: Mapping[str, Any] | None = None,
+    model: str | None = None,
     attach_log: str | Path | None = None,
 ):
-    """Launch (``sim``/``sglang``) or attach to (a URL) the server of one phase.
+    """Launch (``sim``/``sglang``; ``command``: any engine from the argv template ``command``, see
+    :func:`glm5lib.server.launch_command`) or attach to (a URL) the server of one phase.
 
     The server log goes to ``<folder>/server.log``; the configuration to ``config.json`` and
     the server's own ``/get_server_info`` to ``server_info.json`` (secrets masked). When
@@ -231,7 +239,19 @@ def start_server(
     backend = _check_backend(backend)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if backend in BACKENDS:
+    if backend == "command":
+        if not command:
+            raise ConfigError(
+                "BACKEND 'command' needs ENGINE_COMMAND, an argv template such as "
+                "['transformers', 'serve', '{model}', '--continuous-batching', '--port', '{port}']",
+                field="ENGINE_COMMAND",
+            )
+        srv = server_mod.launch_command(
+            [*command, *extra_args], model=model or None, log_path=folder / rundir.SERVER_LOG,
+            ready_timeout=ready_timeout, api_key=api_key, changes=command_changes,
+        )
+        (folder / COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
+    elif backend in BACKENDS:
         args = list(extra_args)
         if backend == "sim" and sim_profile:
             args = ["--sim-profile", sim_profile, *args]
@@ -281,6 +301,16 @@ def phase_log(folder: str | Path):
         log.warning("%s has no server log; scheduler evidence is missing", folder)
         return parse_log("")
     return parse_log(path)
+
+
+def load_command(folder: str | Path) -> dict:
+    """The ``command.json`` a ``command`` backend phase wrote (argv template, argv, model, engine)."""
+    path = Path(folder) / COMMAND
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path} does not exist: that phase was not launched with BACKEND 'command'",
+                          field="BASELINE_PHASE") from None
 
 
 def save_server_info(base_url: str, folder: str | Path, *, api_key: str | None = None) -> dict | None:

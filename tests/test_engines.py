@@ -114,3 +114,36 @@ def test_transformers_preset_sweep_options_work_against_a_strict_server(strict_s
     assert row["completed"] == 4 and row["failed"] == 0
     assert row["total_output_tokens"] == 4 * 6  # counted from the final usage chunk
     assert row["total_input_tokens"] == 4 * 8  # the server's prompt_tokens (words here)
+
+
+# --------------------------------------------------------------------------- the workbook's command backend
+
+
+@pytest.mark.slow
+def test_workbook_command_backend_records_the_command(tmp_path):
+    from glm5lib import workbook
+
+    engine = engines.get_engine("glm5-sim")
+    folder = tmp_path / "baseline"
+    srv = workbook.start_server("command", None, folder, command=engine.command_for("capped"), ready_timeout=60)
+    try:
+        assert isinstance(srv, server.CommandServer) and srv.log_path == folder / "server.log"
+        recorded = workbook.load_command(folder)
+        assert recorded["argv_template"] == engine.command_for("capped")
+        assert recorded["backend"] == "command" and recorded["argv"][-1] == "64"
+        fix = server.apply_flag_changes(recorded["argv_template"], engine.setting("uncapped"))
+        assert server.flag_value(fix, engine.knob) == "1024"
+    finally:
+        server_log = workbook.stop_server(srv, folder)
+    assert not srv.alive() and server_log.startup.get("max_running_requests") == 64
+
+
+def test_workbook_command_backend_needs_a_command(tmp_path):
+    from glm5lib import workbook
+
+    with pytest.raises(ConfigError, match="ENGINE_COMMAND"):
+        workbook.start_server("command", None, tmp_path, command=[])
+    with pytest.raises(ConfigError, match="'command'"):
+        workbook.start_server("commands", None, tmp_path)
+    with pytest.raises(ConfigError, match="not launched with BACKEND 'command'"):
+        workbook.load_command(tmp_path)
