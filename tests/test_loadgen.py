@@ -377,7 +377,7 @@ def test_steady_window_drops_ramp_up_and_drain():
         r.first_token, r.end, r.output_tokens = 1.0, end, len(r.chunk_times)
         recs.append(r)
     row = level_stats(recs, concurrency=4, last_issue=5.0)
-    assert row["window_start"] == 1.0 and row["window_end"] == 5.0 and row["window_note"] == "steady"
+    assert row["window_start"] == 1.0 and row["window_end"] == 5.0 and row["window_note"].startswith("steady")
     assert row["output_throughput"] == pytest.approx(40.0, rel=0.1)
     # Over the whole level the drain would pull it down to about 20 tok/s.
     assert row["output_throughput_overall"] < 25.0
@@ -538,3 +538,39 @@ if __name__ == "__main__":  # pragma: no cover
     if len(sys.argv) >= 3 and sys.argv[1] == "serve":
         die = int(sys.argv[4]) if len(sys.argv) >= 5 and sys.argv[3] == "--die-after" else None
         _serve(int(sys.argv[2]), die)
+
+
+def test_duration_bound_level_shorter_than_a_request_measures_the_steady_rate(tmp_path):
+    """A level cut at its deadline before any request finished still measures decode speed.
+
+    The stand-in (fix flags, a cap well above C) logs its own generation throughput every 10
+    decode steps; the client's steady window must agree with it although the 6 s level ends
+    long before one 256-token request could finish and the ramp-up (prefill of 64 prompts of
+    1,024 tokens) takes a large part of it. Counting the whole level would read ~45% low.
+    """
+    testing = pytest.importorskip("glm5lib.sim.testing")
+    from glm5lib.logs import parse_log
+
+    conc = 64
+    with testing.run_standin(
+        "--max-running-requests", "1024", "--disable-cuda-graph", "--disable-radix-cache",
+        "--decode-log-interval", "10",
+    ) as srv:
+        df = _sweep(srv.base_url, [conc], duration=6.0, output_len=256, input_len=1024, warmup=0,
+                    run_dir=tmp_path)
+        time.sleep(0.3)
+        decode = parse_log(srv.log_path).decode
+    row = df.iloc[0]
+    assert row["completed"] == 0 and row["cancelled"] == conc
+    # The window starts once all 64 stream and ends at the deadline, not at the level's end.
+    assert row["window_note"].startswith("steady") and "deadline" in row["window_note"]
+    assert row["start_time"] + 0.5 < row["window_start"] < row["window_end"] <= row["start_time"] + 6.05
+    assert math.isclose(row["mean_concurrency"], conc, rel_tol=0.02)
+    # The server's own figure, from log lines over decode-only intervals at the full batch
+    # (the first such line also covers part of the prefill).
+    full = decode[decode["running_req"] == conc]["gen_throughput"].iloc[1:]
+    assert len(full) >= 2
+    server_rate = float(full.median())
+    assert row["output_throughput"] == pytest.approx(server_rate, rel=0.15)
+    # bench_serving's overall figure counts finished requests only: none here.
+    assert row["output_throughput_overall"] == 0.0

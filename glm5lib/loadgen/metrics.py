@@ -76,34 +76,101 @@ def _token_steps(rec: RequestRecord) -> tuple[list[float], list[float]]:
     return times, [0.0] * len(times)
 
 
+def _streaming_peak(records: Sequence[RequestRecord]) -> tuple[float | None, int]:
+    """(first time the number of streaming requests reached its peak, the peak).
+
+    A request streams from its first token to its end (finished, failed or cancelled).
+    """
+    events: list[tuple[float, int]] = []
+    for r in records:
+        if r.first_token is None:
+            continue
+        events.append((r.first_token, 1))
+        if r.end is not None:
+            events.append((r.end, -1))
+    if not events:
+        return None, 0
+    # At equal times an end is counted before a start, so a hand-over is not a peak.
+    events.sort(key=lambda e: (e[0], e[1]))
+    count = peak = 0
+    at: float | None = None
+    for t, step in events:
+        count += step
+        if count > peak:
+            peak, at = count, t
+    return at, peak
+
+
 def steady_window(
-    records: Sequence[RequestRecord], concurrency: int, last_issue: float | None
+    records: Sequence[RequestRecord],
+    concurrency: int,
+    last_issue: float | None,
+    *,
+    deadline: float | None = None,
+    closed: bool = True,
 ) -> tuple[float, float, str]:
     """Choose the steady-state window of a level: ``(start, end, note)``.
 
-    Start: the earlier of the first completion and the moment the first ``concurrency`` requests
-    all had their first token (ramp-up over). End: the later of the last request issued (after it
-    the in-flight count only falls) and the first completion. When these leave no window, the
-    whole level is used and the note says so.
+    Start (ramp-up over), the earlier of two signals: every one of the first ``concurrency``
+    requests issued has had its first token (the whole load is streaming), and the number of
+    requests streaming at once first reached its peak for the level (on a server that admits
+    fewer than ``concurrency``, its running batch first filled while the rest wait in its
+    queue). An open-loop level starts at the first completion instead when that comes earlier
+    (from then on arrivals and departures balance).
+
+    End: where the level was cut at its deadline and in-flight requests were cancelled, the
+    deadline (the load was still established up to it); otherwise the start of the drain, the
+    moment the last request was issued (from then on the in-flight count only falls), or the
+    first completion when that is later (nothing had left before it). When this leaves no
+    window, the whole level is used and the note says so.
     """
     starts = [r.start for r in records if r.start is not None]
     ends = [r.end for r in records if r.end is not None]
     level_start = min(starts) if starts else 0.0
     level_end = max(ends) if ends else level_start
-    firsts = sorted(r.first_token for r in records if r.first_token is not None)
-    completions = sorted(r.end for r in records if r.status == "ok" and r.end is not None)
-    ramp_done = firsts[min(concurrency, len(firsts)) - 1] if firsts else None
-    first_done = completions[0] if completions else None
-    candidates = [t for t in (ramp_done, first_done) if t is not None]
-    if not candidates:
+    if not any(r.first_token is not None for r in records):
         return level_start, level_end, "whole level (no tokens)"
-    ws = min(candidates)
-    we = max(t for t in (last_issue, first_done, ws) if t is not None)
-    if we > level_end:
-        we = level_end
-    if we - ws < 0.05 * max(level_end - level_start, 1e-9):
-        return level_start, level_end, "whole level (no steady state)"
-    return ws, we, "steady"
+
+    # -- start
+    candidates: list[tuple[float, str]] = []
+    issued = sorted((r for r in records if r.start is not None), key=lambda r: r.start)  # type: ignore[arg-type,return-value]
+    first = [r for r in issued[:concurrency] if not (r.status == "error" and r.first_token is None)]
+    if first and all(r.first_token is not None for r in first):
+        candidates.append(
+            (max(r.first_token for r in first), f"all first {len(first)} requests streaming")  # type: ignore[type-var]
+        )
+    peak_at, peak = _streaming_peak(records)
+    if peak_at is not None:
+        candidates.append((peak_at, f"streaming count first at its peak of {peak}"))
+    completions = sorted(r.end for r in records if r.status == "ok" and r.end is not None)
+    first_done = completions[0] if completions else None
+    if not closed and first_done is not None:
+        candidates.append((first_done, "first completion"))
+    ws, why_start = min(candidates)
+
+    # -- end
+    cancelled = [r.end for r in records if r.status == "cancelled" and r.end is not None]
+    if cancelled:
+        we = min(cancelled) if deadline is None else min(deadline, min(cancelled))
+        why_end = f"deadline, {len(cancelled)} in flight cancelled"
+    else:
+        ends_at = [(t, why) for t, why in ((last_issue, "last request issued"), (first_done, "first completion"))
+                   if t is not None]
+        if ends_at:
+            we, why_end = max(ends_at)
+        else:
+            we, why_end = level_end, "end of level"
+        why_end += ", drain dropped"
+    we = min(we, level_end)
+    if we <= ws:
+        return level_start, level_end, (
+            f"whole level (no steady state: ramp-up over at +{ws - level_start:.2f} s "
+            f"({why_start}), load ended at +{we - level_start:.2f} s ({why_end}))"
+        )
+    return ws, we, (
+        f"steady {we - ws:.2f} s of {level_end - level_start:.2f}: from +{ws - level_start:.2f} s "
+        f"({why_start}) to +{we - level_start:.2f} s ({why_end})"
+    )
 
 
 def _pct(values: Any, prefix: str, out: dict[str, Any]) -> None:
@@ -132,8 +199,17 @@ def level_stats(
     *,
     concurrency: int,
     last_issue: float | None,
+    deadline: float | None = None,
+    closed: bool = True,
 ) -> dict[str, Any]:
-    """The sweep.csv figures for one level's (non-warm-up) records."""
+    """The sweep.csv figures for one level's (non-warm-up) records.
+
+    ``output_throughput``, ``input_throughput``, ``total_throughput`` and ``request_throughput``
+    are over the steady-state window (see :func:`steady_window`; ``deadline`` is when a
+    duration-bound level stopped, ``closed`` False for open-loop arrivals);
+    ``output_throughput_overall`` is bench_serving's figure, finished requests' tokens over the
+    whole level.
+    """
     ok = [r for r in records if r.status == "ok"]
     row: dict[str, Any] = {
         "completed": len(ok),
@@ -149,7 +225,7 @@ def level_stats(
     row["total_input_tokens"] = int(sum(r.prompt_tokens or 0 for r in ok))
     row["total_output_tokens"] = int(sum(r.output_tokens or 0 for r in ok))
 
-    ws, we, note = steady_window(records, concurrency, last_issue)
+    ws, we, note = steady_window(records, concurrency, last_issue, deadline=deadline, closed=closed)
     row["window_start"], row["window_end"], row["window_note"] = ws, we, note
     span = we - ws
     out_tokens = 0.0

@@ -163,6 +163,7 @@ class _LevelState:
         self.cancelled = 0
         self.output_tokens = 0
         self.last_issue: float | None = None
+        self.deadline: float | None = None
         self.records: list[RequestRecord] = []
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
@@ -372,6 +373,7 @@ class _Sweep:
         state = _LevelState(planned=len(specs))
         t0 = time.time()
         deadline = t0 + self.duration if self.duration else None
+        state.deadline = deadline
         lags: list[float] = []
         cpu0 = self.proc.cpu_times()
         wall0 = time.perf_counter()
@@ -629,7 +631,8 @@ class _Sweep:
                     bar.n = bar.total
                     bar.refresh()
                 bar.close()
-        stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue)
+        stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue,
+                            deadline=state.deadline, closed=math.isinf(rate))
         lag_p99 = float(np.percentile(lags, 99)) * 1000.0 if lags else float("nan")
         row: dict[str, Any] = {
             **self._key(conc, rate),
