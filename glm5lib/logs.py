@@ -488,6 +488,8 @@ def _prefix_columns(group: list[str], t0: int, t1: int, r0: int, r1: int) -> tup
         cols = np.frombuffer(head.encode("ascii"), dtype=np.uint8).reshape(n, r1 + 1)
         if not ((cols[:, r1] == ord("]")).all() and (cols[:, 0] == ord("[")).all()):
             raise ValueError("prefixes differ")
+        if r1 > r0 and not (cols[:, t1:r0] == ord(" ")).all():
+            raise ValueError("no space between time and rank")
         times = _stamps(cols[:, t0:t1])
         if r1 == r0:
             return times, None
@@ -505,6 +507,8 @@ def _prefix_columns(group: list[str], t0: int, t1: int, r0: int, r1: int) -> tup
         return times, np.array(labels, dtype=object)[inverse.ravel()]
     if {line[r1 : r1 + 1] for line in group} != {"]"} or {line[:1] for line in group} != {"["}:
         raise ValueError("prefixes differ")
+    if r1 > r0 and {line[t1:r0] for line in group} != {" "}:
+        raise ValueError("no space between time and rank")
     times = np.array([line[t0:t1] for line in group], dtype="datetime64[ns]")
     if r1 == r0:
         return times, None
@@ -1211,6 +1215,12 @@ class _Parser:
                 return None
             value_fields.append(pos + 1)
             pos += 2
+        # A trailing separator after the last value (", " in 0.5.x): every line must end with it
+        # exactly, or a line with something glued on there would be read while it is skipped
+        # line by line.
+        tail_at = sum(len(f) + 1 for f in tr_first[: value_fields[-1] + 1]) - 1
+        tail = first[tail_at:] if value_fields[-1] + 1 < len(tr_first) else ""
+        tail_b, tail_nl = tail.encode("utf-8", errors="surrogatepass"), (tail + "\n").encode("utf-8", errors="surrogatepass")
         names = list(shape.columns)
         if _it is not None:
             it_field = next(
@@ -1238,11 +1248,15 @@ class _Parser:
             if b"\t" in data:
                 return None
             n = len(group)
-            if any(data.count(x) != n for x in needles_b):
+            if any(data.count(x) != n for x in needles_b) or (
+                tail and (data.count(tail_nl) != n - 1 or not data.endswith(tail_b))
+            ):
                 # Shapes share the bucket: peel this one off (one C-level map per needle).
                 has = np.fromiter(map(str.count, group, repeat(",")), dtype=np.int64, count=n) == commas
                 for needle in needles:
                     has &= np.fromiter(map(str.__contains__, group, repeat(needle)), dtype=bool, count=n)
+                if tail:
+                    has &= np.fromiter(map(str.endswith, group, repeat(tail)), dtype=bool, count=n)
                 if not has.any():
                     return None, idx
                 left = idx[~has]
@@ -1250,7 +1264,9 @@ class _Parser:
                 group = [g for g, h in zip(group, has.tolist(), strict=True) if h]
                 data = "\n".join(group).encode("utf-8", errors="surrogatepass")
                 n = len(group)
-                if any(data.count(x) != n for x in needles_b):
+                if any(data.count(x) != n for x in needles_b) or (
+                    tail and (data.count(tail_nl) != n - 1 or not data.endswith(tail_b))
+                ):
                     return None
             tsv = data.translate(table_b)
             del data
@@ -1504,6 +1520,12 @@ class _Parser:
                 del shape.rows[:], shape.order[:]  # the fast path keeps appending to these lists
                 if len(shape.frames) > 8:
                     shape.frames[:] = [pd.concat(shape.frames, ignore_index=True, sort=False)]
+            if len(shape.frames) > 1 and any("iter" in f.columns for f in shape.frames):
+                # Rows of one shape, with and without iteration numbers, read by different paths:
+                # every part gets the column, so it lands where one frame of the shape puts it.
+                for f in shape.frames:
+                    if "iter" not in f.columns:
+                        f.insert(3, "iter", np.nan)
             parts.extend(shape.frames)
         base = ["time", "rank", *columns]
         if not parts:

@@ -421,17 +421,19 @@ def test_bulk_chunks_and_piecewise_decoding_change_nothing(monkeypatch):
     assert (whole.skipped, whole.lines, whole.startup) == (pieces.skipped, pieces.lines, pieces.startup)
 
 
-def test_a_line_whose_bracket_was_lost_is_skipped_by_both_paths(tmp_path):
+def test_lines_mangled_around_their_values_are_skipped_by_both_paths(tmp_path):
     line = ("[2025-11-30 10:00:{:02d} TP0] Decode batch, #running-req: 5, #token: 100, token usage: 0.10, "
             "cuda graph: True, gen throughput (token/s): 12.00, #queue-req: 0, ")
     lines = [line.format(i % 60) for i in range(200)]
     lines[100] = "X" + lines[100][1:]
+    lines[120] = lines[120] + "nan"  # something after the trailing ", "
+    lines[140] = lines[140].replace(" TP0]", "xTP0]")  # no space between time and rank
     text = "\n".join(lines) + "\n"
     path = tmp_path / "server.log"
     path.write_text(text)
     for slog in (logs.parse_log(text), logs.follow_log(path).finish()):
-        assert (len(slog.decode), slog.skipped) == (199, 1)
-        assert slog.skipped_examples == [lines[100][:300]]
+        assert (len(slog.decode), slog.skipped) == (197, 3)
+        assert slog.skipped_examples == [lines[100], lines[120], lines[140]]
 
 
 def test_iteration_numbers_in_bulk_and_line_by_line(tmp_path):
