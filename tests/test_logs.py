@@ -451,6 +451,23 @@ def test_iteration_numbers_in_bulk_and_line_by_line(tmp_path):
     assert whole.decode["rank"].tolist()[:3] == ["DP0 TP0", "DP1 TP1", "DP0 TP0"]
 
 
+def test_iteration_column_lands_in_the_same_place_on_both_paths(tmp_path):
+    plain = ("[2025-09-01 09:59:{s:02d} TP0] Decode batch, #running-req: {n}, #token: 4800, token usage: 0.03, "
+             "cuda graph: True, gen throughput (token/s): 610.50, #queue-req: 2, ")
+    spec = ("[2025-09-01 09:59:59 TP0] Decode batch, #running-req: 3, #token: 4800, token usage: 0.03, accept len: 2.71, "
+            "accept rate: 0.68, cuda graph: True, gen throughput (token/s): 610.50, #queue-req: 2, ")
+    dp = ("[2025-09-01 10:00:{s:02d} DP1 TP1] Decode batch [{n}], #running-req: {n}, #token: 4800, token usage: 0.03, "
+          "cuda graph: True, gen throughput (token/s): 610.50, #queue-req: 2, ")
+    lines = [plain.format(s=i, n=i) for i in range(10)] + [spec] + [dp.format(s=i % 60, n=i) for i in range(100)]
+    text = "\n".join(lines) + "\n"
+    path = tmp_path / "server.log"
+    path.write_text(text)
+    whole, followed = logs.parse_log(text), logs.follow_log(path).finish()
+    assert list(whole.decode.columns) == list(followed.decode.columns)
+    assert list(whole.decode.columns)[8:11] == ["iter", "accept_len", "accept_rate"]
+    pd.testing.assert_frame_equal(whole.decode, followed.decode, check_dtype=False)
+
+
 def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
     import numpy as np
 
