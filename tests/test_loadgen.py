@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import json
 import math
 import os
@@ -275,12 +276,31 @@ def test_callback_events_and_a_broken_callback_does_not_stop_the_sweep(server):
         events.append(event)
         raise RuntimeError("widget broke")
 
-    df = _sweep(server.base_url + "/slow", [2], requests_per_level=2, output_len=40, callback=callback, progress=True)
+    # 80 tokens at 20 ms: a 1.6 s level, long enough for one progress tick (one a second).
+    df = _sweep(server.base_url + "/slow", [2], requests_per_level=2, output_len=80, callback=callback, progress=True)
     kinds = [e["event"] for e in events]
     assert kinds[0] == "level_start" and kinds[-1] == "level_done" and "progress" in kinds
     assert events[-1]["row"]["completed"] == 2 and df.loc[0, "completed"] == 2
     # A light level: the self-check measured the loop and did not blame the client.
     assert 0 <= df.loc[0, "loop_lag_p99_ms"] < 500 and not df.loc[0, "client_bound"]
+
+
+def test_progress_bar_and_callback_update_about_once_a_second(server, capsys):
+    from glm5lib.loadgen.sweep import PROGRESS_INTERVAL_S
+
+    progress = []
+    duration = 3.0
+    df = _sweep(server.base_url + "/slow", [4], duration=duration, output_len=1000, progress=True,
+                callback=lambda e: progress.append(e) if e["event"] == "progress" else None)
+    assert df.loc[0, "cancelled"] == 4
+    ticks = duration / PROGRESS_INTERVAL_S
+    # The callback: one progress event per tick, the last with the tokens streamed so far.
+    assert ticks - 1 <= len(progress) <= ticks + 1
+    assert all(b["elapsed"] - a["elapsed"] >= 0.9 * PROGRESS_INTERVAL_S for a, b in itertools.pairwise(progress))
+    assert progress[-1]["output_tokens"] > 0 and progress[-1]["in_flight"] == 4
+    # The bar: tqdm redraws with a carriage return; one redraw per tick plus opening and closing.
+    redraws = capsys.readouterr().err.count("C=4")
+    assert 2 <= redraws <= ticks + 4
 
 
 def test_run_sweep_works_inside_a_running_event_loop(server):
@@ -382,6 +402,27 @@ def test_steady_window_drops_ramp_up_and_drain():
     # Over the whole level the drain would pull it down to about 20 tok/s.
     assert row["output_throughput_overall"] < 25.0
     assert math.isclose(row["mean_concurrency"], 4.0)
+
+
+def test_steady_window_of_a_queued_level_cut_at_its_deadline():
+    from glm5lib.loadgen import RequestRecord, level_stats
+
+    # C=4 against a server that runs 2 at a time: requests 0 and 1 stream 10 tokens/s from
+    # t=3 (after a long prefill), 2 and 3 wait in its queue; the level is cut at t=10 with all
+    # four in flight. No request finished and not all of the first four ever streamed.
+    recs = []
+    for i in range(4):
+        r = RequestRecord(level=4, index=i, start=0.001 * i, status="cancelled", prompt_tokens=10, end=10.002)
+        if i < 2:
+            r.chunk_times = [3.0 + k * 0.1 for k in range(70)]
+            r.chunk_tokens = list(range(1, 71))
+            r.first_token = 3.0
+        recs.append(r)
+    row = level_stats(recs, concurrency=4, last_issue=0.003, deadline=10.0)
+    assert row["window_start"] == 3.0 and row["window_end"] == 10.0
+    assert "peak of 2" in row["window_note"] and "deadline, 4 in flight cancelled" in row["window_note"]
+    assert row["output_throughput"] == pytest.approx(20.0, rel=0.02)  # the whole level: 14
+    assert row["completed"] == 0 and row["output_throughput_overall"] == 0.0
 
 
 def test_against_the_stand_in_server(tmp_path):

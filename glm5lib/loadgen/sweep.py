@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 # measured the client rather than the server.
 CLIENT_CPU_BOUND_PCT = 90.0
 LOOP_LAG_BOUND_MS = 25.0
+# Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
+# notebook bar is a message to the front end; faster updates flood long cells (and nbval).
+PROGRESS_INTERVAL_S = 1.0
 _KEY_COLUMNS = ("concurrency", "mode", "request_rate", "api", "input_len", "output_len")
 
 
@@ -325,11 +328,10 @@ class _Sweep:
             lags.append(clock() - t - interval)
 
     async def _reporter(self, state: _LevelState, level: int, bar: Any, t0: float) -> None:
-        shown = 0
+        """Refresh the bar and call the callback once every PROGRESS_INTERVAL_S, no more often."""
         last_t, last_tok = t0, 0
-        next_cb = 0.0
         while True:
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
             now = time.time()
             done = state.completed + state.failed + state.cancelled
             # Tokens so far: finished requests plus what in-flight ones have streamed.
@@ -341,16 +343,15 @@ class _Sweep:
                 if self.duration and self.requests_per_level is None:
                     bar.n = min(round(now - t0, 1), float(self.duration))
                 else:
-                    bar.update(done - shown)
-                    shown = done
+                    bar.n = done
                 bar.set_postfix_str(
                     f"done={state.completed} failed={state.failed} in-flight={state.issued - done} "
                     f"{rate:,.0f} tok/s",
-                    refresh=True,
+                    refresh=False,
                 )
+                bar.refresh()  # the one refresh of this tick
             last_t, last_tok = now, tokens
-            if self.callback is not None and now >= next_cb:
-                next_cb = now + 0.5
+            if self.callback is not None:
                 self._call_back({
                     "event": "progress", "level": level, "elapsed": now - t0,
                     "issued": state.issued, "completed": state.completed,
@@ -606,9 +607,11 @@ class _Sweep:
             desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
             if self.duration and self.requests_per_level is None:
                 bar = tqdm(total=float(self.duration), desc=desc, unit="s", leave=True,
+                           mininterval=PROGRESS_INTERVAL_S, miniters=0,
                            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
             else:
-                bar = tqdm(total=n, desc=desc, unit="req", leave=True)
+                bar = tqdm(total=n, desc=desc, unit="req", leave=True, mininterval=PROGRESS_INTERVAL_S,
+                           miniters=0)
         if self.callback is not None:
             self._call_back({"event": "level_start", "level": conc, "request_rate": rate,
                              "requests": n, "duration": self.duration})
