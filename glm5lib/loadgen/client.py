@@ -31,6 +31,8 @@ _COMPLETION_KEY = b'"completion_tokens":'
 _INT_AFTER = re.compile(rb"\s*(\d+)")
 _EMPTY_CONTENT = (b'"content":""', b'"content": ""', b'"content":null', b'"content": null')
 _EMPTY_CHOICES = (b'"choices":[]', b'"choices": []')
+# A final chunk with no text but the usage (transformers serve ends streams so, without [DONE]).
+_EMPTY_TEXT = (b'"text":""', b'"text": ""')
 _ERROR_KEY = b'"error"'
 
 
@@ -124,8 +126,13 @@ def build_body(
             body["messages"] = [{"role": "user", "content": text}]
         else:
             body["prompt"] = prompt
-        if extra_body:
-            body.update(extra_body)
+        for key, value in (extra_body or {}).items():
+            # None removes a field: strict OpenAI servers (transformers serve) answer 422 to
+            # extensions such as stream_options or ignore_eos.
+            if value is None:
+                body.pop(key, None)
+            else:
+                body[key] = value
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -268,7 +275,11 @@ async def stream_request(
                     if tok > prev:
                         # An OpenAI usage-only chunk after content chunks that carried no usage
                         # is the final count, not a chunk of text.
-                        if openai and toks and toks[-1] is None and any(e in ev for e in _EMPTY_CHOICES):
+                        if openai and toks and toks[-1] is None and (
+                            any(e in ev for e in _EMPTY_CHOICES)
+                            or (not chat and any(e in ev for e in _EMPTY_TEXT))
+                            or (chat and any(e in ev for e in _EMPTY_CONTENT))
+                        ):
                             continue
                         if not times:
                             rec.first_token = now
