@@ -1,10 +1,14 @@
 """Per-level statistics from request records, with bench_serving's field names.
 
-Throughput is measured over a steady-state window that drops the ramp-up (until the load is
-established) and the drain (after the last request was issued), from the cumulative token
-counts the server reported with each chunk. Where a server gave only a final usage count, that
-count is spread evenly over the request's chunks (``token_source`` says so); chunks are never
-taken for tokens.
+Throughput is measured over a steady-state window (:func:`steady_window`): it starts when the
+ramp-up is over (the whole load streaming, or the server's running batch first full) and ends
+at the deadline of a duration-bound level whose in-flight requests were cancelled there, or
+else where the drain begins (the last request issued). Output tokens are the server-reported
+cumulative counts of the chunks that arrived inside the window, so a level shorter than one
+request's lifetime still measures the decode rate. Where a server gave only a final usage
+count, that count is spread evenly over the request's chunks (``token_source`` says so); chunks
+are never taken for tokens. bench_serving's own figure (finished requests' tokens over the
+whole level) is kept as ``output_throughput_overall``.
 """
 
 from __future__ import annotations

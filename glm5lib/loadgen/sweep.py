@@ -651,6 +651,11 @@ class _Sweep:
                 "level %s: the client may have been the limit (CPU %.0f%% of a core, loop lag p99 %.1f ms)",
                 conc, cpu_pct, lag_p99,
             )
+        if str(row["window_note"]).startswith("whole level"):
+            log.warning(
+                "level %s: throughput over the %s; a longer level (duration=) gives a steady state",
+                conc, row["window_note"],
+            )
         if row["failed"]:
             log.warning("level %s: %d failed requests: %s", conc, row["failed"], row["error_summary"])
         self._write_row(row)
