@@ -260,6 +260,9 @@ def power_vs_tdp(
             if pd.notna(y) and pd.notna(lim) and lim > 0:
                 ax.annotate(f"{y:,.0f} W", (x, y), textcoords="offset points",
                             xytext=offset, ha="center", fontsize=8, color=colour)
+    if not any(f["mean_power_w"].notna().any() for f in frames.values()):
+        ax.text(0.5, 0.5, "no GPU telemetry was recorded", ha="center", va="center", transform=ax.transAxes)
+        return fig
     if limits:
         tdp = max(limits)
         ax.axhline(tdp, color="black", linestyle="--", linewidth=1, label=f"power limit {tdp:,.0f} W")

@@ -753,10 +753,16 @@ def _gpu_dtypes(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def load_gpu_csv(path: str | Path) -> pd.DataFrame:
-    """Read a ``gpu.csv`` written by :class:`GpuSampler`, with its dtypes."""
+def load_gpu_csv(path: str | Path, *, missing_ok: bool = False) -> pd.DataFrame:
+    """Read a ``gpu.csv`` written by :class:`GpuSampler`, with its dtypes.
+
+    With ``missing_ok``, a phase measured without GPU telemetry (no GPU, no stand-in) reads as
+    an empty frame instead of an error.
+    """
     path = Path(path)
     if not path.exists():
+        if missing_ok:
+            return _gpu_dtypes(pd.DataFrame({c: [] for c in GPU_COLUMNS}))
         raise TelemetryError(f"{path} does not exist: no GPU telemetry was recorded there")
     frame = pd.read_csv(path)
     missing = [c for c in GPU_COLUMNS if c not in frame.columns]

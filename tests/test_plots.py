@@ -109,3 +109,15 @@ def test_save_figure_writes_a_png_in_figures(tmp_path):
     assert fig._repr_png_()[:8] == b"\x89PNG\r\n\x1a\n"  # what Jupyter displays
     with pytest.raises(ConfigError, match="plain file name"):
         plots.save_figure(fig, tmp_path, "../escape")
+
+
+def test_power_figure_says_when_no_gpu_telemetry_was_recorded():
+    import pandas as pd
+
+    from glm5lib import plots
+
+    no_power = pd.DataFrame({"concurrency": [1, 8], "mean_power_w": [float("nan")] * 2,
+                             "peak_power_w": [float("nan")] * 2, "power_limit_w": [float("nan")] * 2})
+    fig = plots.power_vs_tdp({"baseline": no_power, "fix": no_power})
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "no GPU telemetry was recorded" in texts

@@ -721,3 +721,10 @@ def test_standin_gpus_environment_and_metrics(standin, tmp_path):
     metrics = scraper.frame()
     assert "sglang:num_running_reqs" in set(metrics["metric"])
     assert metric_series(metrics, "sglang:num_running_reqs").eq(0).all()  # idle server
+
+
+def test_a_phase_without_gpu_telemetry_reads_as_an_empty_frame_when_allowed(tmp_path):
+    with pytest.raises(TelemetryError, match="no GPU telemetry"):
+        telemetry.load_gpu_csv(tmp_path / "gpu.csv")
+    empty = telemetry.load_gpu_csv(tmp_path / "gpu.csv", missing_ok=True)
+    assert empty.empty and list(empty.columns) == list(telemetry.GPU_COLUMNS)
