@@ -170,6 +170,13 @@ def _standin_of(server_log, server_info: Any) -> str | None:
     return None
 
 
+def _setting(phase: Mapping[str, Any]) -> str:
+    """How a phase's server was configured, for the summary: its cap, or the engine command."""
+    if phase.get("max_running_requests") is None and phase.get("command"):
+        return "command: `" + " ".join(str(a) for a in phase["command"]) + "`"
+    return f"max_running_requests = {_fmt(phase.get('max_running_requests'))}"
+
+
 def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     """(summary dict, frames for figures) of one phase."""
     folder = run / phase
@@ -184,9 +191,12 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     cap = startup.get("max_running_requests") or merged.get("max_running_requests")
     cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
 
+    command = _read_json(folder / "command.json") or {}
     summary: dict[str, Any] = {
         "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
         "max_running_requests": cap,
+        # a phase launched from an engine's command (BACKEND "command"): the knob is in its argv
+        "command": command.get("argv") if isinstance(command, Mapping) else None,
         "standin": _standin_of(server_log, server_info),
         "levels": [],
         "throughput": {},
@@ -439,7 +449,7 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines.append(
             f"- **Baseline**: peak {_fmt(base['peak']['output_throughput'])} tok/s at "
             f"{_fmt(base['peak']['concurrency'])} concurrent requests{extra} "
-            f"(max_running_requests = {_fmt(base.get('max_running_requests'))})."
+            f"({_setting(base)})."
         )
     cause = summary.get("leading_cause")
     if cause:
@@ -452,7 +462,7 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines.append(
             f"- **Fix**: peak {_fmt(fix['peak']['output_throughput'])} tok/s at "
             f"{_fmt(fix['peak']['concurrency'])} concurrent requests "
-            f"(max_running_requests = {_fmt(fix.get('max_running_requests'))})."
+            f"({_setting(fix)})."
         )
     comparison = summary.get("comparison") or []
     if comparison:

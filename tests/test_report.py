@@ -162,3 +162,16 @@ def test_verdict_quotes_the_gain_per_level(run):
     assert text.startswith("The fix raised throughput by 10% or more at 2 of 3 levels, most (4.20x) at 1,024")
     assert "256: 880 -> 1,950 tok/s (2.22x)" in text
     assert report.verdict({}).startswith("No before/after comparison")
+
+
+def test_a_phase_launched_from_an_engine_command_shows_that_command(tmp_path):
+    run = tmp_path / "engine-run"
+    run.mkdir()
+    capped = ["transformers", "serve", "m", "--continuous-batching", "--cb-max-batch-tokens", "64"]
+    for name, argv, tput in (("baseline", capped, 181.0), ("fix", capped[:4], 929.0)):
+        folder = _phase(run, name, {1: 30.0, 128: tput}, {})
+        (folder / "command.json").write_text(json.dumps({"backend": "command", "argv": argv}))
+    text = report.write_report(run).read_text()
+    assert "(command: `transformers serve m --continuous-batching --cb-max-batch-tokens 64`)" in text
+    assert "(command: `transformers serve m --continuous-batching`)" in text
+    assert "max_running_requests = n/a" not in text
