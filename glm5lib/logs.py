@@ -282,6 +282,16 @@ _EXC_LINE_RE = re.compile(
 _TRACEBACK = "Traceback (most recent call last):"
 
 
+def _is_nccl(line: str) -> bool:
+    # Every alternative of the regex holds "NCCL ": a substring test spares most lines its scan.
+    return "NCCL " in line and _NCCL_RE.search(line) is not None
+
+
+def _is_tqdm(line: str) -> bool:
+    # Likewise: every alternative holds "|" or "it/s]" or "s/it]".
+    return ("|" in line or "it/s]" in line or "s/it]" in line) and _TQDM_RE.search(line) is not None
+
+
 def _strip_ansi(text: str) -> str:
     return _ANSI_RE.sub("", text) if "\x1b" in text else text
 
@@ -1029,7 +1039,7 @@ class _Parser:
 
     def _unprefixed(self, line: str, cut: bool) -> None:
         if self._open_blocks:
-            if _UVICORN_RE.match(line) or _NCCL_RE.search(line) or _GLOG_RE.match(line):
+            if _UVICORN_RE.match(line) or _is_nccl(line) or _GLOG_RE.match(line):
                 self._close_blocks()
             else:
                 self._block_text(line)
@@ -1044,7 +1054,7 @@ class _Parser:
                 (self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
             )
             return
-        if _NCCL_RE.search(line) or _GLOG_RE.match(line) or _OTHER_RUNTIME_RE.match(line):
+        if _is_nccl(line) or _GLOG_RE.match(line) or _OTHER_RUNTIME_RE.match(line):
             kind = classify_fatal(line)
             if kind is not None:
                 self.errors.append(
@@ -1061,7 +1071,7 @@ class _Parser:
                 {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}
             )
             return
-        if _TQDM_RE.search(line) or stripped.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:")):
+        if _is_tqdm(line) or stripped.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:")):
             return
         if stripped.startswith("#running-req:"):
             # The earliest 2024 builds logged decode stats without a "Decode batch" head.
