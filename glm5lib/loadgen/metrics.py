@@ -13,6 +13,7 @@ whole level) is kept as ``output_throughput_overall``.
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -105,6 +106,12 @@ def _streaming_peak(records: Sequence[RequestRecord]) -> tuple[float | None, int
     return at, peak
 
 
+def _last_at_or_before(times: list[float], limit: float) -> list[float]:
+    """The last of the (sorted) ``times`` at or before ``limit``, as a list of 0 or 1."""
+    i = bisect.bisect_right(times, limit)
+    return [times[i - 1]] if i else []
+
+
 def steady_window(
     records: Sequence[RequestRecord],
     concurrency: int,
@@ -125,8 +132,10 @@ def steady_window(
     End: where the level was cut at its deadline and in-flight requests were cancelled, the
     deadline (the load was still established up to it); otherwise the start of the drain, the
     moment the last request was issued (from then on the in-flight count only falls), or the
-    first completion when that is later (nothing had left before it). When this leaves no
-    window, the whole level is used and the note says so.
+    first completion when that is later (nothing had left before it); the end is then moved
+    back to the last token arrival at or before it, and tokens are counted over ``(start,
+    end]``, so a short window spans whole decode steps. When this leaves no window, the whole
+    level is used and the note says so.
     """
     starts = [r.start for r in records if r.start is not None]
     ends = [r.end for r in records if r.end is not None]
@@ -166,6 +175,14 @@ def steady_window(
             we, why_end = level_end, "end of level"
         why_end += ", drain dropped"
     we = min(we, level_end)
+    # Tokens arrive in steps (one per decode iteration, for every stream at once), so the window
+    # runs from one arrival (the ramp-up's last first token) to the last arrival before its end:
+    # N steps counted over N step intervals, not over a fraction more.
+    last_arrival = max(
+        (t for r in records for t in _last_at_or_before(r.chunk_times, we) if t > ws), default=None
+    )
+    if last_arrival is not None:
+        we = last_arrival
     if we <= ws:
         return level_start, level_end, (
             f"whole level (no steady state: ramp-up over at +{ws - level_start:.2f} s "
@@ -239,14 +256,14 @@ def level_stats(
         times, steps = _token_steps(r)
         if times:
             a = np.asarray(times)
-            mask = (a >= ws) & (a <= we)
+            mask = (a > ws) & (a <= we)  # the step at ws ended the ramp-up
             if mask.any():
                 out_tokens += float(np.asarray(steps)[mask].sum())
-        if r.first_token is not None and ws <= r.first_token <= we:
+        if r.first_token is not None and ws < r.first_token <= we:
             in_tokens += r.prompt_tokens or 0
         if r.start is not None and r.end is not None:
             inflight += max(0.0, min(r.end, we) - max(r.start, ws))
-    done_in_window = sum(1 for r in ok if r.end is not None and ws <= r.end <= we)
+    done_in_window = sum(1 for r in ok if r.end is not None and ws < r.end <= we)
     if span > 0:
         row["output_throughput"] = out_tokens / span
         row["input_throughput"] = in_tokens / span
