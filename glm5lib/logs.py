@@ -1114,6 +1114,12 @@ class _Parser:
             return
         keys, vals, it, raw_keys, head = parsed
         self._add(kind, keys, vals, stamp, rank, it)
+        if raw_keys is None and it is None and keys[0].startswith("mixed_") and len(self._fast_patterns) < 256:
+            entry = self._learn_mixed(keys, vals, head, msg, line)
+            if entry is not None:
+                bucket = self._fast.setdefault(_bucket_key(line), [])
+                if entry not in bucket:
+                    bucket.append(entry)
         if raw_keys is not None and len(self._fast_patterns) < 256:
             entry = self._learn(kind, keys, head, raw_keys, line)
             if entry is not None:
@@ -1129,6 +1135,37 @@ class _Parser:
             entry = self._fast_patterns[regex.pattern] = (regex.match, shape.order.append, shape.rows.append)
             # No "^": a leading literal lets the regex engine skip ahead quickly.
             self._bulk_shapes[regex.pattern] = (shape, re.compile(regex.pattern, re.MULTILINE))
+        return entry
+
+    def _learn_mixed(self, keys: tuple[str, ...], vals: tuple[str, ...], head: str, msg: str, line: str) -> Any:
+        """A fast-path regex for ``Prefill batch(mixed #running-req: N). #new-seq: ...`` lines
+        (one in a few dozen lines of a busy server's log), learned from one parsed line.
+
+        Values may not hold spaces, commas, brackets or a final dot, so that every line it
+        matches splits into the same keys and values as :func:`_parse_scheduler_msg` gives;
+        others go line by line."""
+        rest = msg[len(head) :]
+        close = rest.find(")")
+        if not rest.startswith("(mixed ") or close < 0 or rest[close + 1 : close + 3] not in (". ", ", "):
+            return None
+        inner_parts = rest[len("(mixed ") : close].split(", ")
+        parts = [*inner_parts, *rest[close + 3 :].rstrip(", ").split(", ")]
+        raw_keys = [p.rpartition(": ")[0] for p in parts]
+        if len(raw_keys) != len(keys) or any(not k or k != k.strip() or any(c in k for c in "[\x1b,:()") for k in raw_keys):
+            return None
+        value = r"([^\s,()\[\x1b]*[^\s,().\[\x1b])"
+        inner = ", ".join(re.escape(k) + ": " + value for k in raw_keys[: len(inner_parts)])
+        body = ", ".join(re.escape(k) + ": " + value for k in raw_keys[len(inner_parts) :])
+        # "(?:(\[)(?!))?" never matches: the iteration group, None as on the slow path.
+        pattern = _SHAPE_PREFIX + re.escape(head) + r"(?:(\[)(?!))?\(mixed " + inner + r"\)[.,] " + body + r"\.?(?:, ?)?$"
+        entry = self._fast_patterns.get(pattern)
+        if entry is None:
+            regex = re.compile(pattern)
+            m = regex.match(line)
+            if m is None or m.groups()[3:] != vals:
+                return None
+            shape = self._shape("prefill", keys)
+            entry = self._fast_patterns[pattern] = (regex.match, shape.order.append, shape.rows.append)
         return entry
 
     # ---- bulk parsing of a whole file
