@@ -1729,6 +1729,8 @@ def _read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
 
 
 _DECODE_CHUNK = 1 << 20
+# The ASCII characters str.splitlines() breaks at, besides "\n".
+_ASCII_BREAKS_BUT_NL = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
 
 
 def _split_bytes(raw: bytes) -> list[str]:
@@ -1748,8 +1750,17 @@ def _split_bytes(raw: bytes) -> list[str]:
         end = raw.find(b"\n", min(start + _DECODE_CHUNK, n) - 1)
         end = n if end < 0 else end + 1
         piece = raw[start:end].decode("utf-8", errors="replace")
-        if crs:
+        if crs and not (piece.isascii() and not any(c in piece for c in _ASCII_BREAKS_BUT_NL)):
             lines += piece.splitlines()
+        elif crs:
+            # No character here that splitlines() breaks at but "\n" (one "\r" of a progress
+            # bar elsewhere in the log is enough to get here): split() gives the same lines,
+            # faster, with an empty string after a final newline, which the final append
+            # below adds back where splitlines() would leave it out.
+            parts = piece.split("\n")
+            if piece.endswith("\n"):
+                parts.pop()
+            lines += parts
         else:
             parts = piece.split("\n")
             if end < n:
