@@ -482,7 +482,7 @@ def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(["a", "\n", "\r", "\r\n", "\u2588", "\x0b", "\x85", "\u2028", "[", " "]), max_size=40),
+@given(st.lists(st.sampled_from(["a", "\n", "\r", "\r\n", "\u2588", "\x0b", "\x0c", "\x1e", "\x85", "\u2028", "[", " "]), max_size=40),
        st.binary(max_size=3), st.integers(1, 5))
 def test_piecewise_decoding_splits_like_the_whole_text(chars, junk, piece):
     raw = "".join(chars).encode() + junk  # junk: bytes that may not be UTF-8 at all
