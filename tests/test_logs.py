@@ -726,3 +726,30 @@ def test_variants_built_from_sglang_source():
     assert slog.errors["kind"].tolist() == ["sigquit", "oom"]
     assert slog.errors["message"].iloc[1] == "RuntimeError: CUDA error: out of memory"
     assert logs.classify_fatal("Exception in ControllerSingle:") == "scheduler_exception"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.sampled_from(["3", "0.4000", "3.", "x y", "1:2", "a->b", "0.4->0.5", "", ".", "3,4", "-1", "50.00%", "(7)"]),
+                min_size=4, max_size=4),
+       st.sampled_from(["", ".", ",", ".,", ", ", " "]))
+def test_fast_paths_read_mixed_prefill_and_retraction_lines_as_the_slow_path(vals, tail):
+    # A log's final line, which may be cut off, is always read line by line; lines before it
+    # go through the fast paths (regexes, learned from a first line or fixed): they must give
+    # the row the slow path gives, or be skipped alike.
+    a, b, c, d = vals
+    mixed = (f"[2025-11-30 10:00:0{{s}} TP0] Prefill batch(mixed #running-req: {a}). #new-seq: 1, "
+             f"#new-token: {b}, #cached-token: 0, token usage: {c}, #running-req: 7, #queue-req: {d}{tail}")
+    retract = (f"[2025-11-30 10:00:0{{s}} TP0] KV cache pool is full. Retract requests. "
+               f"#retracted_reqs: {a}, #new_token_ratio: {b} -> {c}{tail}")
+    for template in (mixed, retract):
+        slow = logs.parse_log(template.format(s=9))
+        fast = logs.parse_log("\n".join(template.format(s=s) for s in range(4)) + "\n")
+        field = "prefill" if template is mixed else "retractions"
+        slow_table, fast_table = getattr(slow, field), getattr(fast, field)
+        assert fast.skipped == 4 * slow.skipped
+        assert len(fast_table) == 4 * len(slow_table)
+        if len(slow_table):
+            expected = slow_table.drop(columns="time").astype(str).iloc[0].to_dict()
+            for _, row in fast_table.drop(columns="time").astype(str).iterrows():
+                assert row.to_dict() == expected
+            assert list(fast_table["time"].dt.second) == [0, 1, 2, 3]
