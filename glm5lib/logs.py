@@ -35,7 +35,7 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from itertools import repeat
+from itertools import compress, repeat
 from operator import itemgetter
 from pathlib import Path
 from typing import Any
@@ -1203,15 +1203,19 @@ class _Parser:
                     break
         # The bucket key of _bucket_key for every line at once: map() over str methods runs
         # in C (no bytecode per line), numpy combines the three columns; -1 = not a scheduler line.
+        # Colons and commas are counted only on the lines that hold "batch" (itertools.compress
+        # picks them in C).
         n = len(lines)
         where = np.fromiter(map(str.find, lines, repeat("batch")), dtype=np.int64, count=n)
-        karr = (
-            (np.fromiter(map(str.count, lines, repeat(":")), dtype=np.int64, count=n) << 20)
-            | (np.fromiter(map(str.count, lines, repeat(",")), dtype=np.int64, count=n) << 12)
-            | where
+        has = where >= 0
+        m, picks = int(has.sum()), has.tolist()
+        karr = np.full(n, -1, dtype=np.int64)
+        karr[has] = (
+            (np.fromiter(map(str.count, compress(lines, picks), repeat(":")), dtype=np.int64, count=m) << 20)
+            | (np.fromiter(map(str.count, compress(lines, picks), repeat(",")), dtype=np.int64, count=m) << 12)
+            | where[has]
         )
-        karr[where < 0] = -1
-        del where
+        del where, has, picks
         order = np.argsort(karr, kind="stable")
         sorted_keys = karr[order]
         uniq, starts = np.unique(sorted_keys, return_index=True)
