@@ -340,6 +340,17 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
 _FATAL_PRECHECK = ("memory", "NaN", "nan in", "NCCL", "nccl", "DistBackend", "Watchdog", "Health", "xception", "sigquit", "kill_process_tree")
 
 
+def _may_be_fatal(line: str) -> bool:
+    """Whether ``line`` holds any of _FATAL_PRECHECK: the same tests written out, two to four
+    times faster than a generator over the tuple (this runs on most lines that are not
+    scheduler lines; tests check the two agree)."""
+    return (
+        "memory" in line or "NaN" in line or "nan in" in line or "NCCL" in line or "nccl" in line
+        or "DistBackend" in line or "Watchdog" in line or "Health" in line or "xception" in line
+        or "sigquit" in line or "kill_process_tree" in line
+    )
+
+
 def classify_fatal(line: str) -> str | None:
     """The fatal kind a single log line signals (``oom``, ``nan``, ``nccl``, ``health_check``,
     ``scheduler_exception``, ``sigquit``), or None for an ordinary line.
@@ -349,7 +360,7 @@ def classify_fatal(line: str) -> str | None:
     """
     if not isinstance(line, str) or not line:
         return None
-    if not any(s in line for s in _FATAL_PRECHECK):
+    if not _may_be_fatal(line):
         return None
     line = _strip_ansi(line)
     for kind, needles in _FATAL_SIGNATURES:

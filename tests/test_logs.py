@@ -754,3 +754,11 @@ def test_fast_paths_read_mixed_prefill_and_retraction_lines_as_the_slow_path(val
         assert {key: (sh.order, sh.rows) for key, sh in fast.shapes.items() if sh.rows} == {
             key: (sh.order, sh.rows) for key, sh in slow.shapes.items() if sh.rows
         }
+
+
+def test_fatal_precheck_written_out_agrees_with_its_tuple():
+    # classify_fatal's cheap first test is the tuple's substrings written out as one expression.
+    for needle in logs._FATAL_PRECHECK:
+        for line in (needle, f"x {needle} y", f"{needle[:-1]} {needle[-1]}"):
+            assert logs._may_be_fatal(line) == any(s in line for s in logs._FATAL_PRECHECK), line
+    assert not logs._may_be_fatal("[2025-11-30 10:00:00 TP0] Using FP8 KV cache but no scaling factors provided.")
