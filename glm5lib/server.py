@@ -461,6 +461,54 @@ def _sglang_installed(python: str) -> bool:
     return done.returncode == 0
 
 
+def _connect_host(host: str) -> str:
+    """The address a client on this machine uses to reach a server bound to ``host``."""
+    return LOOPBACK if host in ("0.0.0.0", "::", "localhost") else host
+
+
+def _require_free_port(host: str, connect_host: str, port: int) -> None:
+    if _port_in_use(connect_host, port):
+        raise ServerLaunchError(
+            f"port {port} on {host} is already in use{_port_owner(port)}; "
+            "choose another port or leave port=None to get a free one",
+            cause="port_in_use",
+        )
+
+
+def _prepare_log_path(log_path: str | os.PathLike[str] | None) -> Path:
+    if log_path is None:
+        return Path(tempfile.mkdtemp(prefix="glm5-server-")) / "server.log"
+    path = Path(log_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _child_env(
+    env: Mapping[str, str] | None, known_secrets: Sequence[str | None]
+) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """(overrides, the child's whole environment, values to mask in its log)."""
+    overrides = {str(k): str(v) for k, v in (env or {}).items()}
+    child_env = {**os.environ, **overrides, "PYTHONUNBUFFERED": "1"}
+    secrets = [v for v in known_secrets if v]
+    secrets += [v for k, v in child_env.items() if _SECRET_ENV.search(k) and len(v) >= 6]
+    return overrides, child_env, secrets
+
+
+def _spawn(argv: list[str], child_env: Mapping[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(child_env),
+        start_new_session=True,  # its own process group: stop() signals the whole tree
+        # PR_SET_PDEATHSIG fires when the launching *thread* ends, so only from the main thread
+        preexec_fn=_set_parent_death_signal
+        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
+        else None,
+    )
+
+
 def launch(
     config: ServerConfig | str | os.PathLike[str] | Sequence[str],
     backend: str = "sglang",
@@ -505,40 +553,16 @@ def launch(
     if port is None:
         port = config.port if "port" in config.explicit else find_free_port(LOOPBACK)
     config = config.with_changes(port=int(port), host=host)
-    if _port_in_use(host if host not in ("0.0.0.0", "::") else LOOPBACK, int(port)):
-        raise ServerLaunchError(
-            f"port {port} on {host} is already in use{_port_owner(int(port))}; "
-            "choose another port or leave port=None to get a free one",
-            cause="port_in_use",
-        )
-
-    if log_path is None:
-        log_path = Path(tempfile.mkdtemp(prefix="glm5-server-")) / "server.log"
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-
+    connect_host = _connect_host(host)
+    _require_free_port(host, connect_host, int(port))
+    log_path = _prepare_log_path(log_path)
     argv = [python, "-m", BACKENDS[backend], *config.to_argv(), *[str(a) for a in extra_args]]
-    env_overrides = {str(k): str(v) for k, v in (env or {}).items()}
-    child_env = {**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}
-    secrets = [v for v in (config.api_key, config.admin_api_key) if v]
-    secrets += [v for k, v in child_env.items() if _SECRET_ENV.search(k) and len(v) >= 6]
-    connect_host = LOOPBACK if host in ("0.0.0.0", "::", "localhost") else host
+    env_overrides, child_env, secrets = _child_env(env, (config.api_key, config.admin_api_key))
     base_url = f"http://{connect_host}:{port}"
 
     shown = " ".join(MASK if a in secrets else a for a in argv)
     logger.info("launching %s server: %s (log %s)", backend, shown, log_path)
-    process = subprocess.Popen(
-        argv,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=child_env,
-        start_new_session=True,  # its own process group: stop() signals the whole tree
-        # PR_SET_PDEATHSIG fires when the launching *thread* ends, so only from the main thread
-        preexec_fn=_set_parent_death_signal
-        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
-        else None,
-    )
+    process = _spawn(argv, child_env)
     server = Server(
         process=process,
         argv=argv,
@@ -894,35 +918,14 @@ def launch_command(
     if port is None:
         port = find_free_port(LOOPBACK)
     argv = fill_template(template, host=host, port=int(port), model=model)
-    connect_host = LOOPBACK if host in ("0.0.0.0", "::", "localhost") else host
-    if _port_in_use(connect_host, int(port)):
-        raise ServerLaunchError(
-            f"port {port} on {host} is already in use{_port_owner(int(port))}; "
-            "choose another port or leave port=None to get a free one",
-            cause="port_in_use",
-        )
-    if log_path is None:
-        log_path = Path(tempfile.mkdtemp(prefix="glm5-server-")) / "server.log"
-    log_path = Path(log_path)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env_overrides = {str(k): str(v) for k, v in (env or {}).items()}
-    child_env = {**os.environ, **env_overrides, "PYTHONUNBUFFERED": "1"}
-    secrets = [api_key] if api_key else []
-    secrets += [v for k, v in child_env.items() if _SECRET_ENV.search(k) and len(v) >= 6]
+    connect_host = _connect_host(host)
+    _require_free_port(host, connect_host, int(port))
+    log_path = _prepare_log_path(log_path)
+    env_overrides, child_env, secrets = _child_env(env, (api_key,))
     base_url = f"http://{connect_host}:{port}"
     logger.info("launching %s (log %s)", " ".join(MASK if a in secrets else a for a in argv), log_path)
     try:
-        process = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=child_env,
-            start_new_session=True,
-            preexec_fn=_set_parent_death_signal
-            if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
-            else None,
-        )
+        process = _spawn(argv, child_env)
     except (FileNotFoundError, PermissionError) as exc:
         raise ServerLaunchError(
             f"cannot run {argv[0]!r}: {exc.strerror}; install the engine or give the full path "
