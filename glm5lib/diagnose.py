@@ -1708,6 +1708,10 @@ class CapacityModel:
             new = np.abs(resid) <= max(3.5 * mad, 0.05 * float(np.median(step)))
             if new.sum() < 3 or (new == mask).all():
                 break
+            if "intercept" in cols and len(np.unique(b[new])) < 2:
+                # Rejecting a whole batch size would leave intercept and slope unidentifiable
+                # (one noisy cluster, e.g. single-request lines, is still the only lever arm).
+                break
             mask = new
         pred = cls._eval(coef, b[mask], t[mask] / 1000.0)
         thr_pred = b[mask] * 1000.0 / pred

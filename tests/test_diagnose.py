@@ -549,6 +549,18 @@ def test_capacity_model_recovers_step_time_and_drops_outliers():
     assert "fitted on" in m.describe()
 
 
+def test_capacity_model_keeps_both_batch_sizes_of_a_capped_sweep():
+    # The decode lines of a stand-in baseline sweep (levels 1, 64, 256, 1024 under a cap of 64):
+    # two batch sizes, and the first line of each level slowed by the level change. Rejecting
+    # the single-request cluster as outliers would leave one batch size and no slope at all.
+    batch = [1] * 6 + [64] * 12
+    thr = [11.74, 19.4, 19.36, 19.46, 19.45, 19.42,
+           215.27, 880.57, 879.63, 878.22, 589.91, 876.37, 882.18, 880.27, 377.84, 881.16, 880.72, 878.93]
+    m = dg.CapacityModel.fit(decode_frame(batch, thr=thr))
+    assert m.intercept_ms == pytest.approx(51.5, rel=0.15) and m.per_request_ms > 0.1
+    assert m.throughput(1024) > 2 * m.throughput(64)
+
+
 def test_capacity_model_predicts_cap_and_kv_limits():
     m = dg.CapacityModel.fit(synthetic_decode())
     p = m.predict([32, 256, 1024], cap=64, max_total_num_tokens=200_000, context_tokens=512)
