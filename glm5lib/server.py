@@ -187,6 +187,14 @@ atexit.register(stop_all)
 # --------------------------------------------------------------------------- Server
 
 
+def _next_restart_log(log_path: Path, options: dict[str, Any]) -> Path:
+    """``server-restartN.log`` beside ``log_path`` for the next restart; counts it in ``options``."""
+    count = options.get("restarts", 0) + 1
+    options["restarts"] = count
+    stem = re.sub(r"-restart\d+$", "", log_path.stem)
+    return log_path.with_name(f"{stem}-restart{count}{log_path.suffix}")
+
+
 class Server:
     """A server process :func:`launch` started; stop it with :meth:`stop` or a ``with`` block."""
 
@@ -409,10 +417,7 @@ class Server:
         self.stop()
         options = dict(self._launch_options)
         if log_path is None:
-            count = options.get("restarts", 0) + 1
-            stem = re.sub(r"-restart\d+$", "", self.log_path.stem)
-            log_path = self.log_path.with_name(f"{stem}-restart{count}{self.log_path.suffix}")
-            options["restarts"] = count
+            log_path = _next_restart_log(self.log_path, options)
         if not options.get("port_explicit"):
             config = config.without("port")
         return launch(
@@ -848,10 +853,7 @@ class CommandServer(Server):
         self.stop()
         options = dict(self._launch_options)
         if log_path is None:
-            count = options.get("restarts", 0) + 1
-            stem = re.sub(r"-restart\d+$", "", self.log_path.stem)
-            log_path = self.log_path.with_name(f"{stem}-restart{count}{self.log_path.suffix}")
-            options["restarts"] = count
+            log_path = _next_restart_log(self.log_path, options)
         return launch_command(
             template, port=self.port if options.get("port_explicit") else None, host=self.host,
             model=self.model, log_path=log_path, env=self._env_overrides,
