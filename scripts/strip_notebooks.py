@@ -14,6 +14,7 @@ per-run metadata, and widget state. Cell tags (``parameters``) are kept.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 
@@ -40,7 +41,10 @@ def strip(nb):
             cell.metadata.pop(key, None)
         if not cell.metadata.get("tags", True):
             cell.metadata.pop("tags")
-        cell.pop("id", None)
+        if not cell.get("id"):
+            # A stable id, kept once given: JupyterLab adds one to any cell without, which would
+            # mark a freshly opened notebook as modified.
+            cell["id"] = _new_id(nb, cell)
         if cell.cell_type != "code":
             continue
         cell.execution_count = None
@@ -55,8 +59,17 @@ def strip(nb):
             cell.outputs = []
     nb.metadata = {k: v for k, v in nb.metadata.items() if k in _NOTEBOOK_META_KEEP}
     nb.metadata["language_info"] = {"name": "python"}
-    nb.nbformat, nb.nbformat_minor = 4, 4
+    nb.nbformat, nb.nbformat_minor = 4, 5
     return nb
+
+
+def _new_id(nb, cell) -> str:
+    taken = {c.get("id") for c in nb.cells}
+    digest = hashlib.sha1(cell.source.encode()).hexdigest()
+    for width in range(8, 41):
+        if digest[:width] not in taken:
+            return digest[:width]
+    return f"{digest}-{len(taken)}"
 
 
 def _text(nb) -> str:

@@ -1,15 +1,16 @@
 """The ``glm5`` command.
 
-Each library module that offers a command defines ``register_cli(subparsers)``, adding its
-sub-command with ``set_defaults(func=handler)``; the handler takes the parsed arguments and
-returns an exit code. This module only assembles them.
+Each sub-command lives in a module of this package (``glm5lib.cli.logs`` for ``glm5 logs``...)
+that defines ``register_cli(subparsers)``, adding its sub-command with
+``set_defaults(func=handler)``; the handler takes the parsed arguments, calls the library's
+public API, prints, and returns an exit code. The library itself never prints. This module only
+assembles them.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import logging
 import os
 import sys
@@ -22,14 +23,14 @@ __all__ = ["build_parser", "main"]
 
 # Modules that contribute sub-commands, in the order they appear in --help.
 COMMAND_MODULES = (
-    "glm5lib.workbook",
-    "glm5lib.server",
-    "glm5lib.sim",
-    "glm5lib.loadgen",
-    "glm5lib.telemetry",
-    "glm5lib.logs",
-    "glm5lib.config",
-    "glm5lib.diagnose",
+    "glm5lib.cli.workbook",
+    "glm5lib.cli.server",
+    "glm5lib.cli.sim",
+    "glm5lib.cli.loadgen",
+    "glm5lib.cli.telemetry",
+    "glm5lib.cli.logs",
+    "glm5lib.cli.config",
+    "glm5lib.cli.diagnose",
 )
 
 
@@ -45,12 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        if importlib.util.find_spec(name) is None:
-            continue
-        module = importlib.import_module(name)
-        register = getattr(module, "register_cli", None)
-        if register is not None:
-            register(sub)
+        importlib.import_module(name).register_cli(sub)
     return parser
 
 
