@@ -16,7 +16,7 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args):  # keep pytest output clean
         pass
 
-    def do_GET(self):  # noqa: N802 - the stdlib's name
+    def do_GET(self):
         routes = self.server.routes  # type: ignore[attr-defined]
         if self.path == "/auth":
             ok = self.headers.get("Authorization") == "Bearer k3y-value"
