@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test workbook lint clean-notebooks
+.PHONY: setup test workbook lint clean-notebooks sglang-envs
 
 setup: $(VENV)/.installed
 
@@ -27,3 +27,7 @@ test: setup lint
 
 clean-notebooks: setup
 	$(BIN)/python scripts/strip_notebooks.py
+
+# One CPU environment per supported SGLang release under .engines/ (for tests/contract/)
+sglang-envs:
+	$(PYTHON) scripts/sglang_envs.py
