@@ -9,7 +9,8 @@ import pandas as pd
 
 from glm5lib.diagnose.capacity import CapacityModel
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
-from glm5lib.errors import DiagnosisError
+from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.levels import level_windows
 
 __all__ = ["rule_client_bound", "rule_gpu_underused", "rule_saturation"]
 
@@ -109,17 +110,6 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
     ]
 
 
-def _level_windows(s: pd.DataFrame) -> list[tuple[float, float]]:
-    out = []
-    for _, row in s.iterrows():
-        a = row.get("window_start", np.nan)
-        b = row.get("window_end", np.nan)
-        if pd.isna(a) or pd.isna(b):
-            a, b = row.get("start_time", np.nan), row.get("end_time", np.nan)
-        out.append((float(a), float(b)))
-    return out
-
-
 def rule_gpu_underused(ev: Evidence) -> list[Finding]:
     """At the throughput peak the GPUs draw far less than their power limit: the limit is elsewhere."""
     s = ev.sweep_sorted()
@@ -129,7 +119,11 @@ def rule_gpu_underused(ev: Evidence) -> list[Finding]:
         return []
     peak_i = int(_col(s, "output_throughput").idxmax())
     peak = s.loc[peak_i]
-    (a, b) = _level_windows(s.loc[[peak_i]])[0]
+    try:
+        window = level_windows(s.loc[[peak_i]]).iloc[0]
+    except ConfigError:
+        window = {"start": np.nan, "end": np.nan}
+    a, b = float(window["start"]), float(window["end"])
     times = _col(g, "time")
     if math.isnan(a) or math.isnan(b):
         ev.skipped.append("gpu_underused: the sweep has no level time windows")
