@@ -13,8 +13,9 @@ The investigation this workbook follows turned on physical evidence: eight GPUs 
   prometheus-client's parser) into a frame of ``time, metric, labels, value``.
 - :func:`environment` snapshots the host for the report (GPUs, driver, PCIe links, P2P matrix,
   topology, package versions) and warns about the signs the investigation met.
-- :func:`per_level` and :func:`metrics_per_level` join samples to the sweep's concurrency
-  levels: power per level, energy per generated token, PCIe bytes per token, running requests.
+- :func:`per_level` and :func:`metrics_per_level` (defined in :mod:`glm5lib.levels`, re-exported
+  here) join samples to the sweep's concurrency levels: power per level, energy per generated
+  token, PCIe bytes per token, running requests.
 
 Every ``time`` column is float Unix epoch seconds, the clock ``glm5lib.loadgen`` uses.
 """
@@ -44,8 +45,10 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.errors import ConfigError, TelemetryError
+from glm5lib.levels import DEFAULT_GAUGES, assign_levels, metrics_per_level, per_level
 
 __all__ = [
+    "DEFAULT_GAUGES",
     "GPU_COLUMNS",
     "METRICS_COLUMNS",
     "GpuSampler",
@@ -950,184 +953,6 @@ def metric_series(frame: pd.DataFrame, metric: str, agg: str = "sum", **labels: 
         mask = parsed.map(lambda d: all(str(d.get(k)) == str(v) for k, v in labels.items()))
         rows = rows[mask]
     return rows.groupby("time")["value"].agg(agg).rename(metric)
-
-
-# --------------------------------------------------------------------------------------------
-# alignment with sweep levels
-# --------------------------------------------------------------------------------------------
-def _level_windows(sweep: pd.DataFrame) -> pd.DataFrame:
-    if "concurrency" not in sweep.columns:
-        raise ConfigError("the sweep frame has no 'concurrency' column (expected loadgen's sweep.csv)",
-                          field="sweep_frame", valid=["concurrency", "window_start", "window_end"])
-    out = pd.DataFrame({"concurrency": sweep["concurrency"].to_numpy()})
-    starts = pd.Series(np.nan, index=sweep.index)
-    ends = pd.Series(np.nan, index=sweep.index)
-    windowed = pd.Series(False, index=sweep.index)
-    if {"window_start", "window_end"} <= set(sweep.columns):
-        starts = pd.to_numeric(sweep["window_start"], errors="coerce")
-        ends = pd.to_numeric(sweep["window_end"], errors="coerce")
-        windowed = starts.notna() & ends.notna()
-    if {"start_time", "end_time"} <= set(sweep.columns):
-        starts = starts.where(windowed, pd.to_numeric(sweep["start_time"], errors="coerce"))
-        ends = ends.where(windowed, pd.to_numeric(sweep["end_time"], errors="coerce"))
-    if starts.isna().all():
-        raise ConfigError(
-            "the sweep frame gives no time window per level: it needs window_start/window_end "
-            "or start_time/end_time (epoch seconds)", field="sweep_frame",
-            valid=["window_start", "window_end", "start_time", "end_time"])
-    out["start"] = starts.to_numpy(dtype=float)
-    out["end"] = ends.to_numpy(dtype=float)
-    out["windowed"] = windowed.to_numpy()
-    tokens = np.full(len(sweep), np.nan)
-    if "output_throughput" in sweep.columns:
-        tput = pd.to_numeric(sweep["output_throughput"], errors="coerce").to_numpy(dtype=float)
-        tokens = np.where(out["windowed"], tput * (out["end"] - out["start"]), tokens)
-    if "total_output_tokens" in sweep.columns:
-        total = pd.to_numeric(sweep["total_output_tokens"], errors="coerce").to_numpy(dtype=float)
-        tokens = np.where(np.isnan(tokens), total, tokens)
-    out["output_tokens"] = tokens
-    out["output_throughput"] = (pd.to_numeric(sweep["output_throughput"], errors="coerce").to_numpy(dtype=float)
-                                if "output_throughput" in sweep.columns else np.nan)
-    return out
-
-
-def assign_levels(frame: pd.DataFrame, sweep_frame: pd.DataFrame) -> pd.DataFrame:
-    """Copy of a telemetry frame with a ``concurrency`` column: the level whose window holds each
-    sample (NaN between levels)."""
-    windows = _level_windows(sweep_frame)
-    result = frame.copy()
-    result["concurrency"] = np.nan
-    for w in windows.itertuples():
-        inside = (result["time"] >= w.start) & (result["time"] <= w.end)
-        result.loc[inside, "concurrency"] = w.concurrency
-    return result
-
-
-def _rate_integral(t: np.ndarray, v: np.ndarray, span: float) -> float:
-    """Integral over a window of `span` seconds from samples (t, v): mean rate times span."""
-    ok = ~np.isnan(v)
-    if ok.sum() == 0:
-        return np.nan
-    t, v = t[ok], v[ok]
-    if len(t) == 1 or t[-1] <= t[0]:
-        return float(v.mean()) * span
-    area = float(np.sum((v[1:] + v[:-1]) / 2.0 * np.diff(t)))
-    return area / (t[-1] - t[0]) * span
-
-
-def per_level(gpu_frame: pd.DataFrame, sweep_frame: pd.DataFrame) -> pd.DataFrame:
-    """GPU telemetry joined over each sweep level's window.
-
-    Columns: concurrency, mean_power_w (per GPU), peak_power_w, power_limit_w (per GPU),
-    power_fraction, total_power_w (all GPUs), mean_gpu_util, mean_sm_clock_mhz, energy_j (all
-    GPUs, from the energy counter where read, else the power integral), output_tokens,
-    joules_per_token, pcie_bytes_per_token (TX+RX over all GPUs), n_gpus, n_samples.
-    The window is each level's steady-state window (window_start/window_end) where the sweep
-    gives one, else its start_time/end_time; tokens are output_throughput over that window.
-    """
-    missing = [c for c in ("time", "gpu", "power_w") if c not in gpu_frame.columns]
-    if missing:
-        raise ConfigError(f"the GPU frame lacks columns {missing} (expected GpuSampler.frame())",
-                          field="gpu_frame", valid=GPU_COLUMNS)
-    windows = _level_windows(sweep_frame)
-    rows = []
-    for w in windows.itertuples():
-        span = w.end - w.start
-        part = gpu_frame[(gpu_frame["time"] >= w.start) & (gpu_frame["time"] <= w.end)]
-        row: dict[str, Any] = {"concurrency": w.concurrency, "window_start": w.start, "window_end": w.end,
-                               "output_throughput": w.output_throughput, "output_tokens": w.output_tokens,
-                               "n_gpus": int(part["gpu"].nunique()), "n_samples": len(part)}
-        if part.empty or not span > 0:
-            row.update({k: np.nan for k in ("mean_power_w", "peak_power_w", "power_limit_w", "power_fraction",
-                                            "total_power_w", "mean_gpu_util", "mean_sm_clock_mhz", "energy_j",
-                                            "joules_per_token", "pcie_bytes_per_token")})
-            rows.append(row)
-            continue
-        per_gpu = []
-        for _, g in part.sort_values("time").groupby("gpu"):
-            t = g["time"].to_numpy(dtype=float)
-            power = g["power_w"].to_numpy(dtype=float)
-            energy = g["energy_j"].to_numpy(dtype=float) if "energy_j" in g else np.full(len(g), np.nan)
-            ok = ~np.isnan(energy)
-            if ok.sum() >= 2 and t[ok][-1] > t[ok][0]:
-                joules = (energy[ok][-1] - energy[ok][0]) / (t[ok][-1] - t[ok][0]) * span
-            else:
-                joules = _rate_integral(t, power, span)
-            pcie = np.nan
-            if {"pcie_tx_bytes_s", "pcie_rx_bytes_s"} <= set(g.columns):
-                both = g["pcie_tx_bytes_s"].to_numpy(dtype=float) + g["pcie_rx_bytes_s"].to_numpy(dtype=float)
-                pcie = _rate_integral(t, both, span)
-            per_gpu.append({
-                "mean_power": np.nanmean(power) if (~np.isnan(power)).any() else np.nan,
-                "limit": g["power_limit_w"].mean() if "power_limit_w" in g else np.nan,
-                "util": g["gpu_util"].mean() if "gpu_util" in g else np.nan,
-                "clock": g["sm_clock_mhz"].mean() if "sm_clock_mhz" in g else np.nan,
-                "joules": joules, "pcie": pcie,
-            })
-        pg = pd.DataFrame(per_gpu)
-        energy_j = pg["joules"].sum(min_count=1)
-        pcie_bytes = pg["pcie"].sum(min_count=1)
-        tokens = w.output_tokens
-        row.update({
-            "mean_power_w": pg["mean_power"].mean(),
-            "peak_power_w": part["power_w"].max(),
-            "power_limit_w": pg["limit"].mean(),
-            "total_power_w": pg["mean_power"].sum(min_count=1),
-            "mean_gpu_util": pg["util"].mean(),
-            "mean_sm_clock_mhz": pg["clock"].mean(),
-            "energy_j": energy_j,
-            "joules_per_token": energy_j / tokens if tokens and tokens > 0 else np.nan,
-            "pcie_bytes_per_token": pcie_bytes / tokens if tokens and tokens > 0 else np.nan,
-        })
-        row["power_fraction"] = row["mean_power_w"] / row["power_limit_w"] if row["power_limit_w"] else np.nan
-        rows.append(row)
-    columns = ["concurrency", "mean_power_w", "peak_power_w", "power_limit_w", "power_fraction", "total_power_w",
-               "mean_gpu_util", "mean_sm_clock_mhz", "energy_j", "output_tokens", "output_throughput",
-               "joules_per_token", "pcie_bytes_per_token", "n_gpus", "n_samples", "window_start", "window_end"]
-    return pd.DataFrame(rows, columns=columns)
-
-
-DEFAULT_GAUGES = (
-    "sglang:num_running_reqs",
-    "sglang:num_queue_reqs",
-    "sglang:token_usage",
-    "sglang:gen_throughput",
-)
-
-
-def metrics_per_level(metrics_frame: pd.DataFrame, sweep_frame: pd.DataFrame,
-                      gauges: Sequence[str] = DEFAULT_GAUGES) -> pd.DataFrame:
-    """Server gauges over each level's window: ``mean_<name>`` and ``max_<name>`` per gauge
-    (name without the ``sglang:`` prefix), plus ``generation_tokens_per_s`` from the counter.
-
-    A ``max_num_running_reqs`` flat at a round number while ``mean_num_queue_reqs`` grows is
-    the signature of a ``--max-running-requests`` cap.
-    """
-    windows = _level_windows(sweep_frame)
-    present = set(metrics_frame["metric"].unique()) if not metrics_frame.empty else set()
-    series = {g: metric_series(metrics_frame, g) for g in gauges if g in present}
-    counter = None
-    for name in ("sglang:generation_tokens_total", "sglang:generation_tokens"):
-        if name in present:
-            counter = metric_series(metrics_frame, name)
-            break
-    rows = []
-    for w in windows.itertuples():
-        row: dict[str, Any] = {"concurrency": w.concurrency}
-        for g in gauges:
-            short = g.split(":", 1)[-1]
-            s = series.get(g)
-            part = s[(s.index >= w.start) & (s.index <= w.end)] if s is not None else pd.Series(dtype=float)
-            row[f"mean_{short}"] = part.mean() if len(part) else np.nan
-            row[f"max_{short}"] = part.max() if len(part) else np.nan
-        rate = np.nan
-        if counter is not None:
-            part = counter[(counter.index >= w.start) & (counter.index <= w.end)]
-            if len(part) >= 2 and part.index[-1] > part.index[0]:
-                rate = (part.iloc[-1] - part.iloc[0]) / (part.index[-1] - part.index[0])
-        row["generation_tokens_per_s"] = rate
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 # --------------------------------------------------------------------------------------------
