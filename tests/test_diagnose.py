@@ -163,6 +163,16 @@ def test_diff_hides_irrelevant_masks_secrets_and_normalises_values():
     assert dg.diff_configs(cur, ref, hide_irrelevant=True).empty
 
 
+def test_diff_masks_secrets_as_glm5lib_masking_does():
+    # an eviction policy that ends in "_key" is shown; a token under any name is hidden
+    cur = {"radix_eviction_key": "lru", "hf_token": "hf_" + "a" * 30, "served_model_name": "x"}
+    ref = {"radix_eviction_key": "lfu", "hf_token": None, "served_model_name": "sk-" + "b" * 20}
+    rows = dg.diff_configs(cur, ref).set_index("field")
+    assert rows.loc["radix_eviction_key", "current"] == "lru"
+    assert rows.loc["hf_token", "current"] == "***"
+    assert rows.loc["served_model_name", "reference"] == "***"
+
+
 def test_diff_reads_json_files_and_rejects_unknown_sources(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(BASELINE))
