@@ -45,10 +45,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Files of the run folder that the workbook's notebooks write beside rundir's.
-DIFF = "diff.csv"  # run root: diagnose.diff_configs(baseline, reference)
-HYPOTHESIS = "hypothesis.json"  # run root: the leading hypothesis and how to test it
-SERVER_INFO = "server_info.json"  # per phase: the server's /get_server_info (secrets masked)
-NOTEBOOKS_STATUS = "notebooks.json"  # run root: which notebooks ran, and how they ended
+DIFF = rundir.DIFF  # run root: diagnose.diff_configs(baseline, reference)
+HYPOTHESIS = rundir.HYPOTHESIS  # run root: the leading hypothesis and how to test it
+SERVER_INFO = rundir.SERVER_INFO  # per phase: the server's /get_server_info (secrets masked)
+NOTEBOOKS_STATUS = rundir.NOTEBOOKS_STATUS  # run root: which notebooks ran, and how they ended
 
 _PHASE_ORDER = ("baseline", "fix")
 _LEVEL_COLUMNS = (
@@ -205,7 +205,7 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     cap = startup.get("max_running_requests") or merged.get("max_running_requests")
     cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
 
-    command = _read_json(folder / "command.json") or {}
+    command = _read_json(folder / rundir.COMMAND) or {}
     summary: dict[str, Any] = {
         "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
         "max_running_requests": cap,
@@ -248,7 +248,7 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     if findings is not None:
         keep = [c for c in ("finding", "evidence", "suggestion", "confidence", "rule") if c in findings.columns]
         summary["findings"] = [_clean(r) for r in findings[keep].to_dict(orient="records")]
-    patch = _read_json(folder / "patch.json")
+    patch = _read_json(folder / rundir.PATCH_RECORD)
     if patch:
         summary["patch"] = _clean(patch)
     return summary, frames

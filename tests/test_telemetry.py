@@ -21,6 +21,7 @@ import pandas as pd
 import pytest
 
 from glm5lib import telemetry
+from glm5lib.cli.telemetry import register_cli
 from glm5lib.errors import ConfigError, TelemetryError
 from glm5lib.telemetry import (
     GPU_COLUMNS,
@@ -31,6 +32,7 @@ from glm5lib.telemetry import (
     load_metrics_csv,
     metric_series,
 )
+from glm5lib.telemetry._common import _load_nvml
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,7 +396,7 @@ def test_auto_on_this_machine_without_gpu_or_standin_says_why(http_server):
     # the real pynvml: on a CI machine without a driver it must explain, not raise
     http_server.state["standin"] = False
     sampler = GpuSampler(source="auto", base_url=http_server.url)
-    if telemetry._load_nvml()[0] is not None:
+    if _load_nvml()[0] is not None:
         pytest.skip("this machine has a working NVML")
     assert not sampler.available
     assert "/sim/gpus answered 404" in sampler.reason and "NVML" in sampler.reason
@@ -577,7 +579,7 @@ def main(argv):
     # only this module's sub-commands, as glm5lib.cli assembles them, so that these tests do
     # not depend on the state of the other modules' commands
     parser = argparse.ArgumentParser(prog="glm5")
-    telemetry.register_cli(parser.add_subparsers(dest="command"))
+    register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
     return args.func(args)
 
