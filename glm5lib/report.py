@@ -45,14 +45,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Files of the run folder that the workbook's notebooks write beside rundir's.
-DIFF = "diff.csv"  # run root: diagnose.diff_configs(baseline, reference)
-HYPOTHESIS = "hypothesis.json"  # run root: the leading hypothesis and how to test it
-SERVER_INFO = "server_info.json"  # per phase: the server's /get_server_info (secrets masked)
-NOTEBOOKS_STATUS = "notebooks.json"  # run root: which notebooks ran, and how they ended
+DIFF = rundir.DIFF  # run root: diagnose.diff_configs(baseline, reference)
+HYPOTHESIS = rundir.HYPOTHESIS  # run root: the leading hypothesis and how to test it
+SERVER_INFO = rundir.SERVER_INFO  # per phase: the server's /get_server_info (secrets masked)
+NOTEBOOKS_STATUS = rundir.NOTEBOOKS_STATUS  # run root: which notebooks ran, and how they ended
 
 _PHASE_ORDER = ("baseline", "fix")
 _LEVEL_COLUMNS = (
-    "concurrency", "completed", "failed", "output_throughput", "total_throughput",
+    "concurrency", "completed", "cancelled", "failed", "output_throughput", "total_throughput",
     "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
     "median_e2e_latency_ms", "client_bound",
 )
@@ -146,6 +146,20 @@ def _decode_stats(server_log, cap: int | None) -> dict:
     return stats
 
 
+def _metrics_note(folder: Path) -> dict:
+    """How many ``/metrics`` rows a phase recorded, and a note where it recorded none."""
+    path = folder / rundir.METRICS
+    rows = 0
+    if path.exists():
+        with path.open("rb") as fh:
+            rows = max(0, sum(1 for _ in fh) - 1)
+    if rows:
+        return {"rows": rows}
+    return {"rows": 0, "note": (
+        "no /metrics samples: the server ran without --enable-metrics (or /metrics was not "
+        "reachable), so its queue and running-request gauges come from the server log only")}
+
+
 def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd.DataFrame | None:
     if gpu is None or sweep is None or gpu.empty or sweep.empty:
         return None
@@ -191,7 +205,7 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     cap = startup.get("max_running_requests") or merged.get("max_running_requests")
     cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
 
-    command = _read_json(folder / "command.json") or {}
+    command = _read_json(folder / rundir.COMMAND) or {}
     summary: dict[str, Any] = {
         "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
         "max_running_requests": cap,
@@ -216,6 +230,9 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
                                    "output_throughput": float(best["output_throughput"])}
         if "failed" in sweep.columns:
             summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
+        if "cancelled" in sweep.columns:
+            summary["cut_at_deadline"] = int(sweep["cancelled"].fillna(0).sum())
+        summary["metrics"] = _metrics_note(folder)
     if server_log is not None:
         summary["decode"] = _decode_stats(server_log, cap)
         errors = getattr(server_log, "errors", None)
@@ -231,7 +248,7 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     if findings is not None:
         keep = [c for c in ("finding", "evidence", "suggestion", "confidence", "rule") if c in findings.columns]
         summary["findings"] = [_clean(r) for r in findings[keep].to_dict(orient="records")]
-    patch = _read_json(folder / "patch.json")
+    patch = _read_json(folder / rundir.PATCH_RECORD)
     if patch:
         summary["patch"] = _clean(patch)
     return summary, frames
@@ -500,19 +517,34 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines.append("")
         if data.get("levels"):
             lines += _table(data["levels"], [
-                ("concurrency", "concurrency", 0), ("completed", "completed", 0), ("failed", "failed", 0),
+                ("concurrency", "concurrency", 0), ("completed", "completed", 0),
+                ("cancelled", "cut at deadline", 0), ("failed", "failed", 0),
                 ("output_throughput", "output tok/s", 0), ("median_ttft_ms", "median TTFT ms", 0),
                 ("p99_ttft_ms", "p99 TTFT ms", 0), ("median_tpot_ms", "median TPOT ms", 1),
             ])
             lines.append("")
+            if data.get("cut_at_deadline"):
+                lines += [
+                    f"Requests cut at deadline: {data['cut_at_deadline']:,} (still streaming when their "
+                    "level's time was up). Their TTFT counts, and their TPOT up to the last token "
+                    "received; end-to-end latency needs a finished request.", ""]
+        note = (data.get("metrics") or {}).get("note")
+        if note:
+            lines += [f"Note: {note}.", ""]
         dec = data.get("decode") or {}
         if dec.get("decode_lines"):
             text = (f"Server log: {dec['decode_lines']:,} decode lines; running requests peaked at "
                     f"{_fmt(dec.get('max_running_req'))}, queued at {_fmt(dec.get('max_queue_req'))} "
                     f"(mean {_fmt(dec.get('mean_queue_req'), 1)})")
-            if dec.get("pinned_at_cap_share") is not None:
-                text += (f"; running pinned at the cap of {_fmt(data.get('max_running_requests'))} with a "
-                         f"queue on {dec['pinned_at_cap_share']:.0%} of decode lines")
+            cap = data.get("max_running_requests")
+            share = dec.get("pinned_at_cap_share")
+            if share:
+                text += (f"; running pinned at the cap of {_fmt(cap)} with a "
+                         f"queue on {share:.0%} of decode lines")
+            elif cap and (dec.get("max_running_req") or 0) < cap:
+                text += f"; the cap of {_fmt(cap)} running requests was never reached"
+            elif cap:
+                text += f"; running reached the cap of {_fmt(cap)}, never with a queue"
             lines += [text + ".", ""]
         if data.get("power"):
             lines += _table(data["power"], [

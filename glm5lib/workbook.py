@@ -46,7 +46,7 @@ BACKENDS = ("sim", "sglang", "command")
 log = logging.getLogger(__name__)
 
 #: File in a phase folder recording the command a ``command`` backend ran.
-COMMAND = "command.json"
+COMMAND = rundir.COMMAND
 
 _NOTEBOOK_RE = re.compile(r"^(\d\d)-[\w-]+\.ipynb$")
 

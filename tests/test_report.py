@@ -175,3 +175,54 @@ def test_a_phase_launched_from_an_engine_command_shows_that_command(tmp_path):
     assert "(command: `transformers serve m --continuous-batching --cb-max-batch-tokens 64`)" in text
     assert "(command: `transformers serve m --continuous-batching`)" in text
     assert "max_running_requests = n/a" not in text
+
+
+def test_levels_cut_at_the_deadline_are_named_and_keep_their_latency(tmp_path):
+    run = tmp_path / "run-cut"
+    run.mkdir()
+    folder = rundir.phase_dir(run, "baseline")
+    frame = _sweep({1: 40.0, 256: 880.0})
+    frame["completed"] = [0, 0]
+    frame["cancelled"] = [1, 256]
+    frame.to_csv(folder / rundir.SWEEP, index=False)
+    summary = report.summarize(run)
+    phase = summary["phases"]["baseline"]
+    assert phase["cut_at_deadline"] == 257
+    assert [lv["cancelled"] for lv in phase["levels"]] == [1, 256]
+    text = report.render_markdown(summary)
+    assert "| concurrency | completed | cut at deadline | failed |" in text
+    assert "Requests cut at deadline: 257" in text
+    assert "| 256 | 0 | 256 | 0 | 880 | 1,280 | 2,304 | 60.0 |" in text
+    assert "n/a" not in text.split("## Phase")[1]
+
+
+def test_a_phase_without_metrics_gets_a_note_and_one_with_metrics_none(tmp_path):
+    run = tmp_path / "run-metrics"
+    run.mkdir()
+    _phase(run, "baseline", {1: 40.0}, {"max_running_requests": 64})
+    fix = _phase(run, "fix", {1: 40.0}, {"max_running_requests": 1024})
+    (fix / rundir.METRICS).write_text("time,name,labels,value\n1.0,sglang:num_running_reqs,{},3\n")
+    summary = report.summarize(run)
+    assert summary["phases"]["fix"]["metrics"] == {"rows": 1}
+    assert "--enable-metrics" in summary["phases"]["baseline"]["metrics"]["note"]
+    text = report.render_markdown(summary)
+    assert text.count("Note: no /metrics samples") == 1
+
+
+@pytest.mark.parametrize(
+    ("decode", "says", "never"),
+    [
+        ({"max_running_req": 256, "max_queue_req": 0, "pinned_at_cap_share": 0.0},
+         "the cap of 1,024 running requests was never reached", "pinned"),
+        ({"max_running_req": 1024, "max_queue_req": 0, "pinned_at_cap_share": 0.0},
+         "running reached the cap of 1,024, never with a queue", "pinned"),
+        ({"max_running_req": 1024, "max_queue_req": 300, "pinned_at_cap_share": 0.42},
+         "running pinned at the cap of 1,024 with a queue on 42% of decode lines", "never"),
+    ],
+)
+def test_the_pinned_at_cap_sentence_only_when_running_was_pinned(decode, says, never):
+    summary = {"run_id": "r", "phases": {"fix": {
+        "max_running_requests": 1024, "decode": {"decode_lines": 500, "mean_queue_req": 0.0, **decode}}}}
+    text = report.render_markdown(summary)
+    line = next(ln for ln in text.splitlines() if ln.startswith("Server log:"))
+    assert says in line and never not in line

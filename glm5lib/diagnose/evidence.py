@@ -1,0 +1,296 @@
+"""Evidence and findings: what the rules read, what they return, and reading a run folder.
+
+An :class:`Evidence` bundle holds tidy frames in the log parser's schema (decode and prefill
+lines, retractions, errors), the sweep, per-request records, GPU samples, the server arguments,
+start-up facts and the environment snapshot. Rules read only these, never an engine's raw lines,
+so a bundle can be built by hand in a test or from any engine's adapter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib import rundir
+from glm5lib.diagnose.references import (
+    _args_from_json_file,
+    arg,
+    find_phase,
+    list_references,
+    norm,
+    resolve_config,
+)
+from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.logs import parse_log, to_epoch
+
+__all__ = ["FINDING_COLUMNS", "Evidence", "Finding", "load_evidence"]
+
+FINDING_COLUMNS = ["finding", "evidence", "suggestion", "confidence", "rule", "severity", "score"]
+
+
+_DECODE_COLS = [
+    "time",
+    "rank",
+    "running_req",
+    "num_token",
+    "token_usage",
+    "cuda_graph",
+    "gen_throughput",
+    "queue_req",
+]
+
+
+def _frame(cols: Iterable[str]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in cols})
+
+
+@dataclasses.dataclass
+class Evidence:
+    """Everything the rules look at, as tidy frames with the contract columns.
+
+    Build one by hand in tests, or with :func:`load_evidence` from a run folder. Empty frames
+    mean "not measured"; rules that need them skip and say why in ``Evidence.skipped``.
+    """
+
+    decode: pd.DataFrame = dataclasses.field(default_factory=lambda: _frame(_DECODE_COLS))
+    prefill: pd.DataFrame = dataclasses.field(default_factory=lambda: _frame(["time", "rank"]))
+    retractions: pd.DataFrame = dataclasses.field(
+        default_factory=lambda: _frame(["time", "rank", "retracted_reqs"])
+    )
+    errors: pd.DataFrame = dataclasses.field(
+        default_factory=lambda: _frame(["time", "rank", "kind", "message", "text"])
+    )
+    sweep: pd.DataFrame = dataclasses.field(default_factory=lambda: _frame(["concurrency"]))
+    requests: pd.DataFrame = dataclasses.field(default_factory=lambda: _frame(["level", "status"]))
+    gpu: pd.DataFrame = dataclasses.field(
+        default_factory=lambda: _frame(["time", "gpu", "power_w"])
+    )
+    server_args: dict[str, Any] = dataclasses.field(default_factory=dict)
+    startup: dict[str, Any] = dataclasses.field(default_factory=dict)
+    environment: dict[str, Any] | None = None
+    reference_args: dict[str, Any] | None = None
+    reference_label: str | None = None
+    reference_startup: dict[str, Any] = dataclasses.field(default_factory=dict)
+    log_text: str = ""
+    standin: str | None = None
+    source: str | None = None
+    skipped: list[str] = dataclasses.field(default_factory=list)
+
+    # -- derived facts used by several rules --
+    def arg(self, field: str) -> Any:
+        return arg(self.server_args, field)
+
+    def active_decode(self) -> pd.DataFrame:
+        """Decode lines of one rank (the first seen) with at least one running request."""
+        d = self.decode
+        if d is None or d.empty or "running_req" not in d:
+            return _frame(_DECODE_COLS)
+        if "rank" in d and d["rank"].nunique(dropna=True) > 1:
+            first = d["rank"].dropna().iloc[0]
+            d = d[d["rank"].isna() | (d["rank"] == first)]
+        d = d[pd.to_numeric(d["running_req"], errors="coerce") > 0]
+        return d.reset_index(drop=True)
+
+    def cap(self) -> tuple[int | None, str]:
+        """The effective max-running-requests and where it came from."""
+        for key, where in (("max_running_requests", "start-up log line"),):
+            v = norm(self.startup.get(key)) if self.startup else None
+            if isinstance(v, (int, float)) and v > 0:
+                return int(v), where
+        v = self.arg("max_running_requests")
+        if isinstance(v, (int, float)) and v > 0:
+            return int(v), "server arguments"
+        return None, "unset"
+
+    def kv_pool_tokens(self) -> tuple[int | None, str]:
+        """KV pool size in tokens (max_total_num_tokens) and where it came from."""
+        v = norm(self.startup.get("max_total_num_tokens")) if self.startup else None
+        if isinstance(v, (int, float)) and v > 0:
+            return int(v), "start-up log line"
+        v = self.arg("max_total_tokens")
+        if isinstance(v, (int, float)) and v > 0:
+            return int(v), "server arguments"
+        d = self.active_decode()
+        if not d.empty and {"num_token", "token_usage"} <= set(d.columns):
+            usage = pd.to_numeric(d["token_usage"], errors="coerce")
+            tokens = pd.to_numeric(d["num_token"], errors="coerce")
+            ok = usage > 0.05
+            if ok.sum() >= 3:
+                return round(
+                    float((tokens[ok] / usage[ok]).median())
+                ), "decode lines (#token / token usage)"
+        return None, "unknown"
+
+    def context_tokens(self) -> tuple[float | None, str]:
+        """Tokens one request holds in KV at its end (prompt + output) for this run's workload."""
+        r = self.requests
+        if r is not None and not r.empty and {"prompt_tokens", "output_tokens"} <= set(r.columns):
+            ok = r
+            if "status" in r:
+                ok = ok[ok["status"] == "ok"]
+            if "warmup" in ok:
+                ok = ok[~ok["warmup"].fillna(False).astype(bool)]
+            total = pd.to_numeric(ok["prompt_tokens"], errors="coerce") + pd.to_numeric(
+                ok["output_tokens"], errors="coerce"
+            )
+            total = total.dropna()
+            if len(total):
+                return float(total.quantile(0.9)), "p90 of prompt+output tokens in requests.jsonl"
+        s = self.sweep
+        if s is not None and not s.empty and {"input_len", "output_len"} <= set(s.columns):
+            v = (
+                pd.to_numeric(s["input_len"], errors="coerce")
+                + pd.to_numeric(s["output_len"], errors="coerce")
+            ).max()
+            if pd.notna(v) and v > 0:
+                return float(v), "input_len + output_len of the sweep"
+        if (
+            s is not None
+            and not s.empty
+            and {"total_input_tokens", "total_output_tokens", "completed"} <= set(s.columns)
+        ):
+            c = pd.to_numeric(s["completed"], errors="coerce")
+            per = (
+                pd.to_numeric(s["total_input_tokens"], errors="coerce")
+                + pd.to_numeric(s["total_output_tokens"], errors="coerce")
+            ) / c
+            per = per[c > 0]
+            if len(per):
+                return float(per.max()), "tokens per completed request in the sweep"
+        return None, "unknown"
+
+    def decode_in_level(self, level: Mapping[str, Any]) -> pd.DataFrame:
+        """Active decode lines logged while one sweep level ran (log clock read as local time).
+
+        Empty when the level has no start/end times, the log times cannot be converted, or the
+        two clocks do not overlap (a log from another machine or time zone).
+        """
+        d = self.active_decode()
+        a, b = level.get("start_time", np.nan), level.get("end_time", np.nan)
+        if d.empty or "time" not in d or pd.isna(a) or pd.isna(b):
+            return d.iloc[0:0]
+        try:
+            t = pd.to_numeric(to_epoch(d["time"]), errors="coerce")
+        except (TypeError, ValueError, OverflowError):  # a time column the log parser did not produce
+            return d.iloc[0:0]
+        return d[(t.to_numpy() >= float(a)) & (t.to_numpy() <= float(b))]
+
+    def sweep_sorted(self) -> pd.DataFrame:
+        s = self.sweep
+        if s is None or s.empty or "concurrency" not in s:
+            return _frame(["concurrency"])
+        s = s.copy()
+        s["concurrency"] = pd.to_numeric(s["concurrency"], errors="coerce")
+        return s.dropna(subset=["concurrency"]).sort_values("concurrency").reset_index(drop=True)
+
+
+@dataclasses.dataclass
+class Finding:
+    """One diagnosis: what, the numbers behind it, what to do, how sure, how much it matters."""
+
+    finding: str
+    evidence: str
+    suggestion: str
+    confidence: float
+    rule: str
+    severity: float
+    covers: tuple[str, ...] = ()
+
+    @property
+    def score(self) -> float:
+        return round(self.severity * self.confidence, 4)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else (f"{x:.1f}" if abs(x) >= 10 else f"{x:.2f}")
+
+
+def _col(frame: pd.DataFrame, name: str) -> pd.Series:
+    if name not in frame:
+        return pd.Series(np.nan, index=frame.index, dtype=float)
+    return pd.to_numeric(frame[name], errors="coerce")
+
+
+def _bool_col(frame: pd.DataFrame, name: str) -> pd.Series:
+    if name not in frame:
+        return pd.Series(False, index=frame.index)
+    s = frame[name]
+    if s.dtype == bool:
+        return s
+    return s.map(lambda v: norm(v) is True if not isinstance(v, bool) else v).astype(bool)
+
+
+
+def _read_environment(environment: Any, phase: Path) -> dict[str, Any] | None:
+    if isinstance(environment, Mapping):
+        return dict(environment)
+    candidates = (
+        [Path(environment)]
+        if environment is not None
+        else [phase / rundir.ENVIRONMENT, phase.parent / rundir.ENVIRONMENT]
+    )
+    for c in candidates:
+        if c.is_file():
+            try:
+                return json.loads(c.read_text())
+            except json.JSONDecodeError as exc:
+                raise DiagnosisError(f"environment snapshot {c} is not valid JSON: {exc}") from None
+    if environment is not None:
+        raise DiagnosisError(f"environment snapshot {environment} does not exist")
+    return None
+
+
+def load_evidence(
+    run_dir: str | Path,
+    reference: Any = None,
+    environment: Any = None,
+    phase: str | None = None,
+) -> Evidence:
+    """Read one phase of a run folder into an :class:`Evidence` bundle."""
+    path = find_phase(Path(run_dir), phase)
+    ev = Evidence(source=str(path))
+    args: dict[str, Any] = {}
+    if (path / rundir.CONFIG).is_file():
+        try:
+            args.update(_args_from_json_file(path / rundir.CONFIG))
+        except (ConfigError, json.JSONDecodeError) as exc:
+            ev.skipped.append(f"config.json unreadable: {exc}")
+    log_path = path / rundir.SERVER_LOG
+    if log_path.is_file():
+        log = parse_log(log_path)
+        args.update(log.server_args or {})
+        for name in ("decode", "prefill", "retractions", "errors"):
+            frame = getattr(log, name, None)
+            if isinstance(frame, pd.DataFrame):
+                setattr(ev, name, frame)
+        ev.startup = dict(getattr(log, "startup", {}) or {})
+        ev.standin = getattr(log, "standin", None)
+        ev.log_text = log_path.read_text(errors="replace")
+    else:
+        ev.skipped.append("server.log missing: log-based rules skipped")
+    ev.server_args = args
+    if (path / rundir.SWEEP).is_file():
+        ev.sweep = pd.read_csv(path / rundir.SWEEP)
+    if (path / rundir.REQUESTS).is_file() and (path / rundir.REQUESTS).stat().st_size:
+        ev.requests = pd.read_json(path / rundir.REQUESTS, lines=True)
+    if (path / rundir.GPU).is_file() and (path / rundir.GPU).stat().st_size:
+        ev.gpu = pd.read_csv(path / rundir.GPU)
+    ev.environment = _read_environment(environment, path)
+    if reference is not None:
+        resolved = resolve_config(reference)
+        ev.reference_args, ev.reference_label = resolved.args, resolved.label
+        ev.reference_startup = resolved.startup
+        if isinstance(reference, str) and reference in list_references():
+            ev.reference_label = f"the {reference} reference run"
+    return ev
+
