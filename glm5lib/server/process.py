@@ -361,8 +361,15 @@ class ServerProcess:
 
     def fatal_lines(self) -> list[str]:
         """Lines carrying a fatal signature (OOM, NaN, NCCL, scheduler exception, sigquit...)."""
+        self._settle()
         with self._lock:
             return [line for _, line in self._fatal]
+
+    def _settle(self) -> None:
+        # once the process has ended, what it printed last (the traceback naming the cause) may
+        # still be in the pipe: read it all before answering
+        if self._process.poll() is not None and self._reader is not None and self._reader.is_alive():
+            self._reader.join(timeout=5)
 
     def first_fatal_at(self) -> float | None:
         """``time.monotonic()`` when the first fatal line was read, None when none was."""
@@ -372,6 +379,7 @@ class ServerProcess:
     def crash_cause(self) -> str | None:
         """Why the server failed: the most specific fatal signature logged, ``"exited"`` when it
         died without one, ``None`` while it runs cleanly (or after a clean :meth:`stop`)."""
+        self._settle()
         with self._lock:
             kinds = [kind for kind, _ in self._fatal]
             tail = list(self._tail)[-TAIL_LINES:]
