@@ -53,6 +53,10 @@ class _ServerLike(Protocol):
     def fatal_lines(self) -> list[str]: ...
 
 
+class _Stopped(Exception):
+    """The caller's stop event was set: the level in progress is dropped, finished ones kept."""
+
+
 class _Aborted(Exception):
     def __init__(self, message: str, log_lines: Sequence[str] = ()):
         super().__init__(message)
@@ -184,6 +188,7 @@ class _Sweep:
         self.out_dir: Path | None = Path(self.run_dir) if self.run_dir is not None else None
         self.jsonl = None
         self.proc = psutil.Process(os.getpid())
+        self.stopped_at: int | None = None
 
     # -- records ---------------------------------------------------------------------------
     def _sink(self, rec: RequestRecord, state: _LevelState | None) -> None:
@@ -327,6 +332,11 @@ class _Sweep:
             await asyncio.sleep(interval)
             lags.append(clock() - t - interval)
 
+    async def _stop_watch(self, interval: float = 0.1) -> None:
+        """Return once the caller's stop event is set (a threading.Event: polled, not awaited)."""
+        while not self.stop_event.is_set():
+            await asyncio.sleep(interval)
+
     async def _reporter(self, state: _LevelState, level: int, bar: Any, t0: float) -> None:
         """Refresh the bar and call the callback once every PROGRESS_INTERVAL_S, no more often."""
         last_t, last_tok = t0, 0
@@ -426,7 +436,9 @@ class _Sweep:
             asyncio.create_task(self._reporter(state, conc, bar, t0)),
         ]
         watchdog = asyncio.create_task(self._watchdog(session, state))
+        stopper = asyncio.create_task(self._stop_watch()) if self.stop_event is not None else None
         aborted: _Aborted | None = None
+        stopped = False
         # Collections of a heap full of chunk-time lists stall the loop for tens of ms, which
         # shows up as latency; levels are bounded, so collect between them instead.
         gc_was_enabled = gc.isenabled()
@@ -436,16 +448,22 @@ class _Sweep:
             while pending:
                 timeout = None if deadline is None else max(0.0, deadline - time.time())
                 done, pending = await asyncio.wait(
-                    pending | {watchdog}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    pending | {watchdog} | ({stopper} if stopper is not None else set()),
+                    timeout=timeout, return_when=asyncio.FIRST_COMPLETED,
                 )
                 pending.discard(watchdog)
+                if stopper is not None:
+                    pending.discard(stopper)
+                    if stopper in done:
+                        stopped = True
+                        break
                 if watchdog in done:
                     exc = watchdog.exception()
                     aborted = exc if isinstance(exc, _Aborted) else _Aborted(f"health watchdog failed: {exc!r}")
                     break
                 if deadline is not None and time.time() >= deadline:
                     break
-            if aborted is None and (state.unchecked or (state.completed == 0 and state.rejected)):
+            if aborted is None and not stopped and (state.unchecked or (state.completed == 0 and state.rejected)):
                 # The level ended before the watchdog looked at its last failures.
                 try:
                     await self._health_gate(session, state)
@@ -453,9 +471,10 @@ class _Sweep:
                     aborted = exc
         finally:
             state.finished = True
-            for t in [*main, *tasks, watchdog, *helpers]:
+            extra = [stopper] if stopper is not None else []
+            for t in [*main, *tasks, watchdog, *helpers, *extra]:
                 t.cancel()
-            await asyncio.gather(*main, *tasks, watchdog, *helpers, return_exceptions=True)
+            await asyncio.gather(*main, *tasks, watchdog, *helpers, *extra, return_exceptions=True)
             if gc_was_enabled:
                 gc.enable()
         wall = time.perf_counter() - wall0
@@ -463,6 +482,8 @@ class _Sweep:
         cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max(wall, 1e-9)
         if aborted is not None:
             raise aborted
+        if stopped:
+            raise _Stopped()
         return state, cpu_pct, wall, lags
 
     async def _warmup(self, session: aiohttp.ClientSession, conc: int) -> None:
@@ -571,13 +592,29 @@ class _Sweep:
                     if n in done_rows:
                         rows.append(done_rows[n])
                         continue
-                    row = await self._level(session, conc, rate, completed_levels)
+                    if self.stop_event is not None and self.stop_event.is_set():
+                        self._note_stopped(conc, completed_levels)
+                        break
+                    try:
+                        row = await self._level(session, conc, rate, completed_levels)
+                    except _Stopped:
+                        self._note_stopped(conc, completed_levels)
+                        break
                     rows.append(row)
                     completed_levels.append(conc)
         finally:
             if self.jsonl is not None:
                 self.jsonl.close()
-        return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+        frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+        frame.attrs["stopped_at"] = self.stopped_at
+        return frame
+
+    def _note_stopped(self, conc: int, completed_levels: list[int]) -> None:
+        self.stopped_at = conc
+        log.info("sweep stopped on request before finishing level %s; levels kept: %s",
+                 conc, completed_levels or "none")
+        if self.callback is not None:
+            self._call_back({"event": "stopped", "level": conc, "completed_levels": list(completed_levels)})
 
     def _key(self, conc: int, rate: float) -> dict[str, Any]:
         return {"concurrency": conc, "mode": self.mode, "request_rate": rate, "api": self.api,
@@ -698,6 +735,7 @@ def _make(
     read_timeout: float = 300.0,
     health_interval: float = 2.0,
     health_timeout: float = 5.0,
+    stop_event: threading.Event | None = None,
 ) -> _Sweep:
     if api not in API_PATHS:
         raise ConfigError(f"api {api!r} is not valid", field="api", valid=list(API_PATHS))
@@ -729,7 +767,7 @@ def _make(
         rate=rate, run_dir=run_dir, api_key=api_key, seed=seed, server=server, progress=progress,
         callback=callback, resume=resume, token_ids=token_ids, ignore_eos=ignore_eos,
         temperature=temperature, extra_body=extra_body, read_timeout=read_timeout,
-        health_interval=health_interval, health_timeout=health_timeout,
+        health_interval=health_interval, health_timeout=health_timeout, stop_event=stop_event,
     )
 
 
@@ -766,7 +804,10 @@ def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) 
     ``resume`` (skip levels already in sweep.csv), ``token_ids`` (random prompts as token ids;
     default for generate/completions), ``ignore_eos``, ``temperature``, ``extra_body``,
     ``read_timeout`` (seconds without data before a request fails), ``health_interval`` (seconds
-    between health checks), ``health_timeout`` (seconds a /health probe may take).
+    between health checks), ``health_timeout`` (seconds a /health probe may take),
+    ``stop_event`` (a ``threading.Event``: once set, the level in progress is cancelled and left
+    out, and the levels finished so far are returned; ``frame.attrs["stopped_at"]`` names the
+    level it stopped at, and the callback gets a ``stopped`` event).
 
     Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
     the server dies, and :class:`ConfigError` for bad arguments.
