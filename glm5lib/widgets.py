@@ -4,7 +4,9 @@
 JSON path), the backend (``sim``, ``sglang`` or a URL to attach to), the sweep settings, Launch /
 Stop / Sweep buttons, a tqdm progress bar, a status line and a throughput plot redrawn while the
 sweep runs. The sweep runs in a background thread, so the notebook stays responsive and Stop
-works mid-sweep; results go to ``<run_dir>/<phase>/`` like the notebooks' own.
+works mid-sweep (the sweep ends at once, "stopped by the user"); GPU telemetry is sampled while
+it runs; results go to ``<run_dir>/<phase>/`` (``sweep.csv``, ``requests.jsonl``, ``gpu.csv``)
+like the notebooks' own. Sweep again as often as you like: each sweep replaces the last.
 
 Every button has a method doing the same (:meth:`ServerPanel.launch`, :meth:`~ServerPanel.stop`,
 :meth:`~ServerPanel.start_sweep`), so the panel works, and is tested, without a browser.
@@ -36,6 +38,29 @@ def _png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80)
     return buf.getvalue()
+
+
+class _UserStoppable:
+    """The panel's server as the sweep's watchdog sees it: gone as soon as the user presses Stop."""
+
+    def __init__(self, server: Any, stopped: threading.Event):
+        self._server = server
+        self._stopped = stopped
+
+    def alive(self) -> bool:
+        if self._stopped.is_set():
+            return False
+        alive = getattr(self._server, "alive", None)
+        return True if alive is None else bool(alive())
+
+    def fatal_lines(self) -> list[str]:
+        if self._stopped.is_set():
+            return []
+        lines = getattr(self._server, "fatal_lines", None)
+        return list(lines()) if lines is not None else []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._server, name)
 
 
 def _parse_levels(text: str) -> list[int]:
@@ -85,7 +110,12 @@ class ServerPanel:
         self._rows: list[dict] = []
         self._live: dict[int, float] = {}
         self._thread: threading.Thread | None = None
+        self._active = False  # a sweep runs (cleared by its thread before it redraws the buttons)
+        self._user_stop = threading.Event()
         self._lock = threading.Lock()
+        self._level: int | None = None
+        self.power: pd.DataFrame | None = None
+        self.plot_title = ""
 
         names = list(shipped_configs())
         self.config = widgets.Combobox(value=config, options=names, description="config",
@@ -102,8 +132,10 @@ class ServerPanel:
         self.sweep_button = widgets.Button(description="Sweep", button_style="success", icon="line-chart",
                                            disabled=True)
         self.status = widgets.HTML(value="no server")
-        self.plot = widgets.Image(format="png")
-        self.bar = tqdm(total=0, desc="sweep", unit="level", display=False, leave=True)
+        self.placeholder = widgets.HTML(
+            value="<i>No sweep yet: press Launch, then Sweep; the throughput plot appears here.</i>")
+        self.plot = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        self.bar = tqdm(total=0, desc="sweep", unit="level", display=False, leave=True, disable=False)
         self.launch_button.on_click(lambda _b: self._guard(self.launch))
         self.stop_button.on_click(lambda _b: self._guard(self.stop))
         self.sweep_button.on_click(lambda _b: self._guard(self.start_sweep))
@@ -113,6 +145,7 @@ class ServerPanel:
             widgets.HBox([self.launch_button, self.stop_button, self.sweep_button]),
             self.bar.container,
             self.status,
+            self.placeholder,
             self.plot,
         ])
 
@@ -133,10 +166,9 @@ class ServerPanel:
 
     def _buttons(self) -> None:
         up = self.server is not None
-        running = self.sweeping
         self.launch_button.disabled = up
         self.stop_button.disabled = not up
-        self.sweep_button.disabled = not up or running
+        self.sweep_button.disabled = not up or self._active
 
     @property
     def folder(self) -> Path:
@@ -144,7 +176,8 @@ class ServerPanel:
 
     @property
     def sweeping(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """A sweep is running (its thread has not yet finished its measurement)."""
+        return self._active
 
     # -- actions -------------------------------------------------------------------------------
     def launch(self):
@@ -165,13 +198,22 @@ class ServerPanel:
         return self.server
 
     def stop(self) -> None:
-        """Stop the server (a sweep in progress then ends with the server's error)."""
+        """Stop the server; a sweep in progress ends at once, "stopped by the user"."""
         if self.server is None:
             return
+        sweeping = self._active
+        if sweeping:
+            self._user_stop.set()
         srv, self.server = self.server, None
         srv.stop()
-        self._say("server stopped")
+        self._say(self._stopped_text() if sweeping else "server stopped")
         self._buttons()
+
+    def _stopped_text(self) -> str:
+        done = len(self._rows)
+        where = f" during level {self._level}" if self._level is not None else ""
+        return (f"<b>sweep stopped by the user</b>{where} ({done} level{'s' if done != 1 else ''} "
+                f"measured, kept in {self.folder / rundir.SWEEP}); server stopped")
 
     def start_sweep(self, *, wait: bool = False) -> threading.Thread:
         """Run a sweep with the panel's settings in a background thread (``wait`` joins it)."""
@@ -182,11 +224,16 @@ class ServerPanel:
         levels = _parse_levels(self.concurrencies.value)
         self.error = None
         self.sweep = None
-        self._rows, self._live, self.events = [], {}, []
+        self.power = None
+        self._rows, self._live, self.events, self._level = [], {}, [], None
+        self._user_stop.clear()
         self.bar.reset(total=len(levels))
+        self.bar.set_description("sweep")
+        self._active = True
+        self._say(f"sweeping levels {', '.join(map(str, levels))} ...")
         self._thread = threading.Thread(target=self._run, args=(levels,), name="glm5-panel-sweep", daemon=True)
-        self._thread.start()
         self._buttons()
+        self._thread.start()
         if wait:
             self.wait()
         return self._thread
@@ -202,25 +249,79 @@ class ServerPanel:
         from glm5lib import loadgen
 
         srv = self.server
+        folder = self.folder
+        for name in (rundir.SWEEP, rundir.REQUESTS, rundir.GPU):  # each sweep replaces the last
+            (folder / name).unlink(missing_ok=True)
+        sampler = self._start_sampler(srv, folder)
+        outcome = "done"
         try:
             self.sweep = loadgen.run_sweep(
                 srv.base_url, levels, input_len=self.input_len.value, output_len=self.output_len.value,
-                duration=float(self.duration.value), run_dir=self.folder, api_key=self.api_key,
-                server=srv, progress=False, callback=self._on_event, resume=False,
+                duration=float(self.duration.value), run_dir=folder, api_key=self.api_key,
+                server=_UserStoppable(srv, self._user_stop), progress=False, callback=self._on_event,
+                resume=False,
             )
-            self._say(f"sweep done: {len(self.sweep)} levels in {self.folder / rundir.SWEEP}")
+            self.power = self._power(sampler)
+            self._say(f"sweep done: {len(self.sweep)} levels in {folder / rundir.SWEEP}" + self._power_text())
         except BaseException as exc:  # shown in the panel; the thread must not die silently
-            self.error = exc
-            self._say(f"<b>sweep stopped</b>: {exc}")
+            if self._user_stop.is_set():
+                outcome = "stopped"
+                self._say(self._stopped_text())
+            else:
+                outcome = "failed"
+                self.error = exc
+                self._say(f"<b>sweep stopped</b>: {exc}")
         finally:
-            self._draw()
+            if sampler is not None and self.power is None:
+                self._power(sampler)
+            self._active = False
+            self.bar.set_description({"done": "sweep done", "stopped": "stopped by the user"}.get(outcome, "failed"))
+            self.bar.disp(bar_style="success" if outcome == "done" else "danger", check_delay=False)
+            self._draw(final=outcome)
+            self._live.clear()
             self._buttons()
+
+    def _start_sampler(self, srv: Any, folder: Path) -> Any:
+        """GPU telemetry for the sweep (the stand-in's simulated GPUs, else NVML), or None."""
+        from glm5lib import telemetry
+
+        try:
+            return telemetry.GpuSampler(interval=0.5, base_url=srv.base_url, out=folder / rundir.GPU,
+                                        api_key=self.api_key).start()
+        except Exception as exc:  # telemetry must not cost the measurement
+            log.warning("GPU telemetry not sampled: %s", exc)
+            return None
+
+    def _power(self, sampler: Any) -> pd.DataFrame | None:
+        """Stop the sampler; GPU power per level of the sweep (None without samples)."""
+        from glm5lib import telemetry
+
+        if sampler is None:
+            return None
+        try:
+            gpu = sampler.stop()
+            if self.sweep is None or gpu is None or gpu.empty:
+                return None
+            return telemetry.per_level(gpu, self.sweep)
+        except Exception as exc:
+            log.warning("GPU power per level not computed: %s", exc)
+            return None
+
+    def _power_text(self) -> str:
+        power = self.power
+        if power is None or power.empty or "mean_power_w" not in power.columns:
+            return ""
+        top = power.loc[power["concurrency"].idxmax()]
+        limit = top.get("power_limit_w")
+        of = f" of {limit:,.0f} W" if limit == limit and limit else ""
+        return f"; GPU power at {int(top['concurrency'])}: {top['mean_power_w']:,.0f} W{of} per GPU"
 
     def _on_event(self, event: dict) -> None:
         with self._lock:
             self.events.append(event)
         kind, level = event.get("event"), event.get("level")
         if kind == "level_start":
+            self._level = level
             self.bar.set_description(f"C={level}")
         elif kind == "progress":
             self._live[level] = float(event.get("recent_output_throughput") or 0.0)
@@ -234,8 +335,11 @@ class ServerPanel:
             self.bar.update(1)
             self._draw()
 
-    def _draw(self) -> None:
-        """Redraw the plot: finished levels as measured, the running level's recent rate dashed."""
+    def _draw(self, final: str | None = None) -> None:
+        """Redraw the plot: finished levels as measured, the running level's recent rate dashed.
+
+        ``final`` is how the sweep ended (done, stopped, failed): the title then drops "(live)".
+        """
         from glm5lib import plots
 
         self._drawn_at = time.time()
@@ -244,12 +348,18 @@ class ServerPanel:
         if not done.empty and {"concurrency", "output_throughput"} <= set(done.columns):
             frames["measured"] = done
         if self._live:
-            frames["running level (recent)"] = pd.DataFrame(
+            label = "running level (recent)" if final is None else "level cut short (recent)"
+            frames[label] = pd.DataFrame(
                 {"concurrency": list(self._live), "output_throughput": list(self._live.values())})
         if not frames:
             return
+        state = {None: "(live)", "done": "", "stopped": "(stopped by the user)", "failed": "(sweep failed)"}[final]
         try:
-            fig = plots.throughput_vs_concurrency(frames, title=f"{self.phase.value}: throughput (live)")
+            fig = plots.throughput_vs_concurrency(frames, title=f"{self.phase.value}: throughput {state}".strip())
             self.plot.value = _png(fig)
         except Exception:  # a drawing problem must not stop the measurement
             log.exception("live plot not drawn")
+            return
+        self.plot_title = fig.axes[0].get_title()
+        self.placeholder.layout.display = "none"
+        self.plot.layout.display = None

@@ -36,13 +36,14 @@ def _code(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
-def test_the_workbook_has_its_five_notebooks_in_order():
+def test_the_workbook_has_its_six_notebooks_in_order():
     assert NAMES == [
         "01-check-environment.ipynb",
         "02-measure-baseline.ipynb",
         "03-diff-reference.ipynb",
         "04-apply-fix.ipynb",
         "05-find-next-bottleneck.ipynb",
+        "06-explore-interactively.ipynb",
     ]
 
 
