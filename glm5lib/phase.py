@@ -45,7 +45,7 @@ from glm5lib import server as server_mod
 from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
-from glm5lib.loadgen import load_sweep, run_sweep
+from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
 from glm5lib.logs import ServerLog, parse_log
 from glm5lib.telemetry import GPU_COLUMNS, METRICS_COLUMNS, GpuSampler, MetricsScraper
 
@@ -330,13 +330,16 @@ def measure_phase(
     server dies: the finished levels, their power and the log are on disk by then).
     """
     options = dict(sweep_options or {})
-    clash = sorted(set(options) & {"run_dir", "server", "api_key", "progress", "callback", "stop_event",
-                                   "concurrencies", "api", "input_len", "output_len",
-                                   "requests_per_level", "duration", "warmup"})
+    own = {"api", "input_len", "output_len", "requests_per_level", "duration", "warmup"}
+    extra = [name for name in SweepSettings.field_names() if name not in own]
+    clash = sorted(set(options) & (own | {"run_dir", "server", "api_key", "progress", "callback", "stop_event",
+                                          "concurrencies", "settings"}))
     if clash:
         raise ConfigError(f"sweep_options {clash} are measure_phase's own arguments: pass them directly",
-                          field="sweep_options", valid=["model", "token_ids", "ignore_eos", "extra_body", "seed",
-                                                        "mode", "rate", "resume", "read_timeout"])
+                          field="sweep_options", valid=extra)
+    unknown = sorted(set(options) - set(extra))
+    if unknown:
+        raise ConfigError(f"sweep_options {unknown} are not sweep settings", field="sweep_options", valid=extra)
     folder = rundir.phase_dir(run_dir, phase)
     launched = not _is_running_server(server)
     if launched:
