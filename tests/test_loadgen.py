@@ -23,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 HERE = Path(__file__).resolve()
@@ -689,3 +690,47 @@ def test_a_settings_object_drives_the_sweep_and_does_not_mix_with_keywords(serve
     with pytest.raises(ConfigError, match="output_len") as e:
         run_sweep(server.base_url + "/ok", [1], settings=settings, output_len=8, progress=False)
     assert e.value.field == "settings"
+
+
+# ---------------------------------------------------------------------------------------------
+# client_bound: only when the client was the limit
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cpu, lag, itl, bound", [
+    (13.0, 31.0, 73.0, False),   # the stand-in at 256 streams: a lag that is noise against the token gap
+    (99.0, 31.0, 73.0, False),   # a busy core, but the loop still read tokens well inside their gap
+    (13.0, 60.0, 73.0, False),   # a long lag with the core mostly idle: the machine, not the client
+    (95.0, 60.0, 73.0, True),    # a saturated core whose loop delayed tokens by most of their gap
+    (95.0, 4.0, 6.0, True),      # fast decode: 4 ms is two thirds of a 6 ms gap
+    (95.0, 30.0, float("nan"), True),   # no gap measured: the absolute bound decides
+    (95.0, 10.0, float("nan"), False),
+])
+def test_client_limited_relates_loop_lag_to_the_inter_token_interval(cpu, lag, itl, bound):
+    from glm5lib.loadgen import client_limited
+
+    verdict, ratio = client_limited(cpu, lag, itl)
+    assert verdict is bound
+    assert (math.isnan(ratio) and math.isnan(itl)) or ratio == pytest.approx(lag / itl)
+
+
+@pytest.mark.slow
+def test_256_streams_against_the_stand_in_are_not_client_bound(tmp_path):
+    """The stand-in's baseline at 256 streams: about 880 tok/s over 64 running requests, so tokens
+    come ~70 ms apart; the client reads them with room to spare and must not be blamed."""
+    from glm5lib import server
+    from glm5lib.config import ServerConfig
+    from glm5lib.loadgen import run_sweep
+
+    srv = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "server.log",
+                        ready_timeout=60)
+    try:
+        df = run_sweep(srv.base_url, [256], duration=6.0, input_len=256, output_len=256, warmup=2,
+                       run_dir=tmp_path, server=srv, progress=False)
+    finally:
+        srv.stop()
+    row = df.iloc[0]
+    # the verdict's inputs are in the table, and they say the client kept up
+    assert row["client_cpu_pct"] >= 0 and row["loop_lag_p99_ms"] >= 0 and row["median_itl_ms"] > 20
+    assert row["loop_lag_itl_ratio"] == pytest.approx(row["loop_lag_p99_ms"] / row["median_itl_ms"])
+    assert not row["client_bound"], row[["client_cpu_pct", "loop_lag_p99_ms", "median_itl_ms"]].to_dict()
+    on_disk = pd.read_csv(tmp_path / "sweep.csv")
+    assert {"client_cpu_pct", "loop_lag_p99_ms", "loop_lag_itl_ratio", "client_bound"} <= set(on_disk.columns)

@@ -91,7 +91,8 @@ def _handler(args: argparse.Namespace) -> int:
         read_timeout=args.read_timeout,
     )
     cols = ["concurrency", "completed", "failed", "cancelled", "output_throughput",
-            "median_ttft_ms", "median_itl_ms", "p99_e2e_latency_ms", "client_bound"]
+            "median_ttft_ms", "median_itl_ms", "p99_e2e_latency_ms", "client_cpu_pct", "loop_lag_p99_ms",
+            "client_bound"]
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     print(f"\nwritten: {out / rundir.SWEEP} and {out / rundir.REQUESTS}")

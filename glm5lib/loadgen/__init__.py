@@ -11,7 +11,13 @@ from __future__ import annotations
 from glm5lib.loadgen.client import API_PATHS, RequestRecord
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats, steady_window
 from glm5lib.loadgen.settings import SweepSettings
-from glm5lib.loadgen.sweep import load_requests, load_sweep, run_sweep, run_sweep_async
+from glm5lib.loadgen.sweep import (
+    client_limited,
+    load_requests,
+    load_sweep,
+    run_sweep,
+    run_sweep_async,
+)
 from glm5lib.loadgen.workload import RequestSpec, load_prompts, make_workload
 
 __all__ = [
@@ -20,6 +26,7 @@ __all__ = [
     "RequestRecord",
     "RequestSpec",
     "SweepSettings",
+    "client_limited",
     "level_stats",
     "load_prompts",
     "load_requests",

@@ -34,13 +34,17 @@ from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
 from glm5lib.loadgen.workload import RequestSpec, load_prompts, make_workload
 
-__all__ = ["load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
+__all__ = ["client_limited", "load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
 
 log = logging.getLogger(__name__)
 
-# A level whose client used this much of a core, or whose event loop lagged this much at p99,
-# measured the client rather than the server.
-CLIENT_CPU_BOUND_PCT = 90.0
+# The client limited a level only when both hold: its process used nearly a whole core (one
+# event loop cannot use more), and its event loop lagged, at p99, by a large part of the interval
+# between tokens the level actually had, so that reading the streams delayed them. Either alone
+# is no verdict: a 30 ms lag is noise against 70 ms between tokens and decisive against 5 ms.
+CLIENT_CPU_BOUND_PCT = 80.0
+LOOP_LAG_ITL_FRACTION = 0.5
+# Without a measured inter-token interval (no stream had two chunks), the lag is judged alone.
 LOOP_LAG_BOUND_MS = 25.0
 # Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
 # notebook bar is a message to the front end; faster updates flood long cells (and nbval).
@@ -66,6 +70,22 @@ class _Aborted(Exception):
 
 def _mask(key: str | None) -> str:
     return "***" if key else "None"
+
+
+def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float) -> tuple[bool, float]:
+    """Was the client the limit of a level? Returns ``(verdict, loop_lag_p99_ms / median_itl_ms)``.
+
+    True only when the client's process used at least :data:`CLIENT_CPU_BOUND_PCT` % of a core
+    and its event loop's p99 lag was at least :data:`LOOP_LAG_ITL_FRACTION` of the level's median
+    inter-token interval (:data:`LOOP_LAG_BOUND_MS` when the level has no interval to compare to).
+    """
+    ratio = float("nan")
+    if median_itl_ms is not None and np.isfinite(median_itl_ms) and median_itl_ms > 0 and np.isfinite(loop_lag_p99_ms):
+        ratio = float(loop_lag_p99_ms) / float(median_itl_ms)
+    busy = bool(np.isfinite(cpu_pct) and cpu_pct >= CLIENT_CPU_BOUND_PCT)
+    lagged = ratio >= LOOP_LAG_ITL_FRACTION if np.isfinite(ratio) else bool(
+        np.isfinite(loop_lag_p99_ms) and loop_lag_p99_ms >= LOOP_LAG_BOUND_MS)
+    return busy and bool(lagged), ratio
 
 
 def load_sweep(run_dir: str | Path) -> pd.DataFrame:
@@ -660,19 +680,22 @@ class _Sweep:
         stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue,
                             deadline=state.deadline, closed=math.isinf(rate))
         lag_p99 = float(np.percentile(lags, 99)) * 1000.0 if lags else float("nan")
+        bound, lag_ratio = client_limited(cpu_pct, lag_p99, stats.get("median_itl_ms", float("nan")))
         row: dict[str, Any] = {
             **self._key(conc, rate),
             "max_concurrency": conc,
             **stats,
             "client_cpu_pct": cpu_pct,
             "loop_lag_p99_ms": lag_p99,
-            "client_bound": bool(cpu_pct >= CLIENT_CPU_BOUND_PCT or lag_p99 >= LOOP_LAG_BOUND_MS),
+            "loop_lag_itl_ratio": lag_ratio,
+            "client_bound": bound,
             "level_id": level_id,
         }
         if row["client_bound"]:
             log.warning(
-                "level %s: the client may have been the limit (CPU %.0f%% of a core, loop lag p99 %.1f ms)",
-                conc, cpu_pct, lag_p99,
+                "level %s: the client was the limit (CPU %.0f%% of a core; loop lag p99 %.1f ms, %.0f%% of "
+                "the median inter-token interval of %.1f ms)",
+                conc, cpu_pct, lag_p99, 100 * lag_ratio, stats.get("median_itl_ms", float("nan")),
             )
         if str(row["window_note"]).startswith("whole level"):
             log.warning(
