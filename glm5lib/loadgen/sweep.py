@@ -645,6 +645,7 @@ class _Sweep:
         level_id = f"c{conc}{'' if math.isinf(rate) else f'-r{rate:g}'}-{int(time.time() * 1000)}"
         bar = None
         if self.progress:
+            # tqdm.auto looks for ipywidgets (a notebook front end) when imported: only with bars
             from tqdm.auto import tqdm
 
             desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
