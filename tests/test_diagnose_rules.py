@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from test_diagnose import decode_frame, sweep_frame
 
 from glm5lib import diagnose as dg
 from glm5lib.logs import to_epoch
-from test_diagnose import decode_frame, sweep_frame
 
 
 def level_sweep(decode: pd.DataFrame, levels=(256,), **extra) -> pd.DataFrame:

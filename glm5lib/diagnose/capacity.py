@@ -348,7 +348,7 @@ class CapacityModel:
         lo, hi = self.batch_range
         if hi < 1.5 * lo:
             return f"its decode lines cover batch sizes {lo}-{hi} only"
-        if self.per_request_ms <= 1e-6 and self.per_ktoken_ms <= 1e-6 and self.mape > 0.25:
+        if self.per_request_ms <= 1e-6 and self.per_ktoken_ms <= 1e-6 and self.mape > 0.5:
             return (
                 f"step time does not grow with the batch in the fit (slope 0) and its throughput "
                 f"error is {_pct(self.mape)}"
