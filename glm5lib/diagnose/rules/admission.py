@@ -25,6 +25,7 @@ import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
 from glm5lib.diagnose.knowledge import remedy
+from glm5lib.diagnose.references import norm
 
 __all__ = [
     "rule_admission_reserve",
@@ -73,6 +74,14 @@ def _prefill_at_budget(ev: Evidence) -> tuple[float, int, int, int | None, str]:
     new = _col(p, "new_token").dropna()
     if new.empty:
         return 0.0, 0, 0, budget, src
+    if float(new.max()) > 1.05 * budget:
+        # Batches larger than the smaller limit: this build lets max_prefill_tokens bound a
+        # batch of whole prompts and chunked_prefill_size only the prompt it cuts.
+        larger = norm(ev.startup.get("max_prefill_tokens")) or ev.arg("max_prefill_tokens")
+        if isinstance(larger, (int, float)) and larger >= new.max():
+            budget, src = int(larger), "max_prefill_tokens (batches exceed chunked_prefill_size)"
+        else:
+            budget, src = int(new.max()), "the largest prefill batch in the log"
     full = new >= 0.9 * budget
     return float(full.mean()), int(full.sum()), len(new), budget, src
 
@@ -167,19 +176,31 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
         return []
     if n_full < 3 or share < 0.5:
         return []
-    held = _held_level(ev)
-    if held is None:
+    cap, _ = ev.cap()
+    s = ev.sweep_sorted()
+    offered = float(s["concurrency"].max()) if not s.empty else None
+    limit = min(c for c in (cap, offered) if c) if (cap or offered) else None
+    # The prefill lines say what the scheduler saw when it admitted: the queue behind the
+    # batch and the running set beside it (decode lines are rare when prefill takes every turn).
+    p = ev.prefill
+    queue = _col(p, "queue_req").fillna(0)
+    running = _col(p, "running_req")
+    usage = _col(p, "token_usage")
+    if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= _KV_FULL:
         return []
-    conc, lines, cap = held
-    running = float(_col(lines, "running_req").median())
-    queue = float(_col(lines, "queue_req").fillna(0).mean())
+    decode_usage = _col(ev.active_decode(), "token_usage")
+    if len(decode_usage) and float((decode_usage >= _KV_FULL).mean()) >= 0.15:
+        return []  # the KV pool fills between prefills: the KV rule's case
+    if limit is not None and not float(running.median()) < 0.9 * limit - 1:
+        return []
     value = _power_of_two_above(max(4 * budget, 8192))
     parts = [
         f"{n_full} of {n_prefill} prefill batches ({_pct(share)}) took the whole budget of {budget:,} "
         f"tokens ({src})",
-        f"{_level_text(conc)} #queue-req averaged {_num(queue)} while #running-req stayed at a median "
-        f"{_count(running)}" + (f" of a cap of {cap}" if cap else "")
-        + f" and token usage at most {float(_col(lines, 'token_usage').max()):.2f}",
+        f"#queue-req behind them averaged {_num(float(queue.mean()))} while #running-req stayed at a "
+        f"median {_count(float(running.median()))}"
+        + (f" of a limit of {int(limit)} (cap or offered load)" if limit else "")
+        + f" and token usage at most {float(usage.max()):.2f}",
         "so prompts arrive faster than the budget lets the scheduler take them in",
     ]
     suggestion = remedy(
@@ -223,7 +244,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
     parts.append("each comes back through prefill, recomputing its prompt and every token it had generated")
     if "new_token_ratio_after" in r:
         after = _col(r, "new_token_ratio_after").dropna()
-        if len(after):
+        if len(after) and float(after.max()) >= 0.3:
             parts.append(
                 f"new_token_ratio jumped to {float(after.max()):.2f} after them, holding back admission"
             )
