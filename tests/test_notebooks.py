@@ -142,7 +142,7 @@ def test_workbook_tells_the_story_on_the_stand_in(tmp_path):
     for name in ("throughput", "latency", "running-queued", "power"):
         assert (run / "figures" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
         assert f"(figures/{name}.png)" in text
-    for nb in NAMES:
+    for nb in NAMES[:5]:  # the story; 06 (the hands-on panel) is run on its own
         executed = _read(run / nb)
         assert executed.metadata["papermill"]["exception"] is None
 
