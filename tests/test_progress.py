@@ -1,0 +1,47 @@
+"""The workbook runner's progress lines, read from a run folder a real sweep is writing."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from glm5lib import rundir
+from glm5lib.progress import RunProgress, format_level_line
+
+
+def test_format_level_line_names_cut_requests_and_leaves_out_what_is_unknown():
+    row = {"concurrency": 256, "output_throughput": 880.4, "median_ttft_ms": 1234.0, "median_tpot_ms": 72.25,
+           "completed": 0, "cancelled": 256, "failed": 0}
+    line = format_level_line("baseline", row, running=(64.0, 192.0), power=(83.2, 600.0))
+    assert line == ("baseline C=256: 880 tok/s, TTFT 1,234 ms, TPOT 72.2 ms, running 64 (queued up to 192), "
+                    "GPU 83 W of 600 W (0 finished, 256 cut at deadline)")
+    bare = format_level_line("fix", {"concurrency": 1, "output_throughput": float("nan"), "completed": 3,
+                                     "failed": 1})
+    assert bare == "fix C=1: n/a tok/s, TTFT n/a ms, TPOT n/a ms (3 finished, 1 failed)"
+
+
+def test_progress_prints_a_line_per_level_and_live_lines_during_a_real_sweep(tmp_path):
+    from glm5lib import telemetry
+    from glm5lib.loadgen import run_sweep
+    from glm5lib.sim.testing import run_standin
+
+    run = tmp_path / "run"
+    folder = rundir.phase_dir(run, "baseline")
+    out = io.StringIO()
+    with (
+        run_standin("--max-running-requests", "64", log_path=folder / rundir.SERVER_LOG) as srv,
+        telemetry.GpuSampler(interval=0.2, base_url=srv.base_url, out=folder / rundir.GPU),
+        RunProgress(run, stream=out, interval=0.2, live_every=0.0),
+    ):
+        run_sweep(srv.base_url, [1, 16], input_len=32, output_len=4000, duration=3.0, warmup=0,
+                  run_dir=folder, progress=False)
+    text = out.getvalue()
+    levels = [ln for ln in text.splitlines() if ln.startswith("baseline C=")]
+    assert [ln.split(":")[0] for ln in levels] == ["baseline C=1", "baseline C=16"], text
+    for ln in levels:
+        assert re.search(r": [\d,]+ tok/s, TTFT [\d,]+ ms, TPOT [\d.]+ ms, ", ln), ln
+        assert re.search(r"GPU \d+ W of 600 W", ln) and "cut at deadline" in ln, ln
+    assert "running 16" in levels[1], levels[1]
+    live = [ln for ln in text.splitlines() if ln.startswith("  ... baseline: level ")]
+    assert live and any("GPU" in ln for ln in live), text
+    assert "\r" not in text  # not a terminal: whole lines only
