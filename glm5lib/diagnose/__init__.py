@@ -25,10 +25,15 @@ theme), :mod:`.capacity`, :mod:`.runs` (diagnose a run folder).
 from __future__ import annotations
 
 from glm5lib.diagnose.capacity import CapacityModel, Recommendation, recommend_max_running_requests
-from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs
+from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
 from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, load_evidence
 from glm5lib.diagnose.knowledge import load_impact, load_incompatibilities
-from glm5lib.diagnose.references import list_references, reference_dir, resolve_server_args
+from glm5lib.diagnose.references import (
+    list_references,
+    reference_dir,
+    resolve_config,
+    resolve_server_args,
+)
 from glm5lib.diagnose.rules import (
     RULES,
     evaluate,
@@ -61,6 +66,8 @@ __all__ = [
     "load_incompatibilities",
     "recommend_max_running_requests",
     "reference_dir",
+    "resolve_automatic",
+    "resolve_config",
     "resolve_server_args",
     "rule_client_bound",
     "rule_concurrency_cap",

@@ -24,7 +24,7 @@ from glm5lib.diagnose.references import (
     find_phase,
     list_references,
     norm,
-    resolve_server_args,
+    resolve_config,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log, to_epoch
@@ -76,6 +76,7 @@ class Evidence:
     environment: dict[str, Any] | None = None
     reference_args: dict[str, Any] | None = None
     reference_label: str | None = None
+    reference_startup: dict[str, Any] = dataclasses.field(default_factory=dict)
     log_text: str = ""
     standin: str | None = None
     source: str | None = None
@@ -286,7 +287,9 @@ def load_evidence(
         ev.gpu = pd.read_csv(path / rundir.GPU)
     ev.environment = _read_environment(environment, path)
     if reference is not None:
-        ev.reference_args, ev.reference_label = resolve_server_args(reference)
+        resolved = resolve_config(reference)
+        ev.reference_args, ev.reference_label = resolved.args, resolved.label
+        ev.reference_startup = resolved.startup
         if isinstance(reference, str) and reference in list_references():
             ev.reference_label = f"the {reference} reference run"
     return ev

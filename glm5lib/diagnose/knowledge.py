@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 from glm5lib.errors import DiagnosisError
 from glm5lib.paths import data_dir
 
-__all__ = ["IMPACT_ORDER", "load_impact", "load_incompatibilities"]
+__all__ = ["IMPACT_ORDER", "is_context_field", "load_impact", "load_incompatibilities"]
 
 # Impact classes, most able to move throughput first.
 IMPACT_ORDER = {"high": 0, "medium": 1, "low": 2, "unknown": 3, "none": 4}
@@ -73,3 +74,22 @@ def load_incompatibilities(path: str | Path | None = None) -> list[dict[str, Any
             )
     return entries
 
+
+
+@functools.lru_cache(maxsize=8)
+def _context_rules(path: str) -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
+    data = _load_json(path)
+    names = data.get("context") or []
+    patterns = data.get("context_patterns") or []
+    try:
+        compiled = tuple(re.compile(p) for p in patterns)
+    except re.error as exc:
+        raise DiagnosisError(f"impact table {path}: bad context pattern ({exc})") from None
+    return frozenset(names), compiled
+
+
+def is_context_field(field: str, path: str | Path | None = None) -> bool:
+    """True for identity and plumbing fields (model, paths, ports, seeds, logging): context in a
+    diff, not a setting to change (``context`` and ``context_patterns`` of ``impact.json``)."""
+    names, patterns = _context_rules(str(path or _knowledge_path("impact.json")))
+    return field in names or any(p.search(field) for p in patterns)
