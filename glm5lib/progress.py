@@ -3,8 +3,10 @@
 The notebooks run in a kernel the runner cannot see into, but what they leave in the run folder
 can be watched: each phase's ``sweep.csv`` gains a row when a level ends, ``server.log`` gains
 the server's decode lines (running and queued requests, generation throughput) and ``gpu.csv``
-the GPU samples. :class:`RunProgress` polls those files and gives
+the GPU samples; ``notebooks.json`` says which notebook runs. :class:`RunProgress` polls those
+files and gives
 
+- a line when a notebook starts and when it ends (ok in N s, or failed with the error);
 - one line per finished level: output throughput, median TTFT and TPOT, the requests running
   on the server (median of its decode lines in the level's window) and the queue, GPU power
   per GPU against its limit, and how many requests finished or were cut at the deadline;
@@ -16,6 +18,7 @@ of its own at most every ``live_every`` seconds, so logs stay short.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -29,6 +32,7 @@ from typing import IO, Any
 import pandas as pd
 
 from glm5lib import rundir
+from glm5lib.report import NOTEBOOKS_STATUS
 
 __all__ = ["RunProgress", "format_level_line"]
 
@@ -187,6 +191,7 @@ class RunProgress:
         self._live_text = ""
         self.lines: list[str] = []
         self._write: Callable[[str], None] = self._to_stream
+        self._notebooks = self._read_notebooks()  # as they were before the run: not news
 
     # -- output ------------------------------------------------------------------------------
     def _to_stream(self, text: str) -> None:
@@ -230,7 +235,7 @@ class RunProgress:
     def poll(self, now: float | None = None, *, live: bool = True) -> list[str]:
         """Read what changed; write and return the lines of levels that finished since the last call."""
         now = time.time() if now is None else now
-        written: list[str] = []
+        written: list[str] = self._notebook_lines()
         active: tuple[float, _Phase] | None = None
         for folder in self._phase_folders():
             phase = self._phases.setdefault(folder.name, _Phase(folder))
@@ -247,6 +252,35 @@ class RunProgress:
             if text:
                 self._emit_live(text, now)
         return written
+
+    def _read_notebooks(self) -> dict[str, tuple]:
+        try:
+            entries = json.loads((self.run_dir / NOTEBOOKS_STATUS).read_text())
+        except (OSError, ValueError):
+            return {}
+        if not isinstance(entries, list):
+            return {}
+        return {str(e.get("name")): (e.get("status"), e.get("started"), e.get("seconds"), e.get("error"))
+                for e in entries if isinstance(e, dict)}
+
+    def _notebook_lines(self) -> list[str]:
+        """``notebook 02-measure-baseline.ipynb: running`` / ``: ok in 95 s`` as the runner records them."""
+        now = self._read_notebooks()
+        out = []
+        for name, state in now.items():
+            if self._notebooks.get(name) == state:
+                continue
+            status, _started, seconds, error = state
+            if status == "running":
+                line = f"notebook {name}: running"
+            elif status == "ok":
+                line = f"notebook {name}: ok in {_num(seconds)} s"
+            else:
+                line = f"notebook {name}: {status}" + (f" ({error})" if error else "")
+            self._emit(line)
+            out.append(line)
+        self._notebooks = now
+        return out
 
     def _new_levels(self, phase: _Phase) -> list[str]:
         path = phase.folder / rundir.SWEEP
@@ -297,7 +331,9 @@ class RunProgress:
                 parts.append(f"GPU {_num(power[0])} W")
         if not parts:
             return ""
-        return f"  ... {phase.folder.name}: level {phase.rows_seen + 1} running: " + ", ".join(parts)
+        done = phase.rows_seen
+        return (f"  ... {phase.folder.name} ({done} level{'' if done == 1 else 's'} done), now: "
+                + ", ".join(parts))
 
     # -- background ----------------------------------------------------------------------------
     def _loop(self) -> None:
