@@ -103,9 +103,10 @@ class Evidence:
             v = norm(self.startup.get(key)) if self.startup else None
             if isinstance(v, (int, float)) and v > 0:
                 return int(v), where
-        v = self.arg("max_running_requests")
-        if isinstance(v, (int, float)) and v > 0:
-            return int(v), "server arguments"
+        for key in ("max_running_requests", "max_num_seqs"):
+            v = self.arg(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                return int(v), "server arguments"
         return None, "unset"
 
     def kv_pool_tokens(self) -> tuple[int | None, str]:
@@ -188,6 +189,60 @@ class Evidence:
         s = s.copy()
         s["concurrency"] = pd.to_numeric(s["concurrency"], errors="coerce")
         return s.dropna(subset=["concurrency"]).sort_values("concurrency").reset_index(drop=True)
+
+    @property
+    def engine(self) -> str:
+        """The engine that wrote the evidence (``"sglang"`` unless its log adapter says otherwise)."""
+        return str((self.startup or {}).get("engine") or "sglang")
+
+    def prefill_budget(self) -> tuple[int | None, str]:
+        """Prompt tokens one prefill batch may take, and where that came from.
+
+        SGLang: the smaller of chunked_prefill_size and max_prefill_tokens (start-up line, else
+        arguments); vLLM: max_num_batched_tokens."""
+        values = []
+        for key in ("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens"):
+            v = norm(self.startup.get(key)) if self.startup else None
+            where = "start-up log line"
+            if not isinstance(v, (int, float)) or v <= 0:
+                v, where = self.arg(key), "server arguments"
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
+                values.append((int(v), f"{key} ({where})"))
+        if not values:
+            return None, "unknown"
+        return min(values)
+
+    def level_decode(self) -> list[tuple[float | None, pd.DataFrame]]:
+        """Active decode lines per sweep level, highest offered level first: ``[(concurrency,
+        lines)]``. Levels whose time window holds fewer than 3 lines are left out; when no level
+        has lines (no sweep, or clocks that do not overlap), the whole log as ``(None, lines)``."""
+        out = []
+        s = self.sweep_sorted()
+        for i in range(len(s) - 1, -1, -1):
+            lines = self.decode_in_level(s.iloc[i])
+            if len(lines) >= 3:
+                out.append((float(s.iloc[i]["concurrency"]), lines))
+        if not out:
+            d = self.active_decode()
+            if not d.empty:
+                out.append((None, d))
+        return out
+
+    def requested_max_tokens(self) -> tuple[float | None, str]:
+        """The max_tokens requests asked for (what SGLang reserves against), and where from."""
+        r = self.requests
+        if r is not None and not r.empty:
+            for col in ("max_tokens", "max_new_tokens", "output_len"):
+                if col in r:
+                    v = pd.to_numeric(r[col], errors="coerce").dropna()
+                    if len(v):
+                        return float(v.median()), f"median {col} in requests.jsonl"
+        s = self.sweep
+        if s is not None and not s.empty and "output_len" in s:
+            v = pd.to_numeric(s["output_len"], errors="coerce").dropna()
+            if len(v):
+                return float(v.max()), "output_len of the sweep (sent as max_tokens)"
+        return None, "unknown"
 
 
 @dataclasses.dataclass

@@ -22,14 +22,12 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
     (launches, all-reduce latency, scheduling) or a large part per running request (kernels).
     """
     s = ev.sweep_sorted()
-    if "completed" in s:
-        s = s[_col(s, "completed").fillna(0) > 0].reset_index(
-            drop=True
-        )  # levels that finished requests
+    if "output_throughput" in s:
+        # Levels that measured tokens: a duration-bound level counts the tokens its in-flight
+        # streams delivered, so it needs no completed request.
+        s = s[_col(s, "output_throughput").fillna(0) > 0].reset_index(drop=True)
     if len(s) < 2 or "output_throughput" not in s:
-        ev.skipped.append(
-            "saturation: needs a sweep of at least two levels with completed requests"
-        )
+        ev.skipped.append("saturation: needs a sweep of at least two levels that measured throughput")
         return []
     thr = _col(s, "output_throughput")
     conc = s["concurrency"]
