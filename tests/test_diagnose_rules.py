@@ -185,3 +185,22 @@ def test_recommendation_below_the_batch_that_ran_says_why():
     r = dg.recommend_max_running_requests(100_000, 1000, target_concurrency=1024, ran_batch=200)
     assert r.value == 88
     assert "below the 200 requests that already ran at once because the pool holds only 90" in r.reason
+
+
+def test_findings_carry_the_predicted_effect_of_their_remedy():
+    from test_diagnose import cap_evidence
+
+    ev = cap_evidence()
+    f = dg.rule_concurrency_cap(ev)[0]
+    p = f.prediction
+    assert p is not None and p.concurrency == 256 and p.batch_now == 64 and p.batch_after == 256
+    assert p.low <= p.throughput <= p.high and p.throughput > 2 * p.measured
+    assert p.text.startswith("raising the cap to 256: at concurrency 256 the decode model predicts")
+    assert "880 tok/s measured with 64" in p.text and "extrapolated" in p.text
+    row = dg.evaluate(cap_evidence()).iloc[0]
+    assert row["rule"] == "concurrency_cap" and row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-3)
+    assert row["measured_throughput"] == 880
+    # no sweep or no lever arm: no prediction rather than an extrapolation
+    assert dg.predict_remedy(dg.Evidence(decode=ev.decode), 256, "x") is None
+    narrow = cap_evidence(decode=decode_frame([64] * 30, queue=180, usage=0.2))
+    assert dg.predict_remedy(narrow, 256, "x") is None

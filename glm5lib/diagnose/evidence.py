@@ -29,9 +29,22 @@ from glm5lib.diagnose.references import (
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log, to_epoch
 
-__all__ = ["FINDING_COLUMNS", "Evidence", "Finding", "load_evidence"]
+__all__ = ["FINDING_COLUMNS", "Evidence", "Finding", "Prediction", "load_evidence"]
 
-FINDING_COLUMNS = ["finding", "evidence", "suggestion", "confidence", "rule", "severity", "score"]
+FINDING_COLUMNS = [
+    "finding",
+    "evidence",
+    "suggestion",
+    "confidence",
+    "rule",
+    "severity",
+    "score",
+    "prediction",
+    "predicted_throughput",
+    "predicted_low",
+    "predicted_high",
+    "measured_throughput",
+]
 
 
 _DECODE_COLS = [
@@ -246,6 +259,22 @@ class Evidence:
 
 
 @dataclasses.dataclass
+class Prediction:
+    """What a remedy should give at the offered load: the capacity model's throughput with its
+    error band, beside what was measured there."""
+
+    concurrency: int
+    batch_now: int
+    batch_after: int
+    throughput: float
+    low: float
+    high: float
+    measured: float | None
+    extrapolated: bool
+    text: str
+
+
+@dataclasses.dataclass
 class Finding:
     """One diagnosis: what, the numbers behind it, what to do, how sure, how much it matters."""
 
@@ -256,6 +285,8 @@ class Finding:
     rule: str
     severity: float
     covers: tuple[str, ...] = ()
+    # The remedy's predicted effect at the offered load (capacity model), when it can be predicted.
+    prediction: Prediction | None = None
 
     @property
     def score(self) -> float:
