@@ -371,6 +371,18 @@ class CapacityModel:
         )
 
 
+def fitted_model(ev: Evidence) -> CapacityModel | None:
+    """The capacity model of the evidence's decode lines (fitted once), or None when it cannot be."""
+
+    def fit() -> CapacityModel | None:
+        try:
+            return CapacityModel.fit(ev.decode)
+        except DiagnosisError:
+            return None
+
+    return ev.cached("capacity_model", ev.decode, fit)
+
+
 def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction | None:
     """The capacity model's throughput at the highest offered level once a remedy lets up to
     ``cap_after`` requests run (None: no cap, only the offered load and the KV pool bound the
@@ -381,11 +393,8 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction
     s = ev.sweep_sorted()
     if s.empty or "output_throughput" not in s:
         return None
-    try:
-        model = CapacityModel.fit(ev.decode)
-    except DiagnosisError:
-        return None
-    if not model.lever_arm:
+    model = fitted_model(ev)
+    if model is None or not model.lever_arm:
         return None
     top = s.iloc[-1]
     offered = int(top["concurrency"])

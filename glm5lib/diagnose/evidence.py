@@ -94,6 +94,19 @@ class Evidence:
     standin: str | None = None
     source: str | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)
+    # Derived frames several rules read, keyed by the identity of the frame they came from.
+    _cache: dict[Any, Any] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def cached(self, key: str, source: Any, make: Any) -> Any:
+        """``make()``, computed once per ``source`` object (a frame replaced later is recomputed)."""
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is source:
+            return hit[1]
+        value = make()
+        self._cache[key] = (source, value)
+        return value
 
     # -- derived facts used by several rules --
     def arg(self, field: str) -> Any:
@@ -101,6 +114,9 @@ class Evidence:
 
     def active_decode(self) -> pd.DataFrame:
         """Decode lines of one rank (the first seen) with at least one running request."""
+        return self.cached("active_decode", self.decode, self._active_decode)
+
+    def _active_decode(self) -> pd.DataFrame:
         d = self.decode
         if d is None or d.empty or "running_req" not in d:
             return _frame(_DECODE_COLS)
@@ -189,11 +205,17 @@ class Evidence:
         a, b = level.get("start_time", np.nan), level.get("end_time", np.nan)
         if d.empty or "time" not in d or pd.isna(a) or pd.isna(b):
             return d.iloc[0:0]
-        try:
-            t = pd.to_numeric(to_epoch(d["time"]), errors="coerce")
-        except (TypeError, ValueError, OverflowError):  # a time column the log parser did not produce
+        t = self.cached("decode_epoch", self.decode, lambda: self._epoch(d))
+        if t is None:
             return d.iloc[0:0]
-        return d[(t.to_numpy() >= float(a)) & (t.to_numpy() <= float(b))]
+        return d[(t >= float(a)) & (t <= float(b))]
+
+    @staticmethod
+    def _epoch(d: pd.DataFrame) -> np.ndarray | None:
+        try:
+            return pd.to_numeric(to_epoch(d["time"]), errors="coerce").to_numpy(dtype=float)
+        except (TypeError, ValueError, OverflowError):  # a time column the log parser did not produce
+            return None
 
     def sweep_sorted(self) -> pd.DataFrame:
         s = self.sweep

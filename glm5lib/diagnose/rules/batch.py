@@ -5,14 +5,13 @@ from __future__ import annotations
 import math
 
 from glm5lib.diagnose.capacity import (
-    CapacityModel,
+    fitted_model,
     predict_remedy,
     recommend_max_running_requests,
 )
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _frame, _num, _pct
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.references import norm
-from glm5lib.errors import DiagnosisError
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -105,11 +104,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     ctx, _ = ev.context_tokens()
     target = int(s["concurrency"].max()) if not s.empty else None
     if pool and ctx:
-        model = None
-        try:
-            model = CapacityModel.fit(ev.decode)
-        except DiagnosisError:
-            pass
+        model = fitted_model(ev)
         rec = recommend_max_running_requests(
             pool,
             ctx,
