@@ -204,3 +204,30 @@ def test_findings_carry_the_predicted_effect_of_their_remedy():
     assert dg.predict_remedy(dg.Evidence(decode=ev.decode), 256, "x") is None
     narrow = cap_evidence(decode=decode_frame([64] * 30, queue=180, usage=0.2))
     assert dg.predict_remedy(narrow, 256, "x") is None
+
+
+def test_gauges_stand_in_for_decode_lines_when_the_log_has_none(tmp_path):
+    # An attached vLLM server: no log, only scraped /metrics (running pinned at 64, 180 waiting).
+    t0 = 1_800_000_000.0
+    rows = []
+    for i in range(30):
+        running = 64 if i > 2 else 16 * (i + 1)
+        for metric, value in (
+            ("vllm:num_requests_running", running),
+            ("vllm:num_requests_waiting", 180 if i > 2 else 0),
+            ("vllm:gpu_cache_usage_perc", 0.2),
+        ):
+            rows.append({"time": t0 + 2 * i, "metric": metric, "labels": "{}", "value": value})
+    phase = tmp_path / "run"
+    phase.mkdir()
+    pd.DataFrame(rows).to_csv(phase / "metrics.csv", index=False)
+    s = sweep_frame([64, 256], [860, 880], [300, 12000])
+    s.loc[1, ["start_time", "window_start"]] = t0 - 1
+    s.loc[1, ["end_time", "window_end"]] = t0 + 61
+    s.to_csv(phase / "sweep.csv", index=False)
+    (phase / "config.json").write_text('{"max_num_seqs": 64}')
+    ev = dg.load_evidence(phase)
+    assert ev.decode_source == "metrics" and ev.engine == "vllm" and len(ev.decode) == 30
+    assert list(ev.decode.columns[:4]) == ["time", "running_req", "queue_req", "token_usage"]
+    out = dg.rule_concurrency_cap(ev)
+    assert out and "stayed at 64" in out[0].evidence and "--max-num-seqs" in out[0].suggestion
