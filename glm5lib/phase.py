@@ -28,8 +28,10 @@ The lower-level steps are public too: :func:`start_server`, :func:`stop_server`,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+import math
 import shutil
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -46,6 +48,7 @@ from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
 from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
+from glm5lib.loadgen.settings import sweep_levels
 from glm5lib.logs import ServerLog, parse_log
 from glm5lib.telemetry import GPU_COLUMNS, METRICS_COLUMNS, GpuSampler, MetricsScraper
 
@@ -340,6 +343,13 @@ def measure_phase(
     unknown = sorted(set(options) - set(extra))
     if unknown:
         raise ConfigError(f"sweep_options {unknown} are not sweep settings", field="sweep_options", valid=extra)
+    # every setting is checked before a server is started for it
+    settings = SweepSettings(api=api, input_len=input_len, output_len=output_len,
+                             requests_per_level=requests_per_level, duration=duration, warmup=warmup, **options)
+    sweep_levels(concurrencies, settings)
+    for name, value in (("gpu_interval", gpu_interval), ("metrics_interval", metrics_interval)):
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name}={value!r} must be a positive number of seconds", field=name)
     folder = rundir.phase_dir(run_dir, phase)
     launched = not _is_running_server(server)
     if launched:
@@ -380,12 +390,12 @@ def measure_phase(
             scraper = MetricsScraper(srv.base_url, interval=metrics_interval, out=folder / rundir.METRICS,
                                      api_key=api_key).start()
             paths["metrics"] = folder / rundir.METRICS
+        if settings.model is None and getattr(srv, "model", None):
+            settings = dataclasses.replace(settings, model=srv.model)
         sweep = run_sweep(
-            srv.base_url, concurrencies, api=api, input_len=input_len, output_len=output_len,
-            requests_per_level=requests_per_level, duration=duration, warmup=warmup, run_dir=folder,
-            api_key=api_key, server=srv, model=options.pop("model", getattr(srv, "model", None)),
+            srv.base_url, concurrencies, settings=settings, run_dir=folder, api_key=api_key, server=srv,
             progress=progress, callback=_with_power(callback, sampler) if callback is not None else None,
-            stop_event=stop_event, **options,
+            stop_event=stop_event,
         )
     finally:
         # every exit path: an error, Ctrl-C, a stop: the threads end, the server goes

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, NotebookFailedError
+from glm5lib.progress import RunProgress
 from glm5lib.workbook import parse_parameter, run_workbook
 
 __all__ = ["register_cli"]
@@ -18,9 +20,14 @@ def _cmd_run(args) -> int:
     except ValueError:
         raise ConfigError(f"--only {args.only!r} is not a comma-separated list of notebook numbers, e.g. 2,4",
                           field="only") from None
+    # Progress comes from the run folder (a line per notebook and per level, a live line while a
+    # level runs), not from papermill's cell counter, in a terminal and in a CI log alike.
+    run_dir = Path(args.run_dir) if args.run_dir else rundir.new_run_dir()
+    watch = contextlib.nullcontext() if args.quiet else RunProgress(run_dir)
     try:
-        out = run_workbook(params, run_dir=args.run_dir, only=only, progress=not args.quiet,
-                           report=not args.no_report, notebooks=args.notebooks)
+        with watch:
+            out = run_workbook(params, run_dir=run_dir, only=only, progress=False,
+                               report=not args.no_report, notebooks=args.notebooks)
     except NotebookFailedError as exc:
         if exc.run_dir:
             print(f"Workbook results so far are in {exc.run_dir}")
@@ -45,7 +52,7 @@ def register_cli(sub) -> None:
     )
     run.add_argument("--run-dir", help="run folder (default: data/runs/<timestamp>)")
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 2,4")
-    run.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.add_argument("--notebooks", help="folder of NN-*.ipynb notebooks (default: the workbook's)")
     run.add_argument("--no-report", action="store_true", help="do not write report.md/summary.json")
     run.set_defaults(func=_cmd_run)

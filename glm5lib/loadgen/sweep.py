@@ -31,6 +31,7 @@ from glm5lib import rundir
 from glm5lib.errors import ConfigError, LoadGenError, SweepAbortedError
 from glm5lib.loadgen.client import API_PATHS, RequestRecord, build_body, stream_request
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
+from glm5lib.loadgen.records import find_level, load_requests, load_sweep, write_level_row
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
 from glm5lib.loadgen.workload import RequestSpec, load_prompts, make_workload
 
@@ -49,7 +50,6 @@ LOOP_LAG_BOUND_MS = 25.0
 # Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
 # notebook bar is a message to the front end; faster updates flood long cells (and nbval).
 PROGRESS_INTERVAL_S = 1.0
-_KEY_COLUMNS = ("concurrency", "mode", "request_rate", "api", "input_len", "output_len")
 
 
 class _ServerLike(Protocol):
@@ -86,49 +86,6 @@ def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float)
     lagged = ratio >= LOOP_LAG_ITL_FRACTION if np.isfinite(ratio) else bool(
         np.isfinite(loop_lag_p99_ms) and loop_lag_p99_ms >= LOOP_LAG_BOUND_MS)
     return busy and bool(lagged), ratio
-
-
-def load_sweep(run_dir: str | Path) -> pd.DataFrame:
-    """The ``sweep.csv`` of a run (phase) folder; an empty frame with the columns when absent."""
-    path = Path(run_dir) / rundir.SWEEP
-    if not path.exists():
-        return pd.DataFrame(columns=SWEEP_COLUMNS)
-    return pd.read_csv(path)
-
-
-def load_requests(run_dir: str | Path, *, complete_levels_only: bool = True) -> pd.DataFrame:
-    """Per-request records of a run folder as a DataFrame (``requests.jsonl``).
-
-    With ``complete_levels_only`` the records of level attempts that never reached sweep.csv
-    (an interrupted level that was later rerun) are left out.
-    """
-    path = Path(run_dir) / rundir.REQUESTS
-    if not path.exists():
-        return pd.DataFrame()
-    frame = pd.read_json(path, lines=True)
-    if complete_levels_only and not frame.empty and "level_id" in frame:
-        done = set(load_sweep(run_dir).get("level_id", pd.Series(dtype=str)).dropna())
-        frame = frame[frame["level_id"].isin(done) | frame["warmup"].astype(bool)]
-    return frame.reset_index(drop=True)
-
-
-def _same_level(row: pd.Series, key: dict[str, Any]) -> bool:
-    for k, v in key.items():
-        if k not in row.index:
-            return False
-        have = row[k]
-        if isinstance(v, float) and math.isinf(v):
-            if not (isinstance(have, (int, float)) and math.isinf(float(have))):
-                return False
-        elif isinstance(v, (int, float)):
-            try:
-                if float(have) != float(v):
-                    return False
-            except (TypeError, ValueError):
-                return False
-        elif str(have) != str(v):
-            return False
-    return True
 
 
 def _call_probe(probe: Callable[..., bool], timeout: float) -> bool:
@@ -551,18 +508,8 @@ class _Sweep:
                 ) from None
 
     def _write_row(self, row: dict[str, Any]) -> None:
-        if self.out_dir is None:
-            return
-        path = self.out_dir / rundir.SWEEP
-        frame = load_sweep(self.out_dir)
-        key = {k: row[k] for k in _KEY_COLUMNS}
-        if not frame.empty:
-            frame = frame[~frame.apply(_same_level, axis=1, key=key)]
-        new = pd.DataFrame([row], columns=SWEEP_COLUMNS)
-        frame = new if frame.empty else pd.concat([frame, new], ignore_index=True)
-        tmp = path.with_suffix(".csv.tmp")
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
+        if self.out_dir is not None:
+            write_level_row(self.out_dir, row)
 
     async def run(self) -> pd.DataFrame:
         levels = sweep_levels(self.concurrencies, self.settings)
@@ -573,9 +520,9 @@ class _Sweep:
                 existing = load_sweep(self.out_dir)
                 for n, (conc, rate) in enumerate(levels):
                     key = self._key(conc, rate)
-                    match = existing[existing.apply(_same_level, axis=1, key=key)] if not existing.empty else existing
-                    if not match.empty:
-                        done_rows[n] = match.iloc[-1].to_dict()
+                    match = find_level(existing, key)
+                    if match is not None:
+                        done_rows[n] = match
                         log.info("level %s already in %s: skipped (resume)", conc, self.out_dir / rundir.SWEEP)
             self.jsonl = open(self.out_dir / rundir.REQUESTS, "a", encoding="utf-8")  # noqa: SIM115
         rows: list[dict[str, Any]] = []
@@ -645,6 +592,7 @@ class _Sweep:
         level_id = f"c{conc}{'' if math.isinf(rate) else f'-r{rate:g}'}-{int(time.time() * 1000)}"
         bar = None
         if self.progress:
+            # tqdm.auto looks for ipywidgets (a notebook front end) when imported: only with bars
             from tqdm.auto import tqdm
 
             desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
