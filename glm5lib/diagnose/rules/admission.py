@@ -23,6 +23,7 @@ import re
 
 import pandas as pd
 
+from glm5lib.diagnose.capacity import predict_remedy
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.references import norm
@@ -158,6 +159,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
             suggestion=str(suggestion),
             confidence=confidence,
             rule="admission_reserve",
+            prediction=predict_remedy(ev, ev.cap()[0], "with admission no longer held back"),
             severity=0.85,
             covers=("schedule_conservativeness",),
         )
@@ -219,6 +221,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
             suggestion=suggestion,
             confidence=0.7,
             rule="prefill_budget",
+            prediction=predict_remedy(ev, ev.cap()[0], "with a prefill budget that keeps up"),
             severity=0.8,
             covers=("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens"),
         )
@@ -311,6 +314,7 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
             suggestion=str(remedy("unload_the_frontend", ev.engine)),
             confidence=confidence,
             rule="underfed",
+            prediction=predict_remedy(ev, ev.cap()[0], "with the offered load reaching the scheduler"),
             severity=0.7,
             covers=("stream_interval", "tokenizer_worker_num"),
         )
