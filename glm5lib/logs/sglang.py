@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.logs.bulk import feed_bulk
+from glm5lib.logs.chunked import feed_chunk
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
 from glm5lib.logs.model import ServerLog
@@ -95,13 +96,20 @@ class _Parser:
         self._fast_patterns: dict[str, tuple[Any, Any, Any]] = {}
         self._bulk_shapes: dict[str, tuple[_Shape, re.Pattern[str]]] = {}
         self._retract_shape: _Shape | None = None
-        self.http_rows: list[tuple[str, str, str, str, int]] = []
+        # Access lines read line by line: (line index, time, client, method, path, status).
+        self.http_rows: list[tuple[int, str | None, str, str, str, int]] = []
+        # Access lines read a chunk at a time, as tables with an "_order" column.
+        self.http_frames: list[pd.DataFrame] = []
+        # Shapes learned so far, for the chunked path: (shape, head, raw keys, keys inside
+        # "(mixed ...)" or None).
+        self.learned: list[tuple[_Shape, str, list[str], int | None]] = []
         self.errors: list[dict[str, Any]] = []
         self._open_blocks: list[dict[str, Any]] = []
         self._block_body_started = False
         self._cache: dict[str, tuple[int, pd.DataFrame]] = {}
         # A follower builds again and again: it keeps the tables and hands out copies.
         self.reuse_frames = True
+        self.scan_first_time = False
         self._cache_errors: tuple[int, pd.DataFrame] | None = None
 
     # ---- helpers
@@ -208,7 +216,7 @@ class _Parser:
                             self._sync_clock(timed_line)
                             timed_line = None
                         client, _port, method, target, status = um.groups()
-                        self.http_rows.append((self.last_time_str, client, method, target, int(status)))
+                        self.http_rows.append((base + i, self.last_time_str, client, method, target, int(status)))
                         continue
             if timed_line is not None:
                 # The clock matters only to a line without its own time: read it lazily.
@@ -225,6 +233,12 @@ class _Parser:
         self.lines = base + len(lines)
         if timed_line is not None:
             self._sync_clock(timed_line)
+
+    def _set_clock(self, stamp: str) -> None:
+        """The clock after a dated line read in bulk (as :meth:`_stamp` would set it)."""
+        self.last_date, self.last_clock, self.last_time_str = stamp[:10], stamp[11:], stamp
+        if self.first_time is None:
+            self.first_time = stamp
 
     def _sync_clock(self, line: str) -> None:
         # The lines given here were taken by the fast or bulk path, so they start with a
@@ -309,7 +323,7 @@ class _Parser:
             um = _UVICORN_RE.match(msg)
             if um is not None:
                 self._close_blocks()
-                self.http_rows.append((stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
+                self.http_rows.append((self.lines, stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
                 return
         kind = classify_fatal(msg)
         if _TRACEBACK in msg or (kind is not None and kind in ("scheduler_exception",) and msg.rstrip().endswith(":")):
@@ -351,7 +365,7 @@ class _Parser:
         um = _UVICORN_RE.match(line)
         if um is not None:
             self.http_rows.append(
-                (self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
+                (self.lines, self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
             )
             return
         if _is_nccl(line) or _GLOG_RE.match(line) or _OTHER_RUNTIME_RE.match(line):
@@ -435,6 +449,7 @@ class _Parser:
             entry = self._fast_patterns[regex.pattern] = (regex.match, shape.order.append, shape.rows.append)
             # No "^": a leading literal lets the regex engine skip ahead quickly.
             self._bulk_shapes[regex.pattern] = (shape, re.compile(regex.pattern, re.MULTILINE))
+            self.learned.append((shape, head, list(raw_keys), None))
         return entry
 
     def _learn_mixed(self, keys: tuple[str, ...], vals: tuple[str, ...], head: str, msg: str, line: str) -> Any:
@@ -466,7 +481,15 @@ class _Parser:
                 return None
             shape = self._shape("prefill", keys)
             entry = self._fast_patterns[pattern] = (regex.match, shape.order.append, shape.rows.append)
+            self.learned.append((shape, head, raw_keys, len(inner_parts)))
         return entry
+
+    def feed_chunk(self, chunk: bytes, crs: bool) -> None:
+        """Parse a piece of a file made of whole lines (it ends with a newline); ``crs`` says the
+        file holds a carriage return somewhere, so lines also break where ``str.splitlines``
+        breaks. Scheduler and access lines are read by whole-buffer regexes, the rest line by
+        line (see :mod:`glm5lib.logs.chunked`)."""
+        feed_chunk(self, chunk, crs)
 
     def feed_bulk(self, lines: list[str]) -> None:
         """Parse complete lines of a whole file (or a piece of one): scheduler lines of one shape
@@ -560,7 +583,7 @@ class _Parser:
             prefill=self._frame("prefill", PREFILL_COLUMNS),
             retractions=self._frame("retract", RETRACT_COLUMNS),
             errors=errors_frame(errors),
-            http=http_frame(self.http_rows),
+            http=self._http_table(),
             skipped=self.skipped,
             skipped_examples=list(self.skipped_examples),
             standin=self.standin,
@@ -570,6 +593,21 @@ class _Parser:
             first_time=pd.Timestamp(self.first_time) if self.first_time else None,
             last_time=pd.Timestamp(self.last_time_str) if self.last_time_str else None,
         )
+
+    def _http_table(self) -> pd.DataFrame:
+        rows = http_frame([r[1:] for r in self.http_rows])
+        if not self.http_frames:
+            return rows
+        rows.insert(0, "_order", np.array([r[0] for r in self.http_rows], dtype=np.int64))
+        parts = [f for f in (*self.http_frames, rows) if len(f)]
+        if not parts:
+            return rows.drop(columns="_order")
+        frame = pd.concat(parts, ignore_index=True, sort=False) if len(parts) > 1 else parts[0]
+        if len(parts) > 1:
+            frame = frame.iloc[np.argsort(frame["_order"].to_numpy(), kind="stable")]
+        frame = frame.drop(columns="_order").reset_index(drop=True)
+        frame["time"] = to_timestamps(frame["time"])
+        return frame
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
         shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames)]
@@ -657,8 +695,10 @@ def _detect(head: str) -> bool:
 
 def _new_parser(date: str | None = None, *, incremental: bool = True) -> _Parser:
     parser = _Parser(date=date)
-    # A follower builds again and again and keeps its tables; a whole parse builds once.
+    # A follower builds again and again and keeps its tables; a whole parse builds once, and
+    # takes its first time from the first dated line near its start.
     parser.reuse_frames = incremental
+    parser.scan_first_time = not incremental
     return parser
 
 
