@@ -31,7 +31,7 @@ from glm5lib.logs.scheduler import _convert_column
 from glm5lib.logs.tables import to_timestamps
 from glm5lib.logs.text import _PREFIX_RE, split_chunk
 
-__all__ = ["feed_chunk"]
+__all__ = ["feed_chunk", "typed_frame"]
 
 # What no line read here may hold: a line break (other than its final newline, which the
 # regexes look ahead to), an escape, a byte of a non-ASCII character, a "[" (so nothing is glued on).
@@ -215,7 +215,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
 
     # ---- scheduler rows into the shapes' frames
     for cs, idx, table in found:
-        cs.shape.frames.append(_shape_frame(cs, real(idx), table))
+        cs.shape.raw.append(_raw_part(cs, real(idx), table))
     del found
 
     # ---- access rows: each takes the clock of the last line before it that set one
@@ -357,13 +357,44 @@ def _column(col: np.ndarray) -> Any:
     return _convert_column(col.astype(str).astype(object))
 
 
-def _shape_frame(cs: _ChunkShape, order: np.ndarray, table: np.ndarray) -> pd.DataFrame:
-    """A shape's rows of one chunk (an array of bytes: time, rank, iteration, values...)."""
-    cols: dict[str, Any] = {"_order": order, "time": _times(table[:, 0]), "rank": _ranks(table[:, 1])}
+def _raw_part(cs: _ChunkShape, order: np.ndarray, table: np.ndarray) -> dict[str, Any]:
+    """A shape's rows of one chunk (an array of bytes: time, rank, iteration, values...), with
+    times and ranks typed and values kept as bytes until the shape's columns are typed."""
     iters = table[:, 2]
-    if cs.has_iter and (iters != b"").any():
-        raw = np.where(iters == b"", None, iters.astype(str).astype(object))
-        cols["iter"] = _convert_column(raw)
-    for k, name in enumerate(cs.shape.columns, 3):
-        cols[name] = _column(table[:, k])
-    return pd.DataFrame(cols)
+    return {
+        "_order": order,
+        "time": _times(table[:, 0]),
+        "rank": _ranks(table[:, 1]),
+        "iter": np.where(iters == b"", None, iters.astype(str).astype(object)) if (iters != b"").any() else None,
+        "values": [np.ascontiguousarray(table[:, k]) for k in range(3, table.shape[1])],
+    }
+
+
+def typed_frame(columns: tuple[str, ...], pieces: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows of one shape, read in bulk or line by line, as one typed table: each column is
+    typed over all its values at once, as a line-by-line read types it (a text value among
+    numbers keeps the whole column as text, wherever it was read)."""
+    n = [len(p["_order"]) for p in pieces]
+    cols: dict[str, Any] = {
+        "_order": np.concatenate([p["_order"] for p in pieces]),
+        "time": np.concatenate([p["time"] for p in pieces]),
+        "rank": np.concatenate([p["rank"] for p in pieces]),
+    }
+    if any(p["iter"] is not None for p in pieces):
+        cols["iter"] = _convert_column(np.concatenate([
+            p["iter"] if p["iter"] is not None else np.full(k, None, dtype=object) for p, k in zip(pieces, n, strict=True)
+        ]))
+    for k, name in enumerate(columns):
+        values = [p["values"][k] for p in pieces]
+        if all(v.dtype.kind == "S" for v in values):
+            cols[name] = _column(np.concatenate(values))
+        else:
+            cols[name] = _convert_column(
+                np.concatenate([v.astype(str).astype(object) if v.dtype.kind == "S" else v for v in values])
+            )
+    frame = pd.DataFrame(cols)
+    order = cols["_order"]
+    if len(pieces) > 1 and (np.diff(order) < 0).any():
+        # Lines read line by line fall between pieces read in bulk: back into log order.
+        frame = frame.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    return frame

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.logs.bulk import feed_bulk
-from glm5lib.logs.chunked import feed_chunk
+from glm5lib.logs.chunked import feed_chunk, typed_frame
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
 from glm5lib.logs.model import ServerLog
@@ -29,7 +29,6 @@ from glm5lib.logs.scheduler import (
     RETRACT_COLUMNS,
     _bucket_key,
     _column_name,
-    _convert_column,
     _parse_scheduler_msg,
     _Shape,
     _shape_regex,
@@ -207,9 +206,9 @@ class _Parser:
                     continue
             if not blocks_open and not args_open and line[:1] in ("I", "\x1b"):
                 # uvicorn access lines are the next most frequent: one regex, no dispatch
-                # (coloured ones too, unless something is glued on, which _line splits).
+                # (coloured ones too), unless a "[" may start a line glued on, which _line splits.
                 plain = line if line[0] == "I" else _ANSI_RE.sub("", line)
-                if plain.startswith("INFO:  ") and (plain is line or plain.find("[", 1) < 0):
+                if plain.startswith("INFO:  ") and plain.find("[", 1) < 0:
                     um = _UVICORN_RE.match(plain)
                     if um is not None:
                         if timed_line is not None:
@@ -219,9 +218,9 @@ class _Parser:
                         self.http_rows.append((base + i, self.last_time_str, client, method, target, int(status)))
                         continue
             if timed_line is not None:
-                # The clock matters only to a line without its own time: read it lazily.
-                if line[:1] != "[":
-                    self._sync_clock(timed_line)
+                # Read lazily, once before a line that is not taken fast (a line with only a
+                # clock, or only a rank, takes the date or the time from it).
+                self._sync_clock(timed_line)
                 timed_line = None
             self._slow(line, base + i)
             args_open = self._args_buffer is not None
@@ -578,7 +577,7 @@ class _Parser:
             server_args=server_args,
             server_args_incomplete=incomplete,
             startup={**self._startup_other, **self.startup},
-            ready_at=pd.Timestamp(self.ready_at) if self.ready_at else None,
+            ready_at=_timestamp(self.ready_at),
             decode=self._frame("decode", DECODE_COLUMNS),
             prefill=self._frame("prefill", PREFILL_COLUMNS),
             retractions=self._frame("retract", RETRACT_COLUMNS),
@@ -590,8 +589,8 @@ class _Parser:
             standin_path=self.standin_path,
             became_ready=self.became_ready,
             lines=self.lines,
-            first_time=pd.Timestamp(self.first_time) if self.first_time else None,
-            last_time=pd.Timestamp(self.last_time_str) if self.last_time_str else None,
+            first_time=_timestamp(self.first_time),
+            last_time=_timestamp(self.last_time_str),
         )
 
     def _http_table(self) -> pd.DataFrame:
@@ -610,28 +609,32 @@ class _Parser:
         return frame
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
-        shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames)]
-        total = sum(len(sh.rows) + sum(len(f) for f in sh.frames) for sh in shapes)
+        shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames or sh.raw)]
+        total = sum(
+            len(sh.rows) + sum(len(f) for f in sh.frames) + sum(len(p["_order"]) for p in sh.raw) for sh in shapes
+        )
         cached = self._cache.get(kind)
         if cached is not None and cached[0] == total:
             return cached[1].copy()
         parts = []
         for shape in shapes:
-            if shape.rows:
+            if shape.rows or shape.raw:
                 # Type only the rows added since the last build (a follower builds often).
-                table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
-                table[:] = shape.rows
-                cols: dict[str, Any] = {"_order": np.array(shape.order, dtype=np.int64)}
-                cols["time"] = to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy()
-                ranks = table[:, 1]
-                ranks[np.equal(ranks, None)] = ""
-                cols["rank"] = ranks
-                if not np.equal(table[:, 2], None).all():
-                    cols["iter"] = _convert_column(table[:, 2])
-                for k, key in enumerate(shape.columns):
-                    cols[key] = _convert_column(table[:, 3 + k])
-                shape.frames.append(pd.DataFrame(cols))
-                del shape.rows[:], shape.order[:]  # the fast path keeps appending to these lists
+                pieces = list(shape.raw)
+                if shape.rows:
+                    table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
+                    table[:] = shape.rows
+                    ranks = table[:, 1]
+                    ranks[np.equal(ranks, None)] = ""
+                    pieces.append({
+                        "_order": np.array(shape.order, dtype=np.int64),
+                        "time": to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy(),
+                        "rank": ranks,
+                        "iter": None if np.equal(table[:, 2], None).all() else table[:, 2],
+                        "values": [table[:, 3 + k] for k in range(len(shape.columns))],
+                    })
+                shape.frames.append(typed_frame(shape.columns, pieces))
+                del shape.rows[:], shape.order[:], shape.raw[:]  # the fast path keeps appending to these lists
                 if len(shape.frames) > 8:
                     shape.frames[:] = [pd.concat(shape.frames, ignore_index=True, sort=False)]
             if len(shape.frames) > 1 and any("iter" in f.columns for f in shape.frames):
@@ -673,6 +676,16 @@ class _Parser:
         self._cache[kind] = (total, frame)
         return frame.copy()
 
+
+
+def _timestamp(stamp: str | None) -> pd.Timestamp | None:
+    """A stamp as printed -> Timestamp; None when there is none or it is no date (2025-02-30)."""
+    if not stamp:
+        return None
+    try:
+        return pd.Timestamp(stamp)
+    except ValueError:
+        return None
 
 
 # The public name of the parser, for other engines' adapters and for tests.
