@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.logs.bulk import _stamps
 from glm5lib.logs.scheduler import _convert_column
 from glm5lib.logs.tables import to_timestamps
 from glm5lib.logs.text import _PREFIX_RE, split_chunk
@@ -57,6 +56,45 @@ _NUMERIC[list(b"0123456789.-")] = True
 _NUMERIC[0] = True
 # Lines whose prefixes the whole-file parse scans for the first dated time (as feed_bulk does).
 _FIRST_TIME_LINES = 1000
+
+
+_STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+_STAMP_SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord(" "), 13: ord(":"), 16: ord(":"), 19: ord(".")}
+
+
+def _stamps(block: np.ndarray) -> np.ndarray:
+    """Rows of bytes ``YYYY-MM-DD HH:MM:SS[.ffffff]`` -> datetime64[ns].
+
+    Plain digit arithmetic for the usual stamps (numpy's string parser takes five times as
+    long); anything unusual (out of range, another layout) goes to numpy's parser, which
+    decides as it always did."""
+    n, w = block.shape
+    if w == 19 or 21 <= w <= 26:
+        seps_ok = all((block[:, k] == c).all() for k, c in _STAMP_SEPARATORS.items() if k < w)
+        d = block[:, _STAMP_DIGITS + list(range(20, w))].astype(np.int64) - 48
+        if seps_ok and n and ((d >= 0) & (d <= 9)).all():
+            year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+            month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
+            hour, minute, sec = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
+            if (
+                (year >= 1678).all() and (year <= 2261).all() and (month >= 1).all() and (month <= 12).all()
+                and (day >= 1).all() and (hour <= 23).all() and (minute <= 59).all() and (sec <= 59).all()
+            ):
+                # Days since 1970 of each distinct date, by numpy (which refuses 2025-02-30).
+                dates, inverse = np.unique(year * 10000 + month * 100 + day, return_inverse=True)
+                try:
+                    days = np.array(
+                        [f"{v // 10000:04d}-{v // 100 % 100:02d}-{v % 100:02d}" for v in dates.tolist()],
+                        dtype="datetime64[D]",
+                    ).astype(np.int64)
+                except ValueError:
+                    days = None
+                if days is not None:
+                    ns = (days[inverse.ravel()] * 86400 + hour * 3600 + minute * 60 + sec) * 1_000_000_000
+                    for k in range(14, d.shape[1]):  # the fraction of a second, digit by digit
+                        ns += d[:, k] * 10 ** (8 - (k - 14))
+                    return ns.view("datetime64[ns]")
+    return np.ascontiguousarray(block).view(f"S{w}").ravel().astype("datetime64[ns]")
 
 
 class _ChunkShape:

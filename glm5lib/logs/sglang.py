@@ -15,7 +15,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.logs.bulk import feed_bulk
 from glm5lib.logs.chunked import feed_chunk, typed_frame
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
@@ -64,6 +63,8 @@ __all__ = ["ENGINE", "SGLangParser"]
 log = logging.getLogger(__name__)
 
 _MAX_SKIPPED_EXAMPLES = 20
+# Lines near a whole file's start where its first dated time is looked for.
+_FIRST_TIME_LINES = 1000
 _FALLBACK_DATE = "1970-01-01"
 _STANDIN_RE = re.compile(r"glm5lib stand-in server \(not SGLang\): profile '([^']*)' \(([^)]*)\)")
 
@@ -93,7 +94,6 @@ class _Parser:
         self.shapes: dict[tuple[str, tuple[str, ...]], _Shape] = {}
         self._fast: dict[int, list[tuple[Any, Any, Any]]] = {}
         self._fast_patterns: dict[str, tuple[Any, Any, Any]] = {}
-        self._bulk_shapes: dict[str, tuple[_Shape, re.Pattern[str]]] = {}
         self._retract_shape: _Shape | None = None
         # Access lines read line by line: (line index, time, client, method, path, status).
         self.http_rows: list[tuple[int, str | None, str, str, str, int]] = []
@@ -446,8 +446,6 @@ class _Parser:
         if entry is None and regex.match(line):
             shape = self._shape(kind, keys)
             entry = self._fast_patterns[regex.pattern] = (regex.match, shape.order.append, shape.rows.append)
-            # No "^": a leading literal lets the regex engine skip ahead quickly.
-            self._bulk_shapes[regex.pattern] = (shape, re.compile(regex.pattern, re.MULTILINE))
             self.learned.append((shape, head, list(raw_keys), None))
         return entry
 
@@ -491,9 +489,16 @@ class _Parser:
         feed_chunk(self, chunk, crs)
 
     def feed_bulk(self, lines: list[str]) -> None:
-        """Parse complete lines of a whole file (or a piece of one): scheduler lines of one shape
-        are parsed together in C (see :mod:`glm5lib.logs.bulk`), the rest line by line."""
-        feed_bulk(self, lines)
+        """Parse complete lines of a whole file (or of its start): as :meth:`feed` of lines
+        none of which is cut, taking the first time from the first dated line near the start
+        of a whole file (as the chunked path does)."""
+        if self.scan_first_time and self.first_time is None and self.lines < _FIRST_TIME_LINES:
+            for line in lines[: _FIRST_TIME_LINES - self.lines]:
+                m = _PREFIX_RE.match(line)
+                if m is not None and m.group(1):
+                    self.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
+                    break
+        self._feed(lines)
 
     def finish(self) -> None:
         """The input has ended: close an open traceback and a pending ``server_args`` line."""
