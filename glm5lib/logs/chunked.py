@@ -173,13 +173,11 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
     kind = np.zeros(n, dtype=np.int8)  # 0: line by line, 1: scheduler, 2: access, 3: access demoted
     found: list[tuple[Any, np.ndarray, np.ndarray]] = []
     if b"batch" in chunk:
-        for cs in _chunk_shapes(parser):
-            if cs.needle not in chunk:
-                continue
-            idx, rows = _matches(cs.regex, buf, arr, nl, _holding(arr, nl, b"] " + cs.needle, cs.follow))
-            if rows:
+        shapes = _chunk_shapes(parser)
+        if shapes:
+            found = _scheduler_lines(parser, shapes, buf, arr, nl)
+            for _cs, idx, _table in found:
                 kind[idx] = 1
-                found.append((cs, idx, np.array(rows, dtype="S")))
     acc_idx, acc_rows = _access_lines(buf, arr, nl, n)
     if len(acc_idx):
         kind[acc_idx] = 2
@@ -194,22 +192,24 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
         sched_idx = np.empty(0, dtype=np.int64)
         sched_time = np.empty(0, dtype="datetime64[ns]")
 
-    def settle(lo: int, hi: int) -> None:
-        """What lines lo..hi-1, all read in bulk, do to the line-by-line parser's state."""
+    nl_at = nl.tolist()
+    sched_at = sched_idx.tolist()
+
+    def settle(lo: int, hi: int, j: int) -> None:
+        """What lines lo..hi-1, all read in bulk, do to the line-by-line parser's state
+        (``j``: the index in sched_idx of the last scheduler line before ``hi``)."""
         if parser._args_buffer is not None:
             parser._try_finish_args(final=True)  # the first of them starts with "[" (see demote)
         if parser._open_blocks:
             parser._close_blocks()
-        j = int(np.searchsorted(sched_idx, hi)) - 1
-        if j >= 0 and sched_idx[j] >= lo:
-            line = buf[nl[sched_idx[j]] + 1 : nl[sched_idx[j] + 1]]
-            m = _PREFIX_STAMP.match(line)
+        if j >= 0 and sched_at[j] >= lo:
+            m = _PREFIX_STAMP.match(buf, nl_at[sched_at[j]] + 1)
             parser._set_clock(m.group(1).decode("ascii"))
 
     def demote(b: int, extra: int) -> int:
         """Access lines after a wrapped ``server_args`` line belong to it (as line by line)."""
         while parser._args_buffer is not None and b < n and kind[b] == 2:
-            parser._feed(split_chunk(buf[nl[b] + 1 : nl[b + 1] + 1], crs), base=base + b + extra)
+            parser._feed(split_chunk(buf[nl_at[b] + 1 : nl_at[b + 1] + 1], crs), base=base + b + extra)
             kind[b] = 3
             b += 1
         return b
@@ -217,7 +217,9 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
     # ---- everything else, line by line, in runs between the lines read in bulk
     gap = kind == 0
     edges = np.diff(np.concatenate(([0], gap.view(np.int8), [0])))
-    gap_starts, gap_ends = np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()
+    gap_starts_a, gap_ends_a = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    last_sched = (np.searchsorted(sched_idx, gap_starts_a) - 1).tolist()  # before each run
+    gap_starts, gap_ends = gap_starts_a.tolist(), gap_ends_a.tolist()
     clock_pos: list[int] = [-1]
     clock_val: list[str | None] = [parser.last_time_str]
     extra_pos: list[int] = []
@@ -227,10 +229,10 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
     if done:
         clock_pos.append(done - 1)
         clock_val.append(parser.last_time_str)
-    for a, b in zip(gap_starts, gap_ends, strict=True):
+    for a, b, j in zip(gap_starts, gap_ends, last_sched, strict=True):
         if a > done:
-            settle(done, a)
-        lines = split_chunk(buf[nl[a] + 1 : nl[b] + 1], crs)
+            settle(done, a, j)
+        lines = split_chunk(buf[nl_at[a] + 1 : nl_at[b] + 1], crs)
         parser._feed(lines, base=base + a + extra)
         extra += len(lines) - (b - a)
         b = demote(b, extra)
@@ -240,7 +242,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
         extra_cum.append(extra)
         done = b
     if done < n:
-        settle(done, n)
+        settle(done, n, len(sched_at) - 1)
     parser.lines = base + n + extra
 
     def real(idx: np.ndarray) -> np.ndarray:
@@ -284,37 +286,102 @@ def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes) -> n
         at = at[arr[at + k] == c]
     if follow:
         at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
-    return np.unique(np.searchsorted(nl, at) - 1)
+    lines = np.searchsorted(nl, at) - 1  # sorted: one entry per occurrence
+    return lines[np.concatenate(([True], lines[1:] != lines[:-1]))] if len(lines) else lines
 
 
-def _matches(
-    regex: re.Pattern[bytes], buf: bytes, arr: np.ndarray, nl: np.ndarray, candidates: np.ndarray
+def _read_lines(
+    regex: re.Pattern[bytes], buf: bytes, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, list[Any]]:
-    """Line numbers and groups of the lines ``regex`` matches (each match starts at the newline
-    before its line). ``candidates`` are the lines that may match: when all of them do, findall
-    says everything (no match object per line); otherwise finditer gives the places."""
-    rows = regex.findall(buf)
-    if len(rows) == len(candidates):
-        return candidates, rows
-    starts: list[int] = []
+    """Which of the lines ``buf[starts[k]:ends[k]]`` ``regex`` takes, and its groups for them.
+
+    The lines are copied into a buffer of their own (a newline before each, the regex's
+    anchor); when the regex takes all of them, findall says everything at once, otherwise
+    finditer tells which."""
+    group = b"\n" + b"\n".join([buf[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]) + b"\n"
+    rows = regex.findall(group)
+    if len(rows) == len(starts) or not rows:
+        return np.arange(len(rows)), rows
+    gnl = np.flatnonzero(np.frombuffer(group, dtype=np.uint8) == 10)
+    at: list[int] = []
     rows = []
-    for m in regex.finditer(buf):
-        starts.append(m.start())
+    for m in regex.finditer(group):
+        at.append(m.start())
         rows.append(m.groups(b""))  # b"" where a group took no part, as findall gives
-    return np.searchsorted(nl, np.array(starts, dtype=np.int64)), rows
+    return np.searchsorted(gnl, np.array(at, dtype=np.int64)), rows
+
+
+def _scheduler_lines(
+    parser: Any, shapes: list[_ChunkShape], buf: bytes, arr: np.ndarray, nl: np.ndarray
+) -> list[tuple[_ChunkShape, np.ndarray, np.ndarray]]:
+    """(shape, line numbers, rows as bytes) of the scheduler lines of learned shapes.
+
+    Lines holding a known head are grouped by their numbers of colons and commas (numpy, no
+    Python per line), which tells shapes apart; each group's lines are copied into a buffer of
+    their own and read by the regex of the shape that took that group before, so a regex is
+    tried only on lines that are almost surely its own."""
+    heads = sorted({(cs.needle, cs.follow) for cs in shapes})
+    holding = [_holding(arr, nl, b"] " + h, f) for h, f in heads]
+    head_of = np.concatenate([np.full(len(x), k, dtype=np.int64) for k, x in enumerate(holding)])
+    lines = np.concatenate(holding)
+    if not len(lines):
+        return []
+    starts, ends = nl[lines] + 1, nl[lines + 1]
+    colons, commas = np.flatnonzero(arr == 58), np.flatnonzero(arr == 44)
+    # A line's head and its numbers of colons and commas: lines of one shape share them.
+    sig = (head_of << 40) | (np.searchsorted(colons, ends) - np.searchsorted(colons, starts)) << 20 | (
+        np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
+    )
+    order = np.argsort(sig, kind="stable")
+    uniq, first = np.unique(sig[order], return_index=True)
+    bounds = [*first.tolist(), len(order)]
+    memo: dict[int, _ChunkShape] = parser.__dict__.setdefault("_chunk_signatures", {})
+    taken: dict[int, tuple[_ChunkShape, list[np.ndarray], list[Any]]] = {}
+    for g, key in enumerate(uniq.tolist()):
+        pending = order[bounds[g] : bounds[g + 1]]
+        known = memo.get(key)
+        for cs in ([known] if known is not None else []) + [c for c in shapes if c is not known]:
+            at, rows = _read_lines(cs.regex, buf, starts[pending], ends[pending])
+            if not rows:
+                continue
+            hit = np.zeros(len(pending), dtype=bool)
+            hit[at] = True
+            took, pending = pending[hit], pending[~hit]
+            memo[key] = cs
+            entry = taken.setdefault(id(cs), (cs, [], []))
+            entry[1].append(lines[took])
+            entry[2].extend(rows)
+            if not len(pending):
+                break
+    found = []
+    for cs, idx_parts, rows in taken.values():
+        idx = np.concatenate(idx_parts)
+        table = np.array(rows, dtype="S")
+        if len(idx_parts) > 1:
+            back = np.argsort(idx, kind="stable")
+            idx, table = idx[back], table[back]
+        found.append((cs, idx, table))
+    return found
 
 
 def _access_lines(buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int) -> tuple[np.ndarray, list[tuple[bytes, ...]]]:
     """Line numbers and (client, method, path, status) of the access lines of a chunk."""
     if b"\n" + _ACCESS_HEAD not in buf:
         return np.empty(0, dtype=np.int64), []
-    # Lines that start like one, by a look at their first bytes.
+    # Lines that start like one and hold ' - "', by numpy (no Python per line).
     starts = nl[:-1] + 1
     cand = np.ones(n, dtype=bool)
     last = len(arr) - 1
     for k, c in enumerate(_ACCESS_HEAD):
         cand &= arr[np.minimum(starts + k, last)] == c
-    return _matches(_ACCESS_RE, buf, arr, nl, np.flatnonzero(cand))
+    lines = np.intersect1d(np.flatnonzero(cand), _holding(arr, nl, b' - "', b""), assume_unique=True)
+    if not len(lines):
+        return lines, []
+    rows = _ACCESS_RE.findall(buf)
+    if len(rows) == len(lines):
+        return lines, rows  # the regex takes only such lines: all of them, in order
+    at, rows = _read_lines(_ACCESS_RE, buf, nl[lines] + 1, nl[lines + 1])
+    return lines[at], rows
 
 
 def _access_frame(rows: list[tuple[bytes, ...]]) -> pd.DataFrame:

@@ -113,7 +113,7 @@ def split_chunk(chunk: bytes, crs: bool) -> list[str]:
     """The lines of ``chunk`` (whole lines of a file, ending with a newline), split as
     :func:`split_bytes` splits the whole file; ``crs``: the file holds a carriage return."""
     text = chunk.decode("utf-8", errors="replace")
-    if crs and not (text.isascii() and not any(c in text for c in _ASCII_BREAKS_BUT_NL)):
+    if crs and not (text.isascii() and _ASCII_BREAK_RE.search(text) is None):
         return text.splitlines()
     lines = text.split("\n")
     lines.pop()  # the empty string after the final newline
@@ -123,6 +123,7 @@ def split_chunk(chunk: bytes, crs: bool) -> list[str]:
 _DECODE_CHUNK = 1 << 20
 # The ASCII characters str.splitlines() breaks at, besides "\n".
 _ASCII_BREAKS_BUT_NL = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+_ASCII_BREAK_RE = re.compile("[\r\x0b\x0c\x1c-\x1e]")
 
 
 def split_bytes(raw: bytes) -> list[str]:
