@@ -99,6 +99,7 @@ class _Parser:
         self.http_rows: list[tuple[int, str | None, str, str, str, int]] = []
         # Access lines read a chunk at a time, as tables with an "_order" column.
         self.http_frames: list[pd.DataFrame] = []
+        self._http_done: pd.DataFrame | None = None  # what earlier builds put in order
         # Shapes learned so far, for the chunked path: (shape, head, raw keys, keys inside
         # "(mixed ...)" or None).
         self.learned: list[tuple[_Shape, str, list[str], int | None]] = []
@@ -599,18 +600,33 @@ class _Parser:
         )
 
     def _http_table(self) -> pd.DataFrame:
-        rows = http_frame([r[1:] for r in self.http_rows])
-        if not self.http_frames:
-            return rows
-        rows.insert(0, "_order", np.array([r[0] for r in self.http_rows], dtype=np.int64))
-        parts = [f for f in (*self.http_frames, rows) if len(f)]
-        if not parts:
-            return rows.drop(columns="_order")
-        frame = pd.concat(parts, ignore_index=True, sort=False) if len(parts) > 1 else parts[0]
-        if len(parts) > 1:
-            frame = frame.iloc[np.argsort(frame["_order"].to_numpy(), kind="stable")]
-        frame = frame.drop(columns="_order").reset_index(drop=True)
-        frame["time"] = to_timestamps(frame["time"])
+        """The access lines read so far, in log order. What was read since the last build is
+        added to the table kept from it (a follower builds again and again)."""
+        if not self.http_frames and self._http_done is None:
+            return http_frame([r[1:] for r in self.http_rows])  # all read line by line
+        new = list(self.http_frames)
+        if self.http_rows:
+            rows = http_frame([r[1:] for r in self.http_rows])
+            rows.insert(0, "_order", np.array([r[0] for r in self.http_rows], dtype=np.int64))
+            new.append(rows)
+            del self.http_rows[:]
+        self.http_frames = []
+        new = [f for f in new if len(f)]
+        if new:
+            part = pd.concat(new, ignore_index=True, sort=False) if len(new) > 1 else new[0]
+            if len(new) > 1:
+                # Lines read line by line fall between those read in bulk (all of them after
+                # what earlier builds kept).
+                part = part.iloc[np.argsort(part["_order"].to_numpy(), kind="stable")]
+            part = part.assign(time=to_timestamps(part["time"]).to_numpy())
+            done = self._http_done
+            self._http_done = part if done is None else pd.concat([done, part], ignore_index=True, sort=False)
+        if self._http_done is None:
+            return http_frame([])
+        frame = self._http_done.drop(columns="_order").reset_index(drop=True)
+        if self.reuse_frames:
+            return frame  # drop() made a new table: nothing kept here is handed out
+        self._http_done = None  # nobody builds again: let it go with the result
         return frame
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
