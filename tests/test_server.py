@@ -8,6 +8,7 @@ whose child leaves the process group). Every test checks that no process outlive
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import socket
@@ -220,7 +221,7 @@ def test_port_already_taken_is_refused_before_spawning(fake_python, tmp_path):
 @pytest.fixture
 def python_without_sglang(tmp_path):
     """This interpreter when it lacks SGLang, else the same one with site-packages switched off."""
-    if srv.importlib.util.find_spec("sglang") is None:
+    if importlib.util.find_spec("sglang") is None:
         return None
     wrapper = tmp_path / "python-no-site"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
@@ -291,7 +292,7 @@ def test_atexit_stops_servers_at_interpreter_exit(fake_python, tmp_path):
 
 CLI_SCRIPT = """
 import argparse, sys
-from glm5lib import server
+from glm5lib.cli import server
 parser = argparse.ArgumentParser(prog="glm5")
 server.register_cli(parser.add_subparsers())
 args = parser.parse_args(sys.argv[1:])
@@ -420,7 +421,7 @@ def test_sim_kill_while_launching(tmp_path):
     def kill_soon():
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            for s in list(srv._LIVE):
+            for s in srv.live_servers():
                 os.kill(s.pid, signal.SIGKILL)
                 return
             time.sleep(0.05)

@@ -8,6 +8,7 @@ reads a field of it with SGLang's default filled in and values normalised so tha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -25,6 +26,7 @@ from glm5lib.logs import parse_log
 from glm5lib.paths import data_dir
 
 __all__ = [
+    "ResolvedConfig",
     "arg",
     "config_defaults",
     "find_phase",
@@ -32,6 +34,7 @@ __all__ = [
     "list_references",
     "norm",
     "reference_dir",
+    "resolve_config",
     "resolve_server_args",
 ]
 
@@ -131,38 +134,54 @@ def _args_from_json_file(path: Path) -> dict[str, Any]:
     raise ConfigError(f"{path} does not hold a JSON object of server arguments", field="config")
 
 
-def _args_from_folder(path: Path) -> dict[str, Any]:
+def _args_from_folder(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     log = path / rundir.SERVER_LOG
     args: dict[str, Any] = {}
+    startup: dict[str, Any] = {}
     if (path / rundir.CONFIG).is_file():
         args.update(_args_from_json_file(path / rundir.CONFIG))
     if log.is_file():
-        args.update(parse_log(log).server_args or {})
+        parsed = parse_log(log)
+        args.update(parsed.server_args or {})
+        startup = dict(parsed.startup or {})
     if not args:
         raise ConfigError(
             f"{path} holds neither {rundir.CONFIG} nor a {rundir.SERVER_LOG} with a server_args line",
             field="config",
         )
-    return args
+    return args, startup
 
 
-def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
-    """Turn any configuration source into ``(server_args dict, label)``.
+@dataclasses.dataclass
+class ResolvedConfig:
+    """A configuration read from some source: its server arguments, a label, and the facts its
+    server logged at start (resolved automatic values: ``max_running_requests``,
+    ``max_total_num_tokens``...; empty when the source is not a log)."""
 
-    Accepted: a ServerConfig (anything with ``to_dict()``), a ServerLog (``.server_args``), a
-    dict, a path to a config JSON, a server log, a run/phase/reference folder, a shipped
-    reference name (``"k2-thinking"``) or a shipped config name (``"glm5-baseline"``).
-    """
+    args: dict[str, Any]
+    label: str
+    startup: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def resolve_config(source: Any) -> ResolvedConfig:
+    """Read any configuration source; see :func:`resolve_server_args` for what is accepted."""
+    if isinstance(source, ResolvedConfig):
+        return source
     if isinstance(source, Mapping):
-        return dict(source), "dict"
+        return ResolvedConfig(dict(source), "dict")
     if (
         hasattr(source, "to_dict")
         and callable(source.to_dict)
         and not isinstance(source, pd.DataFrame)
     ):
-        return dict(source.to_dict()), type(source).__name__
+        return ResolvedConfig(dict(source.to_dict()), type(source).__name__)
     if hasattr(source, "server_args") and isinstance(source.server_args, Mapping):
-        return dict(source.server_args), "server log"
+        startup = getattr(source, "startup", None)
+        return ResolvedConfig(
+            dict(source.server_args),
+            "server log",
+            dict(startup) if isinstance(startup, Mapping) else {},
+        )
     if isinstance(source, (str, Path)):
         path = Path(source)
         if path.is_dir():
@@ -170,10 +189,10 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
                 folder = find_phase(path, None)
             except DiagnosisError as exc:
                 raise ConfigError(str(exc), field="config") from None
-            return _args_from_folder(folder), str(folder)
+            return ResolvedConfig(*_with_label(_args_from_folder(folder), str(folder)))
         if path.is_file():
             if path.suffix == ".json":
-                return _args_from_json_file(path), str(path)
+                return ResolvedConfig(_args_from_json_file(path), str(path))
             parsed = parse_log(path)
             if not parsed.server_args:
                 raise ConfigError(
@@ -181,12 +200,16 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
                     "a config .json, or a run folder",
                     field="config",
                 )
-            return dict(parsed.server_args), str(path)
+            return ResolvedConfig(dict(parsed.server_args), str(path), dict(parsed.startup or {}))
         name = str(source)
         if name in list_references():
-            return _args_from_folder(reference_dir(name)), f"reference {name}"
+            return ResolvedConfig(
+                *_with_label(_args_from_folder(reference_dir(name)), f"reference {name}")
+            )
         if name in _config_names():
-            return _args_from_json_file(data_dir() / "configs" / f"{name}.json"), f"config {name}"
+            return ResolvedConfig(
+                _args_from_json_file(data_dir() / "configs" / f"{name}.json"), f"config {name}"
+            )
         raise ConfigError(
             f"configuration source {name!r} is not a file, a folder, a reference name or a shipped config "
             f"name (names: {', '.join(list_references() + _config_names()) or 'none shipped'})",
@@ -198,6 +221,23 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
         "a path or a reference name",
         field="config",
     )
+
+
+def _with_label(
+    pair: tuple[dict[str, Any], dict[str, Any]], label: str
+) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    return pair[0], label, pair[1]
+
+
+def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
+    """Turn any configuration source into ``(server_args dict, label)``.
+
+    Accepted: a ServerConfig (anything with ``to_dict()``), a ServerLog (``.server_args``), a
+    dict, a path to a config JSON, a server log, a run/phase/reference folder, a shipped
+    reference name (``"k2-thinking"``) or a shipped config name (``"glm5-baseline"``).
+    """
+    resolved = resolve_config(source)
+    return resolved.args, resolved.label
 
 
 @functools.lru_cache(maxsize=1)

@@ -10,7 +10,7 @@ from glm5lib.logs.text import strip_ansi
 
 __all__ = ["ERROR_KINDS", "classify_fatal"]
 
-ERROR_KINDS = ("oom", "nan", "nccl", "scheduler_exception", "health_check", "sigquit", "other")
+ERROR_KINDS = ("oom", "nan", "nccl", "engine_dead", "scheduler_exception", "health_check", "sigquit", "other")
 
 # Fatal signatures, in the order a block is classified: the most specific cause wins.
 _FATAL_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (

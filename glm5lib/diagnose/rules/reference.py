@@ -45,7 +45,14 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
     if not ev.server_args:
         ev.skipped.append("reference_diff: this run's server arguments are unknown")
         return []
-    diff = diff_configs(ev.server_args, ev.reference_args, hide_irrelevant=True)
+    diff = diff_configs(
+        ev.server_args,
+        ev.reference_args,
+        hide_irrelevant=True,
+        current_startup=ev.startup,
+        reference_startup=ev.reference_startup,
+    )
+    context = {row["field"] for row in diff.attrs.get("context", [])}
     label = ev.reference_label or "the reference"
     out: list[Finding] = []
     ruled: list[str] = []
@@ -78,7 +85,9 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
         out.append(
             Finding(
                 finding=f"differs from {label}: {field} = {row['current']!r} here, {ref_value!r} there",
-                evidence=f"diff rank {int(row['rank'])} ({row['impact']} impact): {row['rationale']}; not ruled out by this run's evidence",
+                evidence=f"diff rank {int(row['rank'])} ({row['impact']} impact): {row['rationale']}"
+                + (f" [{row['resolved']}]" if row.get("resolved") else "")
+                + "; not ruled out by this run's evidence",
                 suggestion=f"try {try_it} (one change at a time, same sweep)",
                 confidence=0.35,
                 rule="reference_diff",
@@ -123,7 +132,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
                 severity=0.1,
             )
         )
-    if "model_path" in set(diff["field"]):
+    if "model_path" in context | set(diff["field"]):
         for f in out:
             if f.rule == "reference_diff":
                 f.evidence += (
