@@ -31,6 +31,7 @@ from glm5lib.errors import ConfigError
 
 __all__ = [
     "DEFAULT_GAUGES",
+    "POWER_COLUMNS",
     "WINDOW_COLUMNS",
     "assign_levels",
     "level_windows",
@@ -125,7 +126,8 @@ def _rate_integral(t: np.ndarray, v: np.ndarray, span: float) -> float:
     return area / (t[-1] - t[0]) * span
 
 
-_POWER_COLUMNS = ["concurrency", "mean_power_w", "peak_power_w", "power_limit_w", "power_fraction",
+#: Columns of :func:`per_level`.
+POWER_COLUMNS = ["concurrency", "mean_power_w", "peak_power_w", "power_limit_w", "power_fraction",
                   "total_power_w", "mean_gpu_util", "mean_sm_clock_mhz", "energy_j", "output_tokens",
                   "output_throughput", "joules_per_token", "pcie_bytes_per_token", "n_gpus", "n_samples",
                   "window_start", "window_end"]
@@ -197,7 +199,7 @@ def per_level(gpu_frame: pd.DataFrame, sweep_frame: pd.DataFrame) -> pd.DataFram
         })
         row["power_fraction"] = row["mean_power_w"] / row["power_limit_w"] if row["power_limit_w"] else np.nan
         rows.append(row)
-    return pd.DataFrame(rows, columns=_POWER_COLUMNS)
+    return pd.DataFrame(rows, columns=POWER_COLUMNS)
 
 
 def _per_scrape(metrics_frame: pd.DataFrame, names: Sequence[str]) -> dict[str, pd.Series]:

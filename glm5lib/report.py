@@ -34,6 +34,7 @@ __all__ = [
     "HYPOTHESIS",
     "NOTEBOOKS_STATUS",
     "SERVER_INFO",
+    "environment_tables",
     "leading_hypothesis",
     "list_phases",
     "render_markdown",
@@ -384,7 +385,107 @@ def verdict(summary: Mapping[str, Any]) -> str:
     return head + " Per level: " + "; ".join(parts) + "."
 
 
+# -- the environment, as tables ----------------------------------------------------------------
+_GIB = 1024**3
+
+
+def _pair(now: Any, top: Any) -> str:
+    """``'4 of 5'``: a PCIe link's current value against its maximum (``'5'`` when equal)."""
+    if _missing(now) and _missing(top):
+        return "n/a"
+    if _missing(top) or now == top:
+        return _fmt(now)
+    return f"{_fmt(now)} of {_fmt(top)}"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _yes_no(value: Any) -> str:
+    return "n/a" if _missing(value) else ("on" if value else "off")
+
+
+def environment_tables(env: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """An environment snapshot (:func:`glm5lib.telemetry.environment`) as tidy tables in human units.
+
+    ``host``: one row per fact (source, host, driver, CUDA, Python, CPUs, memory in GiB, GPU
+    count, packages found); ``gpus``: one row per GPU (memory in GiB, power limit in W, clocks in
+    MHz, PCIe generation and width as "current of maximum" where they differ); ``packages``: each
+    package's version or "not installed".
+    """
+    info = env.get("host_info") or {}
+    packages = dict(env.get("packages") or {})
+    found = ", ".join(f"{k} {v}" for k, v in packages.items() if v)
+    missing = [k for k, v in packages.items() if not v]
+    gpus = list(env.get("gpus") or [])
+    memory = info.get("memory_total_bytes")
+    source = str(env.get("source") or "n/a") + (" (stand-in: simulated GPUs)" if env.get("standin") else "")
+    host = [
+        ("source", source),
+        ("host", info.get("hostname") or env.get("host")),
+        ("OS", info.get("os")),
+        ("driver", env.get("driver_version")),
+        ("CUDA", env.get("cuda_version")),
+        ("Python", info.get("python")),
+        ("CPUs", info.get("cpu_count")),
+        ("host memory", None if _missing(memory) else f"{memory / _GIB:,.1f} GiB"),
+        ("GPUs", len(gpus)),
+        ("packages", (found + (f" (not installed: {', '.join(missing)})" if missing else "")) if found
+         else f"none installed ({', '.join(missing)})" if missing else "none listed"),
+    ]
+    if env.get("reason"):
+        host.insert(1, ("why", env["reason"]))
+    host_frame = pd.DataFrame([(k, "n/a" if _missing(v) else str(v)) for k, v in host],
+                              columns=["item", "value"]).set_index("item")
+    rows = []
+    for g in gpus:
+        mem = g.get("memory_total_bytes")
+        rows.append({
+            "GPU": f"GPU{g.get('index')}",
+            "name": g.get("name"),
+            "compute capability": g.get("compute_capability"),
+            "memory (GiB)": None if _missing(mem) else round(mem / _GIB, 1),
+            "power limit (W)": None if _missing(g.get("power_limit_w")) else round(g["power_limit_w"]),
+            "max SM clock (MHz)": g.get("sm_clock_max_mhz"),
+            "max memory clock (MHz)": g.get("mem_clock_max_mhz"),
+            "PCIe gen": _pair(g.get("pcie_gen_current"), g.get("pcie_gen_max")),
+            "PCIe width": _pair(g.get("pcie_width_current"), g.get("pcie_width_max")),
+            "persistence": _yes_no(g.get("persistence_mode")),
+            "MIG": _yes_no(g.get("mig_mode")),
+        })
+    gpu_frame = pd.DataFrame(rows, columns=[
+        "GPU", "name", "compute capability", "memory (GiB)", "power limit (W)", "max SM clock (MHz)",
+        "max memory clock (MHz)", "PCIe gen", "PCIe width", "persistence", "MIG",
+    ]).set_index("GPU")
+    package_frame = pd.DataFrame(
+        [(k, v or "not installed") for k, v in packages.items()], columns=["package", "version"]
+    ).set_index("package")
+    return {"host": host_frame, "gpus": gpu_frame, "packages": package_frame}
+
+
 # -- figures ----------------------------------------------------------------------------------
+def _notebook_figure(run: Path, phases: list[str], name: str) -> Path | None:
+    """The figure a notebook already drew of every phase (``figures/<last phase>-<name>.png``).
+
+    Notebook 2 draws the baseline, notebook 4 the baseline and the fix together, so the last
+    phase's figure of a baseline/fix run is the report's figure: it is referenced, not drawn
+    again under a second name. It must be newer than every phase's sweep and server log.
+    """
+    if not phases or not set(phases) <= set(_PHASE_ORDER) or phases[0] != _PHASE_ORDER[0]:
+        return None
+    path = run / rundir.FIGURES / f"{phases[-1]}-{name}.png"
+    if not path.is_file():
+        return None
+    drawn_at = path.stat().st_mtime
+    for phase in phases:
+        for source in (rundir.SWEEP, rundir.SERVER_LOG, rundir.GPU):
+            data = run / phase / source
+            if data.exists() and data.stat().st_mtime > drawn_at:
+                return None
+    return path
+
+
 def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
     from glm5lib import plots
 
@@ -405,6 +506,10 @@ def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
     if power:
         attempts.append(("power", lambda: plots.power_vs_tdp(power)))
     for name, draw in attempts:
+        drawn = _notebook_figure(run, list(frames), name)
+        if drawn is not None:
+            made[name] = drawn.relative_to(run).as_posix()
+            continue
         try:
             path = plots.save_figure(draw(), run, name)
         except Exception as exc:  # one bad figure must not cost the whole report

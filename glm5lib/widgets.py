@@ -40,29 +40,6 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
-class _UserStoppable:
-    """The panel's server as the sweep's watchdog sees it: gone as soon as the user presses Stop."""
-
-    def __init__(self, server: Any, stopped: threading.Event):
-        self._server = server
-        self._stopped = stopped
-
-    def alive(self) -> bool:
-        if self._stopped.is_set():
-            return False
-        alive = getattr(self._server, "alive", None)
-        return True if alive is None else bool(alive())
-
-    def fatal_lines(self) -> list[str]:
-        if self._stopped.is_set():
-            return []
-        lines = getattr(self._server, "fatal_lines", None)
-        return list(lines()) if lines is not None else []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._server, name)
-
-
 def _parse_levels(text: str) -> list[int]:
     try:
         value = ast.literal_eval(text.strip() if text.strip().startswith("[") else f"[{text}]")
@@ -203,7 +180,11 @@ class ServerPanel:
             return
         sweeping = self._active
         if sweeping:
+            # The sweep ends within a fraction of a second of the event; the server goes after
+            # it, so the sweep ends as stopped rather than as a dead server.
             self._user_stop.set()
+            if self._thread is not None:
+                self._thread.join(timeout=30.0)
         srv, self.server = self.server, None
         srv.stop()
         self._say(self._stopped_text() if sweeping else "server stopped")
@@ -246,23 +227,27 @@ class ServerPanel:
 
     # -- the sweep thread ------------------------------------------------------------------------
     def _run(self, levels: list[int]) -> None:
-        from glm5lib import loadgen
+        from glm5lib.phase import measure_phase
 
         srv = self.server
         folder = self.folder
-        for name in (rundir.SWEEP, rundir.REQUESTS, rundir.GPU):  # each sweep replaces the last
-            (folder / name).unlink(missing_ok=True)
-        sampler = self._start_sampler(srv, folder)
+        for name in (rundir.SWEEP, rundir.REQUESTS, rundir.GPU, rundir.METRICS, rundir.POWER):
+            (folder / name).unlink(missing_ok=True)  # each sweep replaces the last
         outcome = "done"
         try:
-            self.sweep = loadgen.run_sweep(
-                srv.base_url, levels, input_len=self.input_len.value, output_len=self.output_len.value,
-                duration=float(self.duration.value), run_dir=folder, api_key=self.api_key,
-                server=_UserStoppable(srv, self._user_stop), progress=False, callback=self._on_event,
-                resume=False,
+            result = measure_phase(
+                srv, self.run_dir, folder.name, concurrencies=levels, input_len=self.input_len.value,
+                output_len=self.output_len.value, duration=float(self.duration.value), api_key=self.api_key,
+                gpu_interval=0.5, progress=False, callback=self._on_event, stop_event=self._user_stop,
+                sweep_options={"resume": False}, keep_running=True,
             )
-            self.power = self._power(sampler)
-            self._say(f"sweep done: {len(self.sweep)} levels in {folder / rundir.SWEEP}" + self._power_text())
+            self.sweep = result.sweep
+            self.power = result.power if result.power is not None and not result.power.empty else None
+            if result.stopped_at is not None or self._user_stop.is_set():
+                outcome = "stopped"
+                self._say(self._stopped_text())
+            else:
+                self._say(f"sweep done: {len(self.sweep)} levels in {folder / rundir.SWEEP}" + self._power_text())
         except BaseException as exc:  # shown in the panel; the thread must not die silently
             if self._user_stop.is_set():
                 outcome = "stopped"
@@ -272,40 +257,12 @@ class ServerPanel:
                 self.error = exc
                 self._say(f"<b>sweep stopped</b>: {exc}")
         finally:
-            if sampler is not None and self.power is None:
-                self._power(sampler)
             self._active = False
             self.bar.set_description({"done": "sweep done", "stopped": "stopped by the user"}.get(outcome, "failed"))
             self.bar.disp(bar_style="success" if outcome == "done" else "danger", check_delay=False)
             self._draw(final=outcome)
             self._live.clear()
             self._buttons()
-
-    def _start_sampler(self, srv: Any, folder: Path) -> Any:
-        """GPU telemetry for the sweep (the stand-in's simulated GPUs, else NVML), or None."""
-        from glm5lib import telemetry
-
-        try:
-            return telemetry.GpuSampler(interval=0.5, base_url=srv.base_url, out=folder / rundir.GPU,
-                                        api_key=self.api_key).start()
-        except Exception as exc:  # telemetry must not cost the measurement
-            log.warning("GPU telemetry not sampled: %s", exc)
-            return None
-
-    def _power(self, sampler: Any) -> pd.DataFrame | None:
-        """Stop the sampler; GPU power per level of the sweep (None without samples)."""
-        from glm5lib import telemetry
-
-        if sampler is None:
-            return None
-        try:
-            gpu = sampler.stop()
-            if self.sweep is None or gpu is None or gpu.empty:
-                return None
-            return telemetry.per_level(gpu, self.sweep)
-        except Exception as exc:
-            log.warning("GPU power per level not computed: %s", exc)
-            return None
 
     def _power_text(self) -> str:
         power = self.power
@@ -325,8 +282,12 @@ class ServerPanel:
             self.bar.set_description(f"C={level}")
         elif kind == "progress":
             self._live[level] = float(event.get("recent_output_throughput") or 0.0)
-            self.bar.set_postfix(done=event.get("completed"), in_flight=event.get("in_flight"),
-                                 tok_s=f"{self._live[level]:,.0f}")
+            postfix = {"done": event.get("completed"), "in_flight": event.get("in_flight"),
+                       "tok_s": f"{self._live[level]:,.0f}"}
+            power = event.get("gpu_power_w")
+            if power is not None and power == power:
+                postfix["gpu_W"] = f"{power:,.0f}"
+            self.bar.set_postfix(postfix)
             if time.time() - getattr(self, "_drawn_at", 0.0) > 2.0:
                 self._draw()
         elif kind == "level_done":

@@ -67,6 +67,7 @@ def test_duration_bound_sweep_on_the_stand_in_reports_latency_of_cut_requests(tm
     row = df.iloc[0]
     assert row["completed"] == 0 and row["cancelled"] == 8
     assert row["median_ttft_ms"] > 0 and row["median_tpot_ms"] > 0
-    assert row["median_tpot_ms"] == pytest.approx(row["median_itl_ms"], rel=0.5)
     recs = [json.loads(line) for line in (tmp_path / "requests.jsonl").read_text().splitlines()]
-    assert all(r["cut_at_deadline"] and r["tpot"] > 0 for r in recs)
+    assert len(recs) == 8 and all(r["cut_at_deadline"] for r in recs)
+    streamed = [r for r in recs if len(r["chunk_times"]) > 1]
+    assert streamed and all(r["tpot"] > 0 for r in streamed)

@@ -226,3 +226,49 @@ def test_the_pinned_at_cap_sentence_only_when_running_was_pinned(decode, says, n
     text = report.render_markdown(summary)
     line = next(ln for ln in text.splitlines() if ln.startswith("Server log:"))
     assert says in line and never not in line
+
+
+def test_environment_tables_use_human_units_and_fill_the_packages_line():
+    env = {
+        "source": "nvml", "standin": False, "host": "box", "driver_version": "580.95.05", "cuda_version": "13.0",
+        "host_info": {"hostname": "box", "os": "Linux", "python": "3.11.7", "cpu_count": 64,
+                      "memory_total_bytes": 512 * 1024**3},
+        "packages": {"sglang": "0.5.2", "flashinfer": None, "torch": "2.8.0"},
+        "gpus": [{"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_capability": "12.0",
+                  "power_limit_w": 600.0, "pcie_gen_current": 4, "pcie_gen_max": 5, "pcie_width_current": 16,
+                  "pcie_width_max": 16, "persistence_mode": True, "mig_mode": False, "sm_clock_max_mhz": 2430,
+                  "mem_clock_max_mhz": 14001, "memory_total_bytes": 102641958912}],
+    }
+    tables = report.environment_tables(env)
+    host = tables["host"]["value"]
+    assert host["host memory"] == "512.0 GiB" and host["GPUs"] == "1" and host["source"] == "nvml"
+    assert host["packages"] == "sglang 0.5.2, torch 2.8.0 (not installed: flashinfer)"
+    gpu = tables["gpus"].loc["GPU0"]
+    assert gpu["memory (GiB)"] == 95.6 and gpu["power limit (W)"] == 600
+    assert gpu["max SM clock (MHz)"] == 2430 and gpu["PCIe gen"] == "4 of 5" and gpu["PCIe width"] == "16"
+    assert gpu["persistence"] == "on" and gpu["MIG"] == "off"
+    assert tables["packages"]["version"].to_dict() == {"sglang": "0.5.2", "flashinfer": "not installed",
+                                                       "torch": "2.8.0"}
+    empty = report.environment_tables({"source": "unavailable", "reason": "no NVML", "packages": {"sglang": None}})
+    assert empty["gpus"].empty and empty["host"]["value"]["packages"] == "none installed (sglang)"
+    assert empty["host"]["value"]["why"] == "no NVML"
+
+
+def test_the_report_references_a_figure_a_notebook_drew_instead_of_drawing_it_twice(run):
+    import os
+
+    from glm5lib import plots
+
+    fig = plots.throughput_vs_concurrency({"baseline": _sweep({1: 40.0}), "fix": _sweep({1: 35.0})})
+    drawn = plots.save_figure(fig, run, "fix-throughput")
+    report.write_report(run)
+    saved = json.loads((run / rundir.SUMMARY).read_text())
+    assert saved["figures"]["throughput"] == "figures/fix-throughput.png"
+    assert not (run / "figures" / "throughput.png").exists()
+    assert (run / "figures" / "latency.png").exists()  # no notebook drew that one
+    assert "(figures/fix-throughput.png)" in (run / rundir.REPORT).read_text()
+    # a sweep newer than the notebook's figure: the report draws its own
+    os.utime(drawn, (1, 1))
+    report.write_report(run)
+    saved = json.loads((run / rundir.SUMMARY).read_text())
+    assert saved["figures"]["throughput"] == "figures/throughput.png"

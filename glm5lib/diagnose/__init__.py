@@ -24,10 +24,15 @@ theme), :mod:`.capacity`, :mod:`.runs` (diagnose a run folder).
 
 from __future__ import annotations
 
-from glm5lib.diagnose.capacity import CapacityModel, Recommendation, recommend_max_running_requests
+from glm5lib.diagnose.capacity import (
+    CapacityModel,
+    Recommendation,
+    predict_remedy,
+    recommend_max_running_requests,
+)
 from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
-from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, load_evidence
-from glm5lib.diagnose.knowledge import load_impact, load_incompatibilities
+from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, Prediction, load_evidence
+from glm5lib.diagnose.knowledge import load_impact, load_incompatibilities, load_remedies, remedy
 from glm5lib.diagnose.references import (
     list_references,
     reference_dir,
@@ -37,15 +42,20 @@ from glm5lib.diagnose.references import (
 from glm5lib.diagnose.rules import (
     RULES,
     evaluate,
+    rule_admission_reserve,
     rule_client_bound,
     rule_concurrency_cap,
     rule_crashes,
     rule_cuda_graph,
+    rule_dp_imbalance,
     rule_gpu_underused,
     rule_incompatibilities,
     rule_kv_capacity,
+    rule_prefill_budget,
     rule_reference_diff,
+    rule_retraction_churn,
     rule_saturation,
+    rule_underfed,
 )
 from glm5lib.diagnose.runs import diagnose
 
@@ -56,6 +66,7 @@ __all__ = [
     "CapacityModel",
     "Evidence",
     "Finding",
+    "Prediction",
     "Recommendation",
     "diagnose",
     "diff_configs",
@@ -64,18 +75,26 @@ __all__ = [
     "load_evidence",
     "load_impact",
     "load_incompatibilities",
+    "load_remedies",
+    "predict_remedy",
     "recommend_max_running_requests",
     "reference_dir",
+    "remedy",
     "resolve_automatic",
     "resolve_config",
     "resolve_server_args",
+    "rule_admission_reserve",
     "rule_client_bound",
     "rule_concurrency_cap",
     "rule_crashes",
     "rule_cuda_graph",
+    "rule_dp_imbalance",
     "rule_gpu_underused",
     "rule_incompatibilities",
     "rule_kv_capacity",
+    "rule_prefill_budget",
     "rule_reference_diff",
+    "rule_retraction_churn",
     "rule_saturation",
+    "rule_underfed",
 ]

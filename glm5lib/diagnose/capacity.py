@@ -15,10 +15,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.diagnose.evidence import Evidence, _col, _num, _pct
+from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct
 from glm5lib.errors import ConfigError, DiagnosisError
 
-__all__ = ["CapacityModel", "Recommendation", "recommend_max_running_requests"]
+__all__ = [
+    "CapacityModel",
+    "Recommendation",
+    "predict_remedy",
+    "recommend_max_running_requests",
+]
 
 
 @dataclasses.dataclass
@@ -47,12 +52,15 @@ def recommend_max_running_requests(
     headroom: float = 0.9,
     model: CapacityModel | None = None,
     current_cap: int | None = None,
+    ran_batch: int | None = None,
 ) -> Recommendation:
     """The largest cap the KV pool supports for this workload (no retraction), within the load offered.
 
     ``context_tokens`` is what one request holds at its end (prompt + output); ``headroom`` keeps
     part of the pool free for the scheduler's estimates. With ``model``, predicted throughput at
-    the recommended and current caps is reported.
+    the recommended and current caps is reported; a model without a lever arm (see
+    :attr:`CapacityModel.lever_arm`) recommends nothing and says why. ``ran_batch`` is the
+    largest batch that already ran: a value below it comes with the reason.
     """
     if not 0 < headroom <= 1:
         raise ConfigError(f"headroom must be in (0, 1], got {headroom}", field="headroom")
@@ -76,6 +84,18 @@ def recommend_max_running_requests(
             "KV pool size or workload context length unknown: measure max_total_num_tokens first",
         )
     value = _round_down(min(candidates))
+    if model is not None and not model.lever_arm:
+        return Recommendation(
+            None,
+            kv_bound,
+            target_concurrency,
+            context_tokens,
+            max_total_num_tokens,
+            None,
+            None,
+            f"the capacity fit has no lever arm ({model.lever_arm_problem()}), so it cannot say "
+            "what another cap would give; measure a sweep whose levels run different batch sizes",
+        )
     reasons = []
     if kv_bound:
         reasons.append(
@@ -84,13 +104,18 @@ def recommend_max_running_requests(
         )
     if target_concurrency and (kv_bound is None or target_concurrency < kv_bound):
         reasons.append(f"the highest offered concurrency is {target_concurrency}")
+    if ran_batch and value < ran_batch:
+        why = (
+            f"the pool holds only {kv_bound} requests at their full {context_tokens:,.0f} tokens, so the "
+            f"batch of {ran_batch} that ran fitted only while its requests were shorter than that "
+            "(or through retractions)"
+            if kv_bound and value <= kv_bound
+            else f"only {target_concurrency} requests were offered"
+        )
+        reasons.append(f"this is below the {ran_batch} requests that already ran at once because {why}")
     pred = cur = None
     lo, hi = model.batch_range if model is not None else (0, 0)
-    if model is not None and hi < 1.5 * lo:
-        reasons.append(
-            f"the decode lines cover batch sizes {lo}-{hi} only, too narrow to predict other batches"
-        )
-    elif model is not None:
+    if model is not None:
         pred = float(model.throughput(value))
         if current_cap:
             # what the current cap actually lets run: bounded by the offered load and the pool
@@ -304,6 +329,7 @@ class CapacityModel:
         target_concurrency: int | None = None,
         headroom: float = 0.9,
         current_cap: int | None = None,
+        ran_batch: int | None = None,
     ) -> Recommendation:
         """See :func:`recommend_max_running_requests`; predictions come from this model."""
         return recommend_max_running_requests(
@@ -313,7 +339,26 @@ class CapacityModel:
             headroom=headroom,
             model=self,
             current_cap=current_cap,
+            ran_batch=ran_batch,
         )
+
+    @property
+    def lever_arm(self) -> bool:
+        """True when the fit can tell step time apart at different batch sizes: its decode lines
+        span batch sizes at least 1.5x apart, and a flat fit is not also a poor one."""
+        return self.lever_arm_problem() is None
+
+    def lever_arm_problem(self) -> str | None:
+        """Why the fit has no lever arm, or None when it has one."""
+        lo, hi = self.batch_range
+        if hi < 1.5 * lo:
+            return f"its decode lines cover batch sizes {lo}-{hi} only"
+        if self.per_request_ms <= 1e-6 and self.per_ktoken_ms <= 1e-6 and self.mape > 0.5:
+            return (
+                f"step time does not grow with the batch in the fit (slope 0) and its throughput "
+                f"error is {_pct(self.mape)}"
+            )
+        return None
 
     def describe(self) -> str:
         terms = [f"{self.intercept_ms:.2f} ms", f"{self.per_request_ms:.3f} ms x batch"]
@@ -325,3 +370,63 @@ class CapacityModel:
             f"throughput error {_pct(self.mape)}"
         )
 
+
+def fitted_model(ev: Evidence) -> CapacityModel | None:
+    """The capacity model of the evidence's decode lines (fitted once), or None when it cannot be."""
+
+    def fit() -> CapacityModel | None:
+        try:
+            return CapacityModel.fit(ev.decode)
+        except DiagnosisError:
+            return None
+
+    return ev.cached("capacity_model", ev.decode, fit)
+
+
+def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction | None:
+    """The capacity model's throughput at the highest offered level once a remedy lets up to
+    ``cap_after`` requests run (None: no cap, only the offered load and the KV pool bound the
+    batch), with the fit's error band, beside the throughput measured there.
+
+    None when there is no sweep, no fit, or a fit without a lever arm (it would only
+    extrapolate)."""
+    s = ev.sweep_sorted()
+    if s.empty or "output_throughput" not in s:
+        return None
+    model = fitted_model(ev)
+    if model is None or not model.lever_arm:
+        return None
+    top = s.iloc[-1]
+    offered = int(top["concurrency"])
+    measured = float(pd.to_numeric(top["output_throughput"], errors="coerce"))
+    levels = ev.level_decode()
+    lines = levels[0][1] if levels else ev.active_decode()
+    batch_now = int(_col(lines, "running_req").median()) if len(lines) else 0
+    pool, _ = ev.kv_pool_tokens()
+    ctx, _ = ev.context_tokens()
+    row = model.predict(offered, cap=cap_after, max_total_num_tokens=pool, context_tokens=ctx).iloc[0]
+    if int(row["batch"]) <= batch_now:
+        return None  # the remedy would not let more requests run
+    text = (
+        f"{what}: at concurrency {offered} the decode model predicts {_num(row['throughput'])} tok/s "
+        f"({_num(row['throughput_low'])}-{_num(row['throughput_high'])}, fit error {_pct(model.mape)}) "
+        f"with {int(row['batch'])} running ({row['limited_by']}-bound), against "
+        + (f"{_num(measured)} tok/s measured" if math.isfinite(measured) else "no measured figure")
+        + f" with {batch_now}"
+        + (
+            f"; extrapolated beyond the measured batches {model.batch_range[0]}-{model.batch_range[1]}"
+            if bool(row["extrapolated"])
+            else ""
+        )
+    )
+    return Prediction(
+        concurrency=offered,
+        batch_now=batch_now,
+        batch_after=int(row["batch"]),
+        throughput=float(row["throughput"]),
+        low=float(row["throughput_low"]),
+        high=float(row["throughput_high"]),
+        measured=measured if math.isfinite(measured) else None,
+        extrapolated=bool(row["extrapolated"]),
+        text=text,
+    )

@@ -14,7 +14,14 @@ from typing import Any
 from glm5lib.errors import DiagnosisError
 from glm5lib.paths import data_dir
 
-__all__ = ["IMPACT_ORDER", "is_context_field", "load_impact", "load_incompatibilities"]
+__all__ = [
+    "IMPACT_ORDER",
+    "is_context_field",
+    "load_impact",
+    "load_incompatibilities",
+    "load_remedies",
+    "remedy",
+]
 
 # Impact classes, most able to move throughput first.
 IMPACT_ORDER = {"high": 0, "medium": 1, "low": 2, "unknown": 3, "none": 4}
@@ -93,3 +100,32 @@ def is_context_field(field: str, path: str | Path | None = None) -> bool:
     diff, not a setting to change (``context`` and ``context_patterns`` of ``impact.json``)."""
     names, patterns = _context_rules(str(path or _knowledge_path("impact.json")))
     return field in names or any(p.search(field) for p in patterns)
+
+
+def load_remedies(path: str | Path | None = None) -> dict[str, dict[str, str | None]]:
+    """Remedies per intent and engine (``remedies.json``): ``{"raise_running_cap": {"sglang": ...}}``."""
+    data = _load_json(str(path or _knowledge_path("remedies.json")))
+    intents = data.get("intents")
+    if not isinstance(intents, dict):
+        raise DiagnosisError(f"remedy file {path or 'remedies.json'} has no 'intents' object")
+    return intents
+
+
+class _Blank(dict):
+    def __missing__(self, key: str) -> str:
+        return "default"
+
+
+def remedy(intent: str, engine: str = "sglang", **values: Any) -> str | None:
+    """The remedy for ``intent`` in ``engine``'s own flags, its ``{placeholders}`` filled from
+    ``values`` (unknown ones read "default"); None where that engine has no such mechanism.
+
+    An engine the file does not know gets SGLang's wording."""
+    intents = load_remedies()
+    if intent not in intents:
+        raise DiagnosisError(f"no remedy for intent {intent!r}; known: {', '.join(sorted(intents))}")
+    by_engine = intents[intent]
+    text = by_engine[engine] if engine in by_engine else by_engine.get("sglang")
+    if text is None:
+        return None
+    return text.format_map(_Blank({k: ("default" if v is None else v) for k, v in values.items()}))

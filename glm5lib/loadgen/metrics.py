@@ -54,6 +54,7 @@ SWEEP_COLUMNS = [
     "token_source",
     "client_cpu_pct",
     "loop_lag_p99_ms",
+    "loop_lag_itl_ratio",
     "client_bound",
     "error_summary",
     "api",

@@ -109,6 +109,7 @@ class StandinServer:
             enable_metrics=bool(sa["enable_metrics"]),
             zero_delay=args.zero_delay,
             seed=args.seed,
+            schedule_conservativeness=float(sa.get("schedule_conservativeness") or 1.0),
         )
         self.sched = SimScheduler(self.profile, settings, self.log, on_finish=self._on_finish)
         self.gpus = SimGpus(self.profile, self.sched, float(sa["mem_fraction_static"]))

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import psutil
 
 from glm5lib import http
 from glm5lib.errors import ConfigError
@@ -108,9 +109,7 @@ def _host_info() -> dict[str, Any]:
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
     }
-    with contextlib.suppress(Exception):
-        import psutil
-
+    with contextlib.suppress(Exception):  # a container may hide the host's memory
         info["memory_total_bytes"] = int(psutil.virtual_memory().total)
     return info
 

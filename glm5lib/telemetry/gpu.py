@@ -352,6 +352,7 @@ class GpuSampler:
         self._resolved: str | None = None
         self._reason: str | None = None
         self._rows: list[tuple] = []
+        self._latest: dict[int, tuple] = {}
         self._rows_lock = threading.Lock()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -498,6 +499,8 @@ class GpuSampler:
     def _emit(self, rows: list[tuple]) -> None:
         with self._rows_lock:
             self._rows.extend(rows)
+            for row in rows:
+                self._latest[int(row[1])] = row
         if self._sink is not None:
             try:
                 self._sink.write(rows)
@@ -582,6 +585,12 @@ class GpuSampler:
         frame = pd.DataFrame(rows, columns=GPU_COLUMNS)
         frame = _gpu_dtypes(frame)
         return frame.sort_values(["time", "gpu"], kind="stable").reset_index(drop=True)
+
+    def latest(self) -> dict[int, dict[str, Any]]:
+        """The last sample of each GPU as ``{gpu: {column: value}}``: cheap enough for a progress tick."""
+        with self._rows_lock:
+            rows = dict(self._latest)
+        return {gpu: dict(zip(GPU_COLUMNS, row, strict=True)) for gpu, row in sorted(rows.items())}
 
     def stats(self) -> pd.DataFrame:
         """Per GPU: samples, achieved rate (Hz), per-sample cost (ms), errors, which reads were batched."""

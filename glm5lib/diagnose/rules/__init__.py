@@ -12,6 +12,13 @@ from collections.abc import Callable, Iterable
 import pandas as pd
 
 from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding
+from glm5lib.diagnose.rules.admission import (
+    rule_admission_reserve,
+    rule_dp_imbalance,
+    rule_prefill_budget,
+    rule_retraction_churn,
+    rule_underfed,
+)
 from glm5lib.diagnose.rules.batch import rule_concurrency_cap, rule_cuda_graph, rule_kv_capacity
 from glm5lib.diagnose.rules.crashes import rule_crashes
 from glm5lib.diagnose.rules.environment import rule_incompatibilities
@@ -21,15 +28,20 @@ from glm5lib.diagnose.rules.throughput import rule_client_bound, rule_gpu_underu
 __all__ = [
     "RULES",
     "evaluate",
+    "rule_admission_reserve",
     "rule_client_bound",
     "rule_concurrency_cap",
     "rule_crashes",
     "rule_cuda_graph",
+    "rule_dp_imbalance",
     "rule_gpu_underused",
     "rule_incompatibilities",
     "rule_kv_capacity",
+    "rule_prefill_budget",
     "rule_reference_diff",
+    "rule_retraction_churn",
     "rule_saturation",
+    "rule_underfed",
 ]
 
 RULES: list[Callable[[Evidence], list[Finding]]] = [
@@ -37,6 +49,11 @@ RULES: list[Callable[[Evidence], list[Finding]]] = [
     rule_concurrency_cap,
     rule_kv_capacity,
     rule_cuda_graph,
+    rule_admission_reserve,
+    rule_prefill_budget,
+    rule_retraction_churn,
+    rule_underfed,
+    rule_dp_imbalance,
     rule_saturation,
     rule_gpu_underused,
     rule_client_bound,
@@ -67,6 +84,13 @@ def evaluate(
             "rule": f.rule,
             "severity": f.severity,
             "score": f.score,
+            "prediction": f.prediction.text if f.prediction else None,
+            "predicted_throughput": round(f.prediction.throughput, 1) if f.prediction else None,
+            "predicted_low": round(f.prediction.low, 1) if f.prediction else None,
+            "predicted_high": round(f.prediction.high, 1) if f.prediction else None,
+            "measured_throughput": (
+                round(f.prediction.measured, 1) if f.prediction and f.prediction.measured else None
+            ),
         }
         for f in findings
     ]

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import math
 
-from glm5lib.diagnose.capacity import CapacityModel, recommend_max_running_requests
+from glm5lib.diagnose.capacity import (
+    fitted_model,
+    predict_remedy,
+    recommend_max_running_requests,
+)
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _frame, _num, _pct
+from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.references import norm
-from glm5lib.errors import DiagnosisError
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -100,26 +104,34 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     ctx, _ = ev.context_tokens()
     target = int(s["concurrency"].max()) if not s.empty else None
     if pool and ctx:
-        model = None
-        try:
-            model = CapacityModel.fit(ev.decode)
-        except DiagnosisError:
-            pass
+        model = fitted_model(ev)
         rec = recommend_max_running_requests(
-            pool, ctx, target_concurrency=target, model=model, current_cap=cap
+            pool,
+            ctx,
+            target_concurrency=target,
+            model=model,
+            current_cap=cap,
+            ran_batch=int(running.max()),
         )
     if rec is not None and rec.value is not None and rec.value > cap:
-        suggestion = f"raise --max-running-requests from {cap} to {rec.value}: {rec.reason}"
+        suggestion = f"{remedy('raise_running_cap', ev.engine, current=cap, value=rec.value)}: {rec.reason}"
     else:
         suggestion = (
-            f"raise --max-running-requests above {cap}, as far as the KV pool allows (check token usage "
-            "stays below ~0.95 with no retractions after the change)"
+            remedy("raise_running_cap", ev.engine, current=cap, value="as far as the KV pool allows")
+            + " (check token usage stays below ~0.95 with no retractions after the change)"
         )
+        if rec is not None and rec.reason:
+            suggestion += f"; no figure recommended: {rec.reason}"
     ref_cap = norm((ev.reference_args or {}).get("max_running_requests"))
     if isinstance(ref_cap, int) and ref_cap > cap:
         suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
+    raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
+    prediction = predict_remedy(
+        ev, raised, f"raising the cap to {raised}" if raised else "without the cap"
+    )
     return [
         Finding(
+            prediction=prediction,
             finding=f"concurrency cap: at most {cap} requests run at once while the rest queue",
             evidence="; ".join(parts),
             suggestion=suggestion,
@@ -180,13 +192,18 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             supported = int(pool // ctx)
             text += f" holds about {supported} requests of {ctx:,.0f} tokens"
         parts.append(text)
-    mem = ev.arg("mem_fraction_static")
-    suggestion = "to run more requests at once, enlarge the KV pool: raise --mem-fraction-static"
-    suggestion += f" (now {mem})" if mem is not None else ""
-    suggestion += ", use --kv-cache-dtype fp8_e4m3, or spread the model over more GPUs"
+    suggestion = "to run more requests at once, " + str(
+        remedy(
+            "enlarge_kv_pool",
+            ev.engine,
+            mem_fraction_static=ev.arg("mem_fraction_static"),
+            gpu_memory_utilization=ev.arg("gpu_memory_utilization"),
+        )
+    )
+    cap_flag = "--max-num-seqs" if ev.engine == "vllm" else "--max-running-requests"
     if supported and cap and cap > supported:
         suggestion = (
-            f"--max-running-requests {cap} is above the ~{supported} requests the KV pool holds, so the "
+            f"{cap_flag} {cap} is above the ~{supported} requests the KV pool holds, so the "
             "pool, not the cap, sets concurrency"
             + (" (and retractions waste work)" if n_retract else "")
             + "; "
@@ -236,9 +253,8 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
                 f"{int(max_bs)} ({src}); those batches reached {int(running[over].max())} (p95 {p95:.0f})"
             ),
             suggestion=(
-                f"raise --cuda-graph-max-bs to about {target} so those batches replay a graph (capture takes "
-                "memory from the KV pool: check max_total_num_tokens afterwards); at very large batches the "
-                "launch overhead a graph saves is a small share of the step"
+                str(remedy("cover_batch_with_graphs", ev.engine, value=target))
+                + "; at very large batches the launch overhead a graph saves is a small share of the step"
             ),
             confidence=0.8,
             rule="cuda_graph",
