@@ -185,3 +185,49 @@ def test_recommendation_below_the_batch_that_ran_says_why():
     r = dg.recommend_max_running_requests(100_000, 1000, target_concurrency=1024, ran_batch=200)
     assert r.value == 88
     assert "below the 200 requests that already ran at once because the pool holds only 90" in r.reason
+
+
+def test_findings_carry_the_predicted_effect_of_their_remedy():
+    from test_diagnose import cap_evidence
+
+    ev = cap_evidence()
+    f = dg.rule_concurrency_cap(ev)[0]
+    p = f.prediction
+    assert p is not None and p.concurrency == 256 and p.batch_now == 64 and p.batch_after == 256
+    assert p.low <= p.throughput <= p.high and p.throughput > 2 * p.measured
+    assert p.text.startswith("raising the cap to 256: at concurrency 256 the decode model predicts")
+    assert "880 tok/s measured with 64" in p.text and "extrapolated" in p.text
+    row = dg.evaluate(cap_evidence()).iloc[0]
+    assert row["rule"] == "concurrency_cap" and row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-3)
+    assert row["measured_throughput"] == 880
+    # no sweep or no lever arm: no prediction rather than an extrapolation
+    assert dg.predict_remedy(dg.Evidence(decode=ev.decode), 256, "x") is None
+    narrow = cap_evidence(decode=decode_frame([64] * 30, queue=180, usage=0.2))
+    assert dg.predict_remedy(narrow, 256, "x") is None
+
+
+def test_gauges_stand_in_for_decode_lines_when_the_log_has_none(tmp_path):
+    # An attached vLLM server: no log, only scraped /metrics (running pinned at 64, 180 waiting).
+    t0 = 1_800_000_000.0
+    rows = []
+    for i in range(30):
+        running = 64 if i > 2 else 16 * (i + 1)
+        for metric, value in (
+            ("vllm:num_requests_running", running),
+            ("vllm:num_requests_waiting", 180 if i > 2 else 0),
+            ("vllm:gpu_cache_usage_perc", 0.2),
+        ):
+            rows.append({"time": t0 + 2 * i, "metric": metric, "labels": "{}", "value": value})
+    phase = tmp_path / "run"
+    phase.mkdir()
+    pd.DataFrame(rows).to_csv(phase / "metrics.csv", index=False)
+    s = sweep_frame([64, 256], [860, 880], [300, 12000])
+    s.loc[1, ["start_time", "window_start"]] = t0 - 1
+    s.loc[1, ["end_time", "window_end"]] = t0 + 61
+    s.to_csv(phase / "sweep.csv", index=False)
+    (phase / "config.json").write_text('{"max_num_seqs": 64}')
+    ev = dg.load_evidence(phase)
+    assert ev.decode_source == "metrics" and ev.engine == "vllm" and len(ev.decode) == 30
+    assert list(ev.decode.columns[:4]) == ["time", "running_req", "queue_req", "token_usage"]
+    out = dg.rule_concurrency_cap(ev)
+    assert out and "stayed at 64" in out[0].evidence and "--max-num-seqs" in out[0].suggestion

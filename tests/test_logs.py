@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glm5lib import cli, logs
-from glm5lib.logs import bulk, fatal, sglang
+from glm5lib.logs import chunked, fatal, sglang
+from glm5lib.logs import parse as log_parse
 from glm5lib.logs import text as logtext
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
@@ -414,9 +415,9 @@ def test_bulk_and_line_by_line_paths_agree(tmp_path):
 def test_bulk_chunks_and_piecewise_decoding_change_nothing(monkeypatch):
     text = _mixed_log(300) + "Capturing batches (bs=8 avail_mem=17.40 GB): 100%|\u2588\u2588| 8/8\r\n"
     whole = logs.parse_log(text)  # a str: split as one text
-    monkeypatch.setattr(bulk, "_BULK_CHUNK", 7)
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 700)
     monkeypatch.setattr(logtext, "_DECODE_CHUNK", 100)
-    pieces = logs.parse_log(text.encode())  # bytes: decoded and split in 100-byte pieces
+    pieces = logs.parse_log(text.encode())  # bytes: read and parsed in pieces of about 700 bytes
     assert len(whole.decode) > 500
     for name in ("decode", "prefill", "retractions", "errors", "http"):
         pd.testing.assert_frame_equal(getattr(whole, name), getattr(pieces, name), obj=name)
@@ -477,10 +478,10 @@ def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
                    ["2025-11-30 10:00:03.123456", "2026-01-01 00:00:00.000001", "2026-01-01 00:00:00.500000"],
                    ["2025-11-30 10:00:03.5", "2025-12-01 00:00:00.0"]):
         block = np.frombuffer("".join(stamps).encode(), dtype=np.uint8).reshape(len(stamps), -1)
-        assert (bulk._stamps(block) == np.array(stamps, dtype="datetime64[ns]")).all()
+        assert (chunked._stamps(block) == np.array(stamps, dtype="datetime64[ns]")).all()
     for bad in ("2025-02-30 10:00:00", "2025-11-30 10:00:60", "2025-11-30T10:00:0x"):
         with pytest.raises(ValueError):
-            bulk._stamps(np.frombuffer(bad.encode(), dtype=np.uint8).reshape(1, -1))
+            chunked._stamps(np.frombuffer(bad.encode(), dtype=np.uint8).reshape(1, -1))
 
 
 @settings(max_examples=60, deadline=None)

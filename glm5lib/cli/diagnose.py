@@ -96,7 +96,13 @@ def _cli_diff(args: argparse.Namespace) -> int:
         print("The two configurations do not differ.")
         return 0
     with pd.option_context("display.max_colwidth", 70, "display.width", 200):
-        print(frame.drop(columns=["flag", "automatic"]).to_string(index=False))
+        print(frame.drop(columns=["flag", "automatic", "kind", "resolved"]).to_string(index=False))
+    for row in frame.itertuples():
+        if row.resolved:
+            print(f"  {row.field}: {row.resolved}")
+    context = [row["field"] for row in frame.attrs.get("context", [])]
+    if context and not args.all:
+        print(f"Context, not ranked (--all shows the values): {', '.join(context)}")
     return 0
 
 

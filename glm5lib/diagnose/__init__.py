@@ -24,9 +24,14 @@ theme), :mod:`.capacity`, :mod:`.runs` (diagnose a run folder).
 
 from __future__ import annotations
 
-from glm5lib.diagnose.capacity import CapacityModel, Recommendation, recommend_max_running_requests
+from glm5lib.diagnose.capacity import (
+    CapacityModel,
+    Recommendation,
+    predict_remedy,
+    recommend_max_running_requests,
+)
 from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
-from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, load_evidence
+from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, Prediction, load_evidence
 from glm5lib.diagnose.knowledge import load_impact, load_incompatibilities, load_remedies, remedy
 from glm5lib.diagnose.references import (
     list_references,
@@ -61,6 +66,7 @@ __all__ = [
     "CapacityModel",
     "Evidence",
     "Finding",
+    "Prediction",
     "Recommendation",
     "diagnose",
     "diff_configs",
@@ -70,6 +76,7 @@ __all__ = [
     "load_impact",
     "load_incompatibilities",
     "load_remedies",
+    "predict_remedy",
     "recommend_max_running_requests",
     "reference_dir",
     "remedy",

@@ -29,9 +29,29 @@ from glm5lib.diagnose.references import (
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log, to_epoch
 
-__all__ = ["FINDING_COLUMNS", "Evidence", "Finding", "load_evidence"]
+__all__ = [
+    "FINDING_COLUMNS",
+    "Evidence",
+    "Finding",
+    "Prediction",
+    "decode_from_metrics",
+    "load_evidence",
+]
 
-FINDING_COLUMNS = ["finding", "evidence", "suggestion", "confidence", "rule", "severity", "score"]
+FINDING_COLUMNS = [
+    "finding",
+    "evidence",
+    "suggestion",
+    "confidence",
+    "rule",
+    "severity",
+    "score",
+    "prediction",
+    "predicted_throughput",
+    "predicted_low",
+    "predicted_high",
+    "measured_throughput",
+]
 
 
 _DECODE_COLS = [
@@ -81,6 +101,21 @@ class Evidence:
     standin: str | None = None
     source: str | None = None
     skipped: list[str] = dataclasses.field(default_factory=list)
+    # Where ``decode`` came from: the server log, or /metrics gauges when the log had no lines.
+    decode_source: str = "log"
+    # Derived frames several rules read, keyed by the identity of the frame they came from.
+    _cache: dict[Any, Any] = dataclasses.field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
+
+    def cached(self, key: str, source: Any, make: Any) -> Any:
+        """``make()``, computed once per ``source`` object (a frame replaced later is recomputed)."""
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] is source:
+            return hit[1]
+        value = make()
+        self._cache[key] = (source, value)
+        return value
 
     # -- derived facts used by several rules --
     def arg(self, field: str) -> Any:
@@ -88,6 +123,9 @@ class Evidence:
 
     def active_decode(self) -> pd.DataFrame:
         """Decode lines of one rank (the first seen) with at least one running request."""
+        return self.cached("active_decode", self.decode, self._active_decode)
+
+    def _active_decode(self) -> pd.DataFrame:
         d = self.decode
         if d is None or d.empty or "running_req" not in d:
             return _frame(_DECODE_COLS)
@@ -176,11 +214,17 @@ class Evidence:
         a, b = level.get("start_time", np.nan), level.get("end_time", np.nan)
         if d.empty or "time" not in d or pd.isna(a) or pd.isna(b):
             return d.iloc[0:0]
-        try:
-            t = pd.to_numeric(to_epoch(d["time"]), errors="coerce")
-        except (TypeError, ValueError, OverflowError):  # a time column the log parser did not produce
+        t = self.cached("decode_epoch", self.decode, lambda: self._epoch(d))
+        if t is None:
             return d.iloc[0:0]
-        return d[(t.to_numpy() >= float(a)) & (t.to_numpy() <= float(b))]
+        return d[(t >= float(a)) & (t <= float(b))]
+
+    @staticmethod
+    def _epoch(d: pd.DataFrame) -> np.ndarray | None:
+        try:
+            return pd.to_numeric(to_epoch(d["time"]), errors="coerce").to_numpy(dtype=float)
+        except (TypeError, ValueError, OverflowError):  # a time column the log parser did not produce
+            return None
 
     def sweep_sorted(self) -> pd.DataFrame:
         s = self.sweep
@@ -246,6 +290,22 @@ class Evidence:
 
 
 @dataclasses.dataclass
+class Prediction:
+    """What a remedy should give at the offered load: the capacity model's throughput with its
+    error band, beside what was measured there."""
+
+    concurrency: int
+    batch_now: int
+    batch_after: int
+    throughput: float
+    low: float
+    high: float
+    measured: float | None
+    extrapolated: bool
+    text: str
+
+
+@dataclasses.dataclass
 class Finding:
     """One diagnosis: what, the numbers behind it, what to do, how sure, how much it matters."""
 
@@ -256,6 +316,8 @@ class Finding:
     rule: str
     severity: float
     covers: tuple[str, ...] = ()
+    # The remedy's predicted effect at the offered load (capacity model), when it can be predicted.
+    prediction: Prediction | None = None
 
     @property
     def score(self) -> float:
@@ -305,6 +367,46 @@ def _read_environment(environment: Any, phase: Path) -> dict[str, Any] | None:
     return None
 
 
+# Schema column -> the gauges that give it, per engine (SGLang's, then vLLM's names).
+_GAUGES = {
+    "running_req": ("sglang:num_running_reqs", "vllm:num_requests_running"),
+    "queue_req": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
+    "token_usage": ("sglang:token_usage", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+    "num_token": ("sglang:num_used_tokens",),
+    "gen_throughput": ("sglang:gen_throughput",),
+}
+
+
+def decode_from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Decode rows in the evidence schema from scraped ``/metrics`` gauges (``metrics.csv``: time,
+    metric, labels, value), one row per scrape, for servers whose log holds no scheduler lines.
+
+    ``time`` is UTC (time-zone aware); ``token_usage`` is the 0-1 fraction both engines report;
+    ``attrs["engine"]`` says whose names were found. Empty when no running-request gauge was scraped.
+    """
+    if metrics is None or metrics.empty or not {"time", "metric", "value"} <= set(metrics.columns):
+        return pd.DataFrame()
+    m = metrics[["time", "metric", "value"]].copy()
+    m["value"] = pd.to_numeric(m["value"], errors="coerce")
+    m["time"] = pd.to_numeric(m["time"], errors="coerce")
+    # one value per scrape and gauge: TP ranks repeat the same figure, so take the largest
+    wide = m.pivot_table(index="time", columns="metric", values="value", aggfunc="max")
+    out = pd.DataFrame(index=wide.index)
+    engine = None
+    for column, names in _GAUGES.items():
+        found = next((n for n in names if n in wide.columns), None)
+        if found is not None:
+            out[column] = wide[found].to_numpy()
+            engine = engine or found.split(":", 1)[0]
+    if "running_req" not in out:
+        return pd.DataFrame()
+    out = out.reset_index()
+    out["time"] = pd.to_datetime(out["time"], unit="s", utc=True)
+    out["rank"] = ""
+    out.attrs["engine"] = engine
+    return out
+
+
 def load_evidence(
     run_dir: str | Path,
     reference: Any = None,
@@ -334,6 +436,18 @@ def load_evidence(
     else:
         ev.skipped.append("server.log missing: log-based rules skipped")
     ev.server_args = args
+    metrics_path = path / rundir.METRICS
+    if (
+        (ev.decode is None or ev.decode.empty or "running_req" not in ev.decode)
+        and metrics_path.is_file()
+        and metrics_path.stat().st_size
+    ):
+        gauges = decode_from_metrics(pd.read_csv(metrics_path))
+        if not gauges.empty:
+            ev.decode = gauges
+            ev.decode_source = "metrics"
+            if gauges.attrs.get("engine") and "engine" not in ev.startup:
+                ev.startup["engine"] = gauges.attrs["engine"]
     if (path / rundir.SWEEP).is_file():
         ev.sweep = pd.read_csv(path / rundir.SWEEP)
     if (path / rundir.REQUESTS).is_file() and (path / rundir.REQUESTS).stat().st_size:

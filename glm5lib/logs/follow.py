@@ -73,9 +73,17 @@ class LogFollower:
                 data = fh.read(size - self._offset)
             self._offset += len(data)
             data = self._pending + data
-            cut = data.rfind(b"\n")
-            cr = data.rfind(b"\r")
-            cut = max(cut, cr)
+            parser = self._parser_for(data)
+            feed_chunk = getattr(parser, "feed_chunk", None)
+            if feed_chunk is not None:
+                # Whole lines in bulk, as parse_log reads a file (a progress bar redrawn with
+                # "\r" waits for its newline).
+                cut = data.rfind(b"\n") + 1
+                self._pending = data[cut:]
+                if cut:
+                    feed_chunk(data[:cut], b"\r" in data[:cut])
+                return self._build()
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
             if cut < 0:
                 self._pending = data
             else:
@@ -84,7 +92,7 @@ class LogFollower:
                 lines = split_text(text)
                 if lines and lines[-1] == "":
                     lines.pop()
-                self._parser_for(data).feed(lines, final=False)
+                parser.feed(lines, final=False)
         return self._build()
 
     def finish(self) -> ServerLog:

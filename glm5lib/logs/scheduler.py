@@ -103,16 +103,18 @@ def _bucket_key(line: str) -> int:
 
 
 class _Shape:
-    """All scheduler rows of one kind with the same keys; rows are (time, rank, iter, *values),
-    frames are blocks of rows already typed by the bulk path."""
+    """All scheduler rows of one kind with the same keys; rows are (time, rank, iter, *values)
+    read line by line, raw are pieces read in bulk with their values still as bytes, frames
+    are rows already typed (values of a column are typed all together, as one read would)."""
 
-    __slots__ = ("columns", "frames", "kind", "order", "rows")
+    __slots__ = ("columns", "frames", "kind", "order", "raw", "rows")
 
     def __init__(self, kind: str, columns: tuple[str, ...]) -> None:
         self.kind = kind
         self.columns = columns
         self.order: list[int] = []
         self.rows: list[tuple[Any, ...]] = []
+        self.raw: list[dict[str, Any]] = []
         self.frames: list[pd.DataFrame] = []
 
 
@@ -161,11 +163,13 @@ def _parse_scheduler_msg(
 
 
 def _shape_regex(head: str, raw_keys: list[str]) -> re.Pattern[str]:
-    """A full-line regex for scheduler lines with exactly these keys (the fast path)."""
-    body = ", ".join(re.escape(k) + ": ([^,]*)" for k in raw_keys[:-1])
-    last = re.escape(raw_keys[-1]) + r": ([^,]*?)\.?"
-    body = f"{body}, {last}" if body else last
-    return re.compile(_SHAPE_PREFIX + re.escape(head) + r"(?: \[(\d+)\])?[.,] " + body + r"(?:, ?)?$")
+    """A full-line regex for scheduler lines with exactly these keys (the fast path).
+
+    Values are plain (:data:`_FAST_VALUE`), so that a line it matches gives the values
+    :func:`_parse_scheduler_msg` gives; a line with an empty, spaced or dotted value is left
+    to it."""
+    body = ", ".join(re.escape(k) + ": " + _FAST_VALUE for k in raw_keys)
+    return re.compile(_SHAPE_PREFIX + re.escape(head) + r"(?: \[(\d+)\])?[.,] " + body + r"\.?(?:, ?)?$")
 
 
 def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.logs.bulk import feed_bulk
+from glm5lib.logs.chunked import feed_chunk, typed_frame
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
 from glm5lib.logs.model import ServerLog
@@ -28,7 +28,6 @@ from glm5lib.logs.scheduler import (
     RETRACT_COLUMNS,
     _bucket_key,
     _column_name,
-    _convert_column,
     _parse_scheduler_msg,
     _Shape,
     _shape_regex,
@@ -64,6 +63,8 @@ __all__ = ["ENGINE", "SGLangParser"]
 log = logging.getLogger(__name__)
 
 _MAX_SKIPPED_EXAMPLES = 20
+# Lines near a whole file's start where its first dated time is looked for.
+_FIRST_TIME_LINES = 1000
 _FALLBACK_DATE = "1970-01-01"
 _STANDIN_RE = re.compile(r"glm5lib stand-in server \(not SGLang\): profile '([^']*)' \(([^)]*)\)")
 
@@ -93,15 +94,22 @@ class _Parser:
         self.shapes: dict[tuple[str, tuple[str, ...]], _Shape] = {}
         self._fast: dict[int, list[tuple[Any, Any, Any]]] = {}
         self._fast_patterns: dict[str, tuple[Any, Any, Any]] = {}
-        self._bulk_shapes: dict[str, tuple[_Shape, re.Pattern[str]]] = {}
         self._retract_shape: _Shape | None = None
-        self.http_rows: list[tuple[str, str, str, str, int]] = []
+        # Access lines read line by line: (line index, time, client, method, path, status).
+        self.http_rows: list[tuple[int, str | None, str, str, str, int]] = []
+        # Access lines read a chunk at a time, as tables with an "_order" column.
+        self.http_frames: list[pd.DataFrame] = []
+        self._http_done: pd.DataFrame | None = None  # what earlier builds put in order
+        # Shapes learned so far, for the chunked path: (shape, head, raw keys, keys inside
+        # "(mixed ...)" or None).
+        self.learned: list[tuple[_Shape, str, list[str], int | None]] = []
         self.errors: list[dict[str, Any]] = []
         self._open_blocks: list[dict[str, Any]] = []
         self._block_body_started = False
         self._cache: dict[str, tuple[int, pd.DataFrame]] = {}
         # A follower builds again and again: it keeps the tables and hands out copies.
         self.reuse_frames = True
+        self.scan_first_time = False
         self._cache_errors: tuple[int, pd.DataFrame] | None = None
 
     # ---- helpers
@@ -199,21 +207,21 @@ class _Parser:
                     continue
             if not blocks_open and not args_open and line[:1] in ("I", "\x1b"):
                 # uvicorn access lines are the next most frequent: one regex, no dispatch
-                # (coloured ones too, unless something is glued on, which _line splits).
+                # (coloured ones too), unless a "[" may start a line glued on, which _line splits.
                 plain = line if line[0] == "I" else _ANSI_RE.sub("", line)
-                if plain.startswith("INFO:  ") and (plain is line or plain.find("[", 1) < 0):
+                if plain.startswith("INFO:  ") and plain.find("[", 1) < 0:
                     um = _UVICORN_RE.match(plain)
                     if um is not None:
                         if timed_line is not None:
                             self._sync_clock(timed_line)
                             timed_line = None
                         client, _port, method, target, status = um.groups()
-                        self.http_rows.append((self.last_time_str, client, method, target, int(status)))
+                        self.http_rows.append((base + i, self.last_time_str, client, method, target, int(status)))
                         continue
             if timed_line is not None:
-                # The clock matters only to a line without its own time: read it lazily.
-                if line[:1] != "[":
-                    self._sync_clock(timed_line)
+                # Read lazily, once before a line that is not taken fast (a line with only a
+                # clock, or only a rank, takes the date or the time from it).
+                self._sync_clock(timed_line)
                 timed_line = None
             self._slow(line, base + i)
             args_open = self._args_buffer is not None
@@ -225,6 +233,12 @@ class _Parser:
         self.lines = base + len(lines)
         if timed_line is not None:
             self._sync_clock(timed_line)
+
+    def _set_clock(self, stamp: str) -> None:
+        """The clock after a dated line read in bulk (as :meth:`_stamp` would set it)."""
+        self.last_date, self.last_clock, self.last_time_str = stamp[:10], stamp[11:], stamp
+        if self.first_time is None:
+            self.first_time = stamp
 
     def _sync_clock(self, line: str) -> None:
         # The lines given here were taken by the fast or bulk path, so they start with a
@@ -309,7 +323,7 @@ class _Parser:
             um = _UVICORN_RE.match(msg)
             if um is not None:
                 self._close_blocks()
-                self.http_rows.append((stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
+                self.http_rows.append((self.lines, stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
                 return
         kind = classify_fatal(msg)
         if _TRACEBACK in msg or (kind is not None and kind in ("scheduler_exception",) and msg.rstrip().endswith(":")):
@@ -351,7 +365,7 @@ class _Parser:
         um = _UVICORN_RE.match(line)
         if um is not None:
             self.http_rows.append(
-                (self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
+                (self.lines, self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
             )
             return
         if _is_nccl(line) or _GLOG_RE.match(line) or _OTHER_RUNTIME_RE.match(line):
@@ -433,8 +447,7 @@ class _Parser:
         if entry is None and regex.match(line):
             shape = self._shape(kind, keys)
             entry = self._fast_patterns[regex.pattern] = (regex.match, shape.order.append, shape.rows.append)
-            # No "^": a leading literal lets the regex engine skip ahead quickly.
-            self._bulk_shapes[regex.pattern] = (shape, re.compile(regex.pattern, re.MULTILINE))
+            self.learned.append((shape, head, list(raw_keys), None))
         return entry
 
     def _learn_mixed(self, keys: tuple[str, ...], vals: tuple[str, ...], head: str, msg: str, line: str) -> Any:
@@ -466,12 +479,27 @@ class _Parser:
                 return None
             shape = self._shape("prefill", keys)
             entry = self._fast_patterns[pattern] = (regex.match, shape.order.append, shape.rows.append)
+            self.learned.append((shape, head, raw_keys, len(inner_parts)))
         return entry
 
+    def feed_chunk(self, chunk: bytes, crs: bool) -> None:
+        """Parse a piece of a file made of whole lines (it ends with a newline); ``crs`` says the
+        file holds a carriage return somewhere, so lines also break where ``str.splitlines``
+        breaks. Scheduler and access lines are read by whole-buffer regexes, the rest line by
+        line (see :mod:`glm5lib.logs.chunked`)."""
+        feed_chunk(self, chunk, crs)
+
     def feed_bulk(self, lines: list[str]) -> None:
-        """Parse complete lines of a whole file (or a piece of one): scheduler lines of one shape
-        are parsed together in C (see :mod:`glm5lib.logs.bulk`), the rest line by line."""
-        feed_bulk(self, lines)
+        """Parse complete lines of a whole file (or of its start): as :meth:`feed` of lines
+        none of which is cut, taking the first time from the first dated line near the start
+        of a whole file (as the chunked path does)."""
+        if self.scan_first_time and self.first_time is None and self.lines < _FIRST_TIME_LINES:
+            for line in lines[: _FIRST_TIME_LINES - self.lines]:
+                m = _PREFIX_RE.match(line)
+                if m is not None and m.group(1):
+                    self.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
+                    break
+        self._feed(lines)
 
     def finish(self) -> None:
         """The input has ended: close an open traceback and a pending ``server_args`` line."""
@@ -555,45 +583,79 @@ class _Parser:
             server_args=server_args,
             server_args_incomplete=incomplete,
             startup={**self._startup_other, **self.startup},
-            ready_at=pd.Timestamp(self.ready_at) if self.ready_at else None,
+            ready_at=_timestamp(self.ready_at),
             decode=self._frame("decode", DECODE_COLUMNS),
             prefill=self._frame("prefill", PREFILL_COLUMNS),
             retractions=self._frame("retract", RETRACT_COLUMNS),
             errors=errors_frame(errors),
-            http=http_frame(self.http_rows),
+            http=self._http_table(),
             skipped=self.skipped,
             skipped_examples=list(self.skipped_examples),
             standin=self.standin,
             standin_path=self.standin_path,
             became_ready=self.became_ready,
             lines=self.lines,
-            first_time=pd.Timestamp(self.first_time) if self.first_time else None,
-            last_time=pd.Timestamp(self.last_time_str) if self.last_time_str else None,
+            first_time=_timestamp(self.first_time),
+            last_time=_timestamp(self.last_time_str),
         )
 
+    def _http_table(self) -> pd.DataFrame:
+        """The access lines read so far, in log order. What was read since the last build is
+        added to the table kept from it (a follower builds again and again)."""
+        if not self.http_frames and self._http_done is None:
+            return http_frame([r[1:] for r in self.http_rows])  # all read line by line
+        new = list(self.http_frames)
+        if self.http_rows:
+            rows = http_frame([r[1:] for r in self.http_rows])
+            rows.insert(0, "_order", np.array([r[0] for r in self.http_rows], dtype=np.int64))
+            new.append(rows)
+            del self.http_rows[:]
+        self.http_frames = []
+        new = [f for f in new if len(f)]
+        if new:
+            part = pd.concat(new, ignore_index=True, sort=False) if len(new) > 1 else new[0]
+            if len(new) > 1:
+                # Lines read line by line fall between those read in bulk (all of them after
+                # what earlier builds kept).
+                part = part.iloc[np.argsort(part["_order"].to_numpy(), kind="stable")]
+            part = part.assign(time=to_timestamps(part["time"]).to_numpy())
+            done = self._http_done
+            self._http_done = part if done is None else pd.concat([done, part], ignore_index=True, sort=False)
+        if self._http_done is None:
+            return http_frame([])
+        frame = self._http_done.drop(columns="_order").reset_index(drop=True)
+        if self.reuse_frames:
+            return frame  # drop() made a new table: nothing kept here is handed out
+        self._http_done = None  # nobody builds again: let it go with the result
+        return frame
+
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
-        shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames)]
-        total = sum(len(sh.rows) + sum(len(f) for f in sh.frames) for sh in shapes)
+        shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames or sh.raw)]
+        total = sum(
+            len(sh.rows) + sum(len(f) for f in sh.frames) + sum(len(p["_order"]) for p in sh.raw) for sh in shapes
+        )
         cached = self._cache.get(kind)
         if cached is not None and cached[0] == total:
             return cached[1].copy()
         parts = []
         for shape in shapes:
-            if shape.rows:
+            if shape.rows or shape.raw:
                 # Type only the rows added since the last build (a follower builds often).
-                table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
-                table[:] = shape.rows
-                cols: dict[str, Any] = {"_order": np.array(shape.order, dtype=np.int64)}
-                cols["time"] = to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy()
-                ranks = table[:, 1]
-                ranks[np.equal(ranks, None)] = ""
-                cols["rank"] = ranks
-                if not np.equal(table[:, 2], None).all():
-                    cols["iter"] = _convert_column(table[:, 2])
-                for k, key in enumerate(shape.columns):
-                    cols[key] = _convert_column(table[:, 3 + k])
-                shape.frames.append(pd.DataFrame(cols))
-                del shape.rows[:], shape.order[:]  # the fast path keeps appending to these lists
+                pieces = list(shape.raw)
+                if shape.rows:
+                    table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
+                    table[:] = shape.rows
+                    ranks = table[:, 1]
+                    ranks[np.equal(ranks, None)] = ""
+                    pieces.append({
+                        "_order": np.array(shape.order, dtype=np.int64),
+                        "time": to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy(),
+                        "rank": ranks,
+                        "iter": None if np.equal(table[:, 2], None).all() else table[:, 2],
+                        "values": [table[:, 3 + k] for k in range(len(shape.columns))],
+                    })
+                shape.frames.append(typed_frame(shape.columns, pieces))
+                del shape.rows[:], shape.order[:], shape.raw[:]  # the fast path keeps appending to these lists
                 if len(shape.frames) > 8:
                     shape.frames[:] = [pd.concat(shape.frames, ignore_index=True, sort=False)]
             if len(shape.frames) > 1 and any("iter" in f.columns for f in shape.frames):
@@ -637,6 +699,16 @@ class _Parser:
 
 
 
+def _timestamp(stamp: str | None) -> pd.Timestamp | None:
+    """A stamp as printed -> Timestamp; None when there is none or it is no date (2025-02-30)."""
+    if not stamp:
+        return None
+    try:
+        return pd.Timestamp(stamp)
+    except ValueError:
+        return None
+
+
 # The public name of the parser, for other engines' adapters and for tests.
 SGLangParser = _Parser
 
@@ -657,8 +729,10 @@ def _detect(head: str) -> bool:
 
 def _new_parser(date: str | None = None, *, incremental: bool = True) -> _Parser:
     parser = _Parser(date=date)
-    # A follower builds again and again and keeps its tables; a whole parse builds once.
+    # A follower builds again and again and keeps its tables; a whole parse builds once, and
+    # takes its first time from the first dated line near its start.
     parser.reuse_frames = incremental
+    parser.scan_first_time = not incremental
     return parser
 
 

@@ -77,14 +77,16 @@ def fill_hybrid(frame: pd.DataFrame) -> None:
 
 
 def to_timestamps(values: Any) -> pd.Series:
+    """Time strings (or datetimes) -> datetime64[ns]; what cannot be read becomes NaT."""
     series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
     if pd.api.types.is_datetime64_dtype(series.dtype):
-        return series
+        return series if series.dtype == "datetime64[ns]" else series.astype("datetime64[ns]")
     try:
         return pd.Series(np.array(series.to_numpy(), dtype="datetime64[ns]"), index=series.index)
     except (ValueError, TypeError):
         pass
     try:
-        return pd.to_datetime(series, format="ISO8601")
+        parsed = pd.to_datetime(series, format="ISO8601")
     except (ValueError, TypeError):
-        return pd.to_datetime(series, errors="coerce", format="mixed")
+        parsed = pd.to_datetime(series, errors="coerce", format="mixed")
+    return parsed.astype("datetime64[ns]")

@@ -14,7 +14,7 @@ from pathlib import Path
 # --------------------------------------------------------------------------------------------
 # Line-level recognition
 
-__all__ = ["read_source", "read_text", "split_bytes", "split_text", "strip_ansi"]
+__all__ = ["read_source", "read_text", "resolve_source", "split_bytes", "split_chunk", "split_text", "strip_ansi"]
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # [2025-01-01 12:00:00.123 DP0 TP3] or [12:00:00 TP0] or [2025-01-01 12:00:00] -- then an
@@ -74,13 +74,20 @@ def split_text(text: str) -> list[str]:
 
 def read_source(path_or_text: str | os.PathLike[str] | bytes) -> str | bytes:
     """The log: bytes when read from a file (or given as bytes), else the text given."""
+    source = resolve_source(path_or_text)
+    return source.read_bytes() if isinstance(source, Path) else source
+
+
+def resolve_source(path_or_text: str | os.PathLike[str] | bytes) -> Path | str | bytes:
+    """The log as given: the file's path, the text, or the bytes; FileNotFoundError for a path
+    (or a name that looks like one) with no file, TypeError for anything else."""
     if isinstance(path_or_text, bytes):
         return path_or_text
     if isinstance(path_or_text, os.PathLike):
         path = Path(path_or_text)
         if not path.is_file():
             raise FileNotFoundError(f"server log {str(path)!r} does not exist (pass a path or the log text)")
-        return path.read_bytes()
+        return path
     if not isinstance(path_or_text, str):
         raise TypeError(
             f"expected a path or the log text, got {type(path_or_text).__name__}"
@@ -89,7 +96,7 @@ def read_source(path_or_text: str | os.PathLike[str] | bytes) -> str | bytes:
         path = Path(path_or_text)
         try:
             if path.is_file():
-                return path.read_bytes()
+                return path
         except OSError:
             pass
         if path.suffix in (".log", ".txt", ".out", ".jsonl", ".json") and not any(c.isspace() for c in path_or_text):
@@ -102,9 +109,21 @@ def read_text(path_or_text: str | os.PathLike[str] | bytes) -> str:
     return source.decode("utf-8", errors="replace") if isinstance(source, bytes) else source
 
 
+def split_chunk(chunk: bytes, crs: bool) -> list[str]:
+    """The lines of ``chunk`` (whole lines of a file, ending with a newline), split as
+    :func:`split_bytes` splits the whole file; ``crs``: the file holds a carriage return."""
+    text = chunk.decode("utf-8", errors="replace")
+    if crs and not (text.isascii() and _ASCII_BREAK_RE.search(text) is None):
+        return text.splitlines()
+    lines = text.split("\n")
+    lines.pop()  # the empty string after the final newline
+    return lines
+
+
 _DECODE_CHUNK = 1 << 20
 # The ASCII characters str.splitlines() breaks at, besides "\n".
 _ASCII_BREAKS_BUT_NL = ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e")
+_ASCII_BREAK_RE = re.compile("[\r\x0b\x0c\x1c-\x1e]")
 
 
 def split_bytes(raw: bytes) -> list[str]:

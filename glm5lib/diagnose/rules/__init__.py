@@ -84,6 +84,13 @@ def evaluate(
             "rule": f.rule,
             "severity": f.severity,
             "score": f.score,
+            "prediction": f.prediction.text if f.prediction else None,
+            "predicted_throughput": round(f.prediction.throughput, 1) if f.prediction else None,
+            "predicted_low": round(f.prediction.low, 1) if f.prediction else None,
+            "predicted_high": round(f.prediction.high, 1) if f.prediction else None,
+            "measured_throughput": (
+                round(f.prediction.measured, 1) if f.prediction and f.prediction.measured else None
+            ),
         }
         for f in findings
     ]

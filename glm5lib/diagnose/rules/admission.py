@@ -23,6 +23,7 @@ import re
 
 import pandas as pd
 
+from glm5lib.diagnose.capacity import predict_remedy
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.references import norm
@@ -41,6 +42,8 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 CLIP_MAX_NEW_TOKENS = 4096
 # Token usage at or above this is a full pool (the KV rule's territory).
 _KV_FULL = 0.85
+# A prefill budget at or below this many tokens leaves the prefill kernels under-filled.
+_SMALL_PREFILL_BUDGET = 2048
 
 
 def _conservativeness(ev: Evidence) -> float:
@@ -158,6 +161,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
             suggestion=str(suggestion),
             confidence=confidence,
             rule="admission_reserve",
+            prediction=predict_remedy(ev, ev.cap()[0], "with admission no longer held back"),
             severity=0.85,
             covers=("schedule_conservativeness",),
         )
@@ -184,9 +188,17 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     # batch and the running set beside it (decode lines are rare when prefill takes every turn).
     p = ev.prefill
     queue = _col(p, "queue_req").fillna(0)
-    running = _col(p, "running_req")
+    # the running set once this batch joined it (the line counts the running set before)
+    new_seq = _col(p, "new_seq").fillna(0)
+    running = _col(p, "running_req") + new_seq
     usage = _col(p, "token_usage")
     if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= _KV_FULL:
+        return []
+    # A full batch of whole prompts runs the prefill kernels efficiently: the budget is the
+    # limit only when it is small, or cuts prompts so that batches carry one chunk each.
+    full = _col(p, "new_token") >= 0.9 * budget
+    chunked = float((new_seq[full] <= 1).mean()) if full.any() else 0.0
+    if budget > _SMALL_PREFILL_BUDGET and chunked < 0.5:
         return []
     decode_usage = _col(ev.active_decode(), "token_usage")
     if len(decode_usage) and float((decode_usage >= _KV_FULL).mean()) >= 0.15:
@@ -196,7 +208,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     value = _power_of_two_above(max(4 * budget, 8192))
     parts = [
         f"{n_full} of {n_prefill} prefill batches ({_pct(share)}) took the whole budget of {budget:,} "
-        f"tokens ({src})",
+        f"tokens ({src}), {_pct(chunked)} of them one chunk of a longer prompt",
         f"#queue-req behind them averaged {_num(float(queue.mean()))} while #running-req stayed at a "
         f"median {_count(float(running.median()))}"
         + (f" of a limit of {int(limit)} (cap or offered load)" if limit else "")
@@ -219,6 +231,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
             suggestion=suggestion,
             confidence=0.7,
             rule="prefill_budget",
+            prediction=predict_remedy(ev, ev.cap()[0], "with a prefill budget that keeps up"),
             severity=0.8,
             covers=("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens"),
         )
@@ -311,6 +324,7 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
             suggestion=str(remedy("unload_the_frontend", ev.engine)),
             confidence=confidence,
             rule="underfed",
+            prediction=predict_remedy(ev, ev.cap()[0], "with the offered load reaching the scheduler"),
             severity=0.7,
             covers=("stream_interval", "tokenizer_worker_num"),
         )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import math
 
-from glm5lib.diagnose.capacity import CapacityModel, recommend_max_running_requests
+from glm5lib.diagnose.capacity import (
+    fitted_model,
+    predict_remedy,
+    recommend_max_running_requests,
+)
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _frame, _num, _pct
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.references import norm
-from glm5lib.errors import DiagnosisError
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -101,11 +104,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     ctx, _ = ev.context_tokens()
     target = int(s["concurrency"].max()) if not s.empty else None
     if pool and ctx:
-        model = None
-        try:
-            model = CapacityModel.fit(ev.decode)
-        except DiagnosisError:
-            pass
+        model = fitted_model(ev)
         rec = recommend_max_running_requests(
             pool,
             ctx,
@@ -126,8 +125,13 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     ref_cap = norm((ev.reference_args or {}).get("max_running_requests"))
     if isinstance(ref_cap, int) and ref_cap > cap:
         suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
+    raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
+    prediction = predict_remedy(
+        ev, raised, f"raising the cap to {raised}" if raised else "without the cap"
+    )
     return [
         Finding(
+            prediction=prediction,
             finding=f"concurrency cap: at most {cap} requests run at once while the rest queue",
             evidence="; ".join(parts),
             suggestion=suggestion,

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from glm5lib.diagnose.capacity import CapacityModel
+from glm5lib.diagnose.capacity import fitted_model
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
-from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.errors import ConfigError
 from glm5lib.levels import level_windows
 
 __all__ = ["rule_client_bound", "rule_gpu_underused", "rule_saturation"]
@@ -71,10 +71,7 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
         "profile one decode step (torch profiler / nsys) to split it into attention, MoE GEMMs, "
         "all-reduce and scheduling"
     )
-    try:
-        model = CapacityModel.fit(ev.decode)
-    except DiagnosisError:
-        model = None
+    model = fitted_model(ev)
     if model is not None and model.per_request_ms > 0:
         b = int(_col(d, "running_req").max())
         step = float(model.step_ms(b))
