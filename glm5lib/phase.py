@@ -373,7 +373,7 @@ def measure_phase(
              "server_log": folder / rundir.SERVER_LOG, "power": folder / rundir.POWER}
     sampler: GpuSampler | None = None
     scraper: MetricsScraper | None = None
-    sweep = pd.DataFrame()
+    sweep: pd.DataFrame | None = None
     server_log: ServerLog | None = None
     gpu_frame = pd.DataFrame(columns=GPU_COLUMNS)
     metrics_frame = pd.DataFrame(columns=METRICS_COLUMNS)
@@ -410,8 +410,8 @@ def measure_phase(
                         notes.append(f"/metrics not served: {scraper.reason}")
             finally:
                 try:
-                    if sweep.empty:
-                        sweep = load_sweep(folder)  # what was finished before an error
+                    if sweep is None:
+                        sweep = load_sweep(folder)  # the sweep raised: what it finished before
                     power = _power(gpu_frame, sweep)
                     power.to_csv(folder / rundir.POWER, index=False)
                 except Exception as exc:  # the way out must still stop the server

@@ -698,18 +698,26 @@ def test_a_settings_object_drives_the_sweep_and_does_not_mix_with_keywords(serve
 @pytest.mark.parametrize("cpu, lag, itl, bound", [
     (13.0, 31.0, 73.0, False),   # the stand-in at 256 streams: a lag that is noise against the token gap
     (99.0, 31.0, 73.0, False),   # a busy core, but the loop still read tokens well inside their gap
-    (13.0, 60.0, 73.0, False),   # a long lag with the core mostly idle: the machine, not the client
+    (13.0, 60.0, 73.0, False),   # most of a gap, but the client had CPU to spare: not its limit
     (95.0, 60.0, 73.0, True),    # a saturated core whose loop delayed tokens by most of their gap
     (95.0, 4.0, 6.0, True),      # fast decode: 4 ms is two thirds of a 6 ms gap
+    (25.0, 90.0, 73.0, True),    # a client starved of CPU on a busy machine: tokens wait longer than a gap
+    (25.0, 80.0, 0.0, True),     # tokens arrive together: the server outpaces the reader
     (95.0, 30.0, float("nan"), True),   # no gap measured: the absolute bound decides
     (95.0, 10.0, float("nan"), False),
+    (13.0, 30.0, float("nan"), False),
 ])
 def test_client_limited_relates_loop_lag_to_the_inter_token_interval(cpu, lag, itl, bound):
     from glm5lib.loadgen import client_limited
 
     verdict, ratio = client_limited(cpu, lag, itl)
     assert verdict is bound
-    assert (math.isnan(ratio) and math.isnan(itl)) or ratio == pytest.approx(lag / itl)
+    if math.isnan(itl):
+        assert math.isnan(ratio)
+    elif itl == 0:
+        assert ratio == math.inf
+    else:
+        assert ratio == pytest.approx(lag / itl)
 
 
 @pytest.mark.slow

@@ -78,6 +78,10 @@ def test_a_running_server_is_measured_left_running_and_stop_event_keeps_finished
         assert list(pd.read_csv(tmp_path / "panel" / rundir.POWER)["concurrency"]) == [1]
         assert "metrics" not in result.paths and result.metrics.empty
         assert _own_threads() == []
+        # a stop before the first level: nothing measured, and the result says so
+        early = phase.measure_phase(srv, tmp_path, "early", stop_event=stop, **_small(metrics=False))
+        assert early.sweep.empty and early.stopped_at == 1 and early.power.empty
+        assert srv.alive() and _own_threads() == []
     finally:
         srv.stop()
     assert not srv.alive()

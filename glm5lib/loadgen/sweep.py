@@ -39,10 +39,11 @@ __all__ = ["client_limited", "load_requests", "load_sweep", "run_sweep", "run_sw
 
 log = logging.getLogger(__name__)
 
-# The client limited a level only when both hold: its process used nearly a whole core (one
-# event loop cannot use more), and its event loop lagged, at p99, by a large part of the interval
-# between tokens the level actually had, so that reading the streams delayed them. Either alone
-# is no verdict: a 30 ms lag is noise against 70 ms between tokens and decisive against 5 ms.
+# The client limited a level when its event loop lagged, at p99, by a large part of the interval
+# between tokens the level actually had, so that reading the streams delayed them, and either
+# its process used nearly a whole core (one event loop cannot use more) or the lag outlasted the
+# whole interval (a client starved of CPU by a busy machine is the limit all the same). A lag
+# alone is no verdict: 30 ms is noise against 70 ms between tokens and decisive against 5 ms.
 CLIENT_CPU_BOUND_PCT = 80.0
 LOOP_LAG_ITL_FRACTION = 0.5
 # Without a measured inter-token interval (no stream had two chunks), the lag is judged alone.
@@ -75,17 +76,21 @@ def _mask(key: str | None) -> str:
 def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float) -> tuple[bool, float]:
     """Was the client the limit of a level? Returns ``(verdict, loop_lag_p99_ms / median_itl_ms)``.
 
-    True only when the client's process used at least :data:`CLIENT_CPU_BOUND_PCT` % of a core
-    and its event loop's p99 lag was at least :data:`LOOP_LAG_ITL_FRACTION` of the level's median
-    inter-token interval (:data:`LOOP_LAG_BOUND_MS` when the level has no interval to compare to).
+    True when the event loop's p99 lag was at least :data:`LOOP_LAG_ITL_FRACTION` of the level's
+    median inter-token interval and the client's process used at least
+    :data:`CLIENT_CPU_BOUND_PCT` % of a core, or when the lag was at least the whole interval
+    (tokens waited longer for the client than for the server, whatever kept the client from
+    running). A median interval of 0 (tokens arrive together: the server outpaces the reader)
+    gives an infinite ratio; with no interval at all (no stream had two chunks) the lag is held
+    against :data:`LOOP_LAG_BOUND_MS` and the CPU must be busy.
     """
-    ratio = float("nan")
-    if median_itl_ms is not None and np.isfinite(median_itl_ms) and median_itl_ms > 0 and np.isfinite(loop_lag_p99_ms):
-        ratio = float(loop_lag_p99_ms) / float(median_itl_ms)
-    busy = bool(np.isfinite(cpu_pct) and cpu_pct >= CLIENT_CPU_BOUND_PCT)
-    lagged = ratio >= LOOP_LAG_ITL_FRACTION if np.isfinite(ratio) else bool(
-        np.isfinite(loop_lag_p99_ms) and loop_lag_p99_ms >= LOOP_LAG_BOUND_MS)
-    return busy and bool(lagged), ratio
+    lag = float(loop_lag_p99_ms) if loop_lag_p99_ms is not None else float("nan")
+    itl = float(median_itl_ms) if median_itl_ms is not None else float("nan")
+    busy = bool(cpu_pct is not None and np.isfinite(cpu_pct) and cpu_pct >= CLIENT_CPU_BOUND_PCT)
+    if not np.isfinite(lag) or not np.isfinite(itl) or itl < 0:
+        return busy and bool(np.isfinite(lag) and lag >= LOOP_LAG_BOUND_MS), float("nan")
+    ratio = lag / itl if itl > 0 else (float("inf") if lag > 0 else 0.0)
+    return bool(ratio >= 1.0 or (busy and ratio >= LOOP_LAG_ITL_FRACTION)), ratio
 
 
 def _call_probe(probe: Callable[..., bool], timeout: float) -> bool:
