@@ -42,6 +42,8 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 CLIP_MAX_NEW_TOKENS = 4096
 # Token usage at or above this is a full pool (the KV rule's territory).
 _KV_FULL = 0.85
+# A prefill budget at or below this many tokens leaves the prefill kernels under-filled.
+_SMALL_PREFILL_BUDGET = 2048
 
 
 def _conservativeness(ev: Evidence) -> float:
@@ -186,9 +188,17 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     # batch and the running set beside it (decode lines are rare when prefill takes every turn).
     p = ev.prefill
     queue = _col(p, "queue_req").fillna(0)
-    running = _col(p, "running_req")
+    # the running set once this batch joined it (the line counts the running set before)
+    new_seq = _col(p, "new_seq").fillna(0)
+    running = _col(p, "running_req") + new_seq
     usage = _col(p, "token_usage")
     if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= _KV_FULL:
+        return []
+    # A full batch of whole prompts runs the prefill kernels efficiently: the budget is the
+    # limit only when it is small, or cuts prompts so that batches carry one chunk each.
+    full = _col(p, "new_token") >= 0.9 * budget
+    chunked = float((new_seq[full] <= 1).mean()) if full.any() else 0.0
+    if budget > _SMALL_PREFILL_BUDGET and chunked < 0.5:
         return []
     decode_usage = _col(ev.active_decode(), "token_usage")
     if len(decode_usage) and float((decode_usage >= _KV_FULL).mean()) >= 0.15:
@@ -198,7 +208,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     value = _power_of_two_above(max(4 * budget, 8192))
     parts = [
         f"{n_full} of {n_prefill} prefill batches ({_pct(share)}) took the whole budget of {budget:,} "
-        f"tokens ({src})",
+        f"tokens ({src}), {_pct(chunked)} of them one chunk of a longer prompt",
         f"#queue-req behind them averaged {_num(float(queue.mean()))} while #running-req stayed at a "
         f"median {_count(float(running.median()))}"
         + (f" of a limit of {int(limit)} (cap or offered load)" if limit else "")
