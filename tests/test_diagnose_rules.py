@@ -231,3 +231,12 @@ def test_gauges_stand_in_for_decode_lines_when_the_log_has_none(tmp_path):
     assert list(ev.decode.columns[:4]) == ["time", "running_req", "queue_req", "token_usage"]
     out = dg.rule_concurrency_cap(ev)
     assert out and "stayed at 64" in out[0].evidence and "--max-num-seqs" in out[0].suggestion
+
+
+def test_a_recommendation_the_model_predicts_slower_says_so():
+    # 120 requests ran; the pool holds 88 at full length: the smaller cap is predicted slower
+    m = dg.CapacityModel.fit(decode_frame([16, 32, 64, 96, 120] * 4))
+    r = m.recommend_max_running_requests(100_000, 1000, target_concurrency=256, current_cap=256, ran_batch=120)
+    assert r.value == 88 and r.predicted_throughput < r.current_throughput
+    assert "predicts this cap to be slower than what runs now" in r.reason
+    assert "below the 120 requests that already ran at once" in r.reason

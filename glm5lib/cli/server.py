@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -36,7 +37,14 @@ def parse_set(text: str) -> tuple[str, Any]:
     return name, ServerConfig.from_argv([flag, *tokens]).get(name)
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _cmd_launch(args: argparse.Namespace) -> int:
+    # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     # argparse's REMAINDER swallows options written after CONFIG: split at '--' and parse the
     # head again, so `glm5 launch NAME --backend sim -- FLAGS` and `glm5 launch --backend sim NAME` both work
     rest = list(args.rest or [])

@@ -129,6 +129,11 @@ def recommend_max_running_requests(
                 + (f"; extrapolated beyond the measured batches {lo}-{hi}" if beyond else "")
                 + ")"
             )
+            if pred < cur:
+                reasons.append(
+                    f"the model predicts this cap to be slower than what runs now ({_num(pred)} vs "
+                    f"{_num(cur)} tok/s): it trades throughput for the KV headroom that avoids retraction"
+                )
     return Recommendation(
         value,
         kv_bound,
@@ -413,6 +418,11 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction
         f"with {int(row['batch'])} running ({row['limited_by']}-bound), against "
         + (f"{_num(measured)} tok/s measured" if math.isfinite(measured) else "no measured figure")
         + f" with {batch_now}"
+        + (
+            "; the model predicts no gain over the measurement"
+            if math.isfinite(measured) and float(row["throughput_high"]) < measured
+            else ""
+        )
         + (
             f"; extrapolated beyond the measured batches {model.batch_range[0]}-{model.batch_range[1]}"
             if bool(row["extrapolated"])

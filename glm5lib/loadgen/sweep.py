@@ -16,6 +16,7 @@ import gc
 import logging
 import math
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -125,6 +126,20 @@ class _LevelState:
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
 
 
+def _exit_details(server: Any) -> str:
+    """`` (nan, exit status -9)``: why a launched server ended, when it can say."""
+    details = []
+    with contextlib.suppress(Exception):
+        cause = server.crash_cause() if callable(getattr(server, "crash_cause", None)) else None
+        if cause:
+            details.append(str(cause))
+    code = getattr(server, "returncode", None)
+    if isinstance(code, int):
+        killed = code < 0 and -code in signal.valid_signals()
+        details.append(f"exit status {code}" + (f", killed by {signal.Signals(-code).name}" if killed else ""))
+    return f" ({', '.join(details)})" if details else ""
+
+
 class _Sweep:
     def __init__(
         self,
@@ -211,7 +226,7 @@ class _Sweep:
             log_path = getattr(self.server, "log_path", None)
             where = f" (log: {log_path})" if log_path else ""
             alive = await asyncio.to_thread(self.server.alive)
-            why = f"the server process is gone{where}"
+            why = f"the server process is gone{_exit_details(self.server)}{where}"
             if alive:
                 healthy = getattr(self.server, "healthy", None)
                 if healthy is None:

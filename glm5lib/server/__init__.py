@@ -17,14 +17,14 @@ descendant that left it. Servers still running when the interpreter exits are st
 server) with the same read interface; its ``stop()`` does nothing.
 
 Modules: :mod:`~glm5lib.server.process` (the child process, its log, stop, the registry of live
-servers), :mod:`~glm5lib.server.launch` (SGLang and the stand-in, readiness),
+servers), :mod:`~glm5lib.server.launcher` (SGLang and the stand-in, readiness),
 :mod:`~glm5lib.server.command` (any engine from a command template, flag editing),
-:mod:`~glm5lib.server.attach` (servers glm5lib did not start), :mod:`~glm5lib.server.ports`.
+:mod:`~glm5lib.server.attached` (servers glm5lib did not start), :mod:`~glm5lib.server.ports`.
 """
 
 from __future__ import annotations
 
-from glm5lib.server.attach import AttachedServer, attach
+from glm5lib.server.attached import AttachedServer, attach
 from glm5lib.server.command import (
     PLACEHOLDERS,
     CommandServer,
@@ -34,7 +34,7 @@ from glm5lib.server.command import (
     flag_value,
     launch_command,
 )
-from glm5lib.server.launch import BACKENDS, Server, launch
+from glm5lib.server.launcher import BACKENDS, Server, launch
 from glm5lib.server.ports import LOOPBACK, find_free_port
 from glm5lib.server.process import READY_LINE, ServerProcess, live_servers, stop_all
 

@@ -12,16 +12,15 @@ import logging
 import os
 import re
 import sys
-import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_argv
-from glm5lib.server.launch import Server, wait_ready
+from glm5lib.server.launcher import Server, start_server
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
-from glm5lib.server.process import child_env, next_restart_log, prepare_log_path, spawn
+from glm5lib.server.process import child_env, next_restart_log, prepare_log_path
 
 __all__ = [
     "PLACEHOLDERS",
@@ -312,26 +311,16 @@ def launch_command(
     env_overrides, whole_env, secrets = child_env(env, (api_key,))
     base_url = f"http://{connect_host(host)}:{port}"
     logger.info("launching %s (log %s)", " ".join(mask_argv(argv, secrets)), log_path)
-    try:
-        process = spawn(argv, whole_env)
-    except (FileNotFoundError, PermissionError) as exc:
-        raise ServerLaunchError(
-            f"cannot run {argv[0]!r}: {exc.strerror}; install the engine or give the full path "
-            "of its program as the template's first element",
-            cause="not_found",
-        ) from exc
-    server = CommandServer(
-        argv_template=[str(t) for t in template], host=host, port=int(port), model=model,
-        ready_path=ready_path, ready_line=ready_line, api_key=api_key,
-        process=process, argv=argv, base_url=base_url, log_path=log_path,
-        env_overrides=env_overrides, secrets=secrets,
-        launch_options={"port_explicit": port_explicit, "ready_timeout": ready_timeout, "restarts": _restarts},
+    server = start_server(
+        lambda: CommandServer(
+            argv_template=[str(t) for t in template], host=host, port=int(port), model=model,
+            ready_path=ready_path, ready_line=ready_line, api_key=api_key,
+            argv=argv, env=whole_env, base_url=base_url, log_path=log_path,
+            env_overrides=env_overrides, secrets=secrets,
+            launch_options={"port_explicit": port_explicit, "ready_timeout": ready_timeout, "restarts": _restarts},
+        ),
+        ready_timeout,
+        poll_interval,
     )
-    try:
-        wait_ready(server, ready_timeout, poll_interval)
-    except BaseException:
-        server.stop(grace=5.0)
-        raise
-    server.ready_at = time.time()
     logger.info("%s ready at %s after %.1f s", server.engine, base_url, server.ready_at - server.started_at)
     return server

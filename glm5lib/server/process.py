@@ -24,13 +24,14 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from glm5lib import http
+from glm5lib.errors import ServerLaunchError
 from glm5lib.logs import classify_fatal, follow_log
 from glm5lib.masking import mask_argv, mask_env, mask_text, secret_env_values
 
@@ -133,15 +134,89 @@ def child_env(
     return overrides, whole, secrets
 
 
-def _set_parent_death_signal() -> None:  # runs in the child between fork and exec
-    # If the Python that launched the server dies without running atexit (SIGKILL, a crashed
-    # kernel), the kernel sends the server SIGTERM instead of leaving it orphaned on the GPUs.
-    try:
-        import ctypes
+@contextlib.contextmanager
+def signals_deferred(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -> Iterator[None]:
+    """Hold back Python's handlers of ``signals`` (Ctrl-C's KeyboardInterrupt) inside the block,
+    then run them on leaving it: a process spawned inside is registered before an interrupt can
+    unwind the stack, so whoever catches the interrupt finds it and can stop it.
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # not Linux: atexit still covers the normal exits
+    Only the main thread runs signal handlers; elsewhere this does nothing. Signals whose
+    disposition is not a Python handler (SIGTERM's default: the process ends at once) are left
+    alone: the guard process covers those.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous: dict[int, Any] = {}
+    for sig in signals:
+        handler = signal.getsignal(sig)
+        if callable(handler):
+            previous[sig] = handler
+            signal.signal(sig, lambda signum, _frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in pending:
+            previous[signum](signum, None)  # SIGINT's default handler raises KeyboardInterrupt here
+
+
+# The guard: a tiny process that ends a server's process group when the Python that launched
+# it dies without stopping it (SIGKILL, SIGTERM with its default action, a killed or crashed
+# Jupyter kernel), which atexit cannot cover. Its stdin is a pipe whose write end only the
+# launching process holds: when that process is gone, for whatever reason, the kernel closes
+# the pipe, the read returns end-of-file, and the guard sends SIGTERM to the group, then
+# SIGKILL after the grace period. The guard has its own session, so a Ctrl-C in the terminal
+# does not reach it, and it imports nothing beyond the interpreter's core.
+_GUARD_CODE = """
+import os, signal, sys, time
+pgid, grace = int(sys.argv[1]), float(sys.argv[2])
+try:
+    while os.read(0, 4096):
         pass
+except OSError:
+    pass
+try:
+    os.killpg(pgid, signal.SIGTERM)
+except OSError:
+    sys.exit(0)
+deadline = time.monotonic() + grace
+while time.monotonic() < deadline:
+    try:
+        os.killpg(pgid, 0)
+    except OSError:
+        sys.exit(0)
+    time.sleep(0.05)
+try:
+    os.killpg(pgid, signal.SIGKILL)
+except OSError:
+    pass
+"""
+#: Seconds the guard gives an orphaned server between SIGTERM and SIGKILL.
+GUARD_GRACE_S = 10.0
+
+
+def start_guard(pgid: int, grace: float = GUARD_GRACE_S) -> tuple[subprocess.Popen, int] | None:
+    """Start the guard of process group ``pgid``: (its process, the pipe's write end), or None
+    (logged) when it cannot be started; the server then relies on atexit alone."""
+    read_end, write_end = os.pipe()
+    try:
+        guard = subprocess.Popen(
+            [sys.executable, "-I", "-S", "-c", _GUARD_CODE, str(pgid), str(grace)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(write_end)
+        logger.warning("no guard for server group %d (%s): it is stopped at exit, not if this process is killed", pgid, exc)
+        return None
+    finally:
+        os.close(read_end)
+    return guard, write_end
 
 
 def spawn(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen:
@@ -152,11 +227,7 @@ def spawn(argv: list[str], env: Mapping[str, str]) -> subprocess.Popen:
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=dict(env),
-        start_new_session=True,  # its own process group: stop() signals the whole tree
-        # PR_SET_PDEATHSIG fires when the launching *thread* ends, so only from the main thread
-        preexec_fn=_set_parent_death_signal
-        if sys.platform.startswith("linux") and threading.current_thread() is threading.main_thread()
-        else None,
+        start_new_session=True,  # its own process group: stop() and the guard signal the whole tree
     )
 
 
@@ -182,8 +253,8 @@ class ServerProcess:
     def __init__(
         self,
         *,
-        process: subprocess.Popen,
         argv: list[str],
+        env: Mapping[str, str],
         config: Any,
         backend: str,
         base_url: str,
@@ -193,15 +264,17 @@ class ServerProcess:
         launch_options: Mapping[str, Any],
         ready_line: str | None = READY_LINE,
     ):
+        """Start ``argv`` with environment ``env`` and register it; the caller waits for readiness.
+
+        Call it inside :func:`signals_deferred` from the main thread, so that an interrupt
+        arrives only once the process is registered and guarded.
+        """
         self.ready_line = ready_line
-        self._process = process
         self.argv = list(argv)
         self.config = config
         self.backend = backend
         self.base_url = base_url
         self.log_path = Path(log_path)
-        self.pid = process.pid
-        self.started_at = time.time()
         self.ready_at: float | None = None
         self._env_overrides = dict(env_overrides)
         self._secrets = [s for s in secrets if s]
@@ -215,12 +288,34 @@ class ServerProcess:
         self._exit_code: int | None = None
         self._follower = None
         self._reader: threading.Thread | None = None
-        # registered before anything else can fail, so stop_all() knows the process whatever happens
+        self._guard: subprocess.Popen | None = None
+        self._guard_pipe: int | None = None
+        self._log_file = open(self.log_path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the reader
+        try:
+            self._process = spawn(self.argv, env)
+        except (FileNotFoundError, PermissionError) as exc:
+            self._log_file.close()
+            raise ServerLaunchError(
+                f"cannot run {self.argv[0]!r}: {exc.strerror}; install the engine or give the full path "
+                "of its program (the command template's first element, or python=)",
+                cause="not_found",
+            ) from exc
+        except BaseException:
+            self._log_file.close()
+            raise
+        self.pid = self._process.pid
+        self.started_at = time.time()
         with _LIVE_LOCK:
             _LIVE.add(self)
-        self._log_file = open(self.log_path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the reader
-        self._reader = threading.Thread(target=self._read_output, name=f"glm5-server-{self.pid}-log", daemon=True)
-        self._reader.start()
+        try:
+            guard = start_guard(self.pid)
+            if guard is not None:
+                self._guard, self._guard_pipe = guard
+            self._reader = threading.Thread(target=self._read_output, name=f"glm5-server-{self.pid}-log", daemon=True)
+            self._reader.start()
+        except BaseException:
+            self.stop(grace=0.0)
+            raise
 
     # -- output ------------------------------------------------------------------------------
 
@@ -266,8 +361,15 @@ class ServerProcess:
 
     def fatal_lines(self) -> list[str]:
         """Lines carrying a fatal signature (OOM, NaN, NCCL, scheduler exception, sigquit...)."""
+        self._settle()
         with self._lock:
             return [line for _, line in self._fatal]
+
+    def _settle(self) -> None:
+        # once the process has ended, what it printed last (the traceback naming the cause) may
+        # still be in the pipe: read it all before answering
+        if self._process.poll() is not None and self._reader is not None and self._reader.is_alive():
+            self._reader.join(timeout=5)
 
     def first_fatal_at(self) -> float | None:
         """``time.monotonic()`` when the first fatal line was read, None when none was."""
@@ -277,6 +379,7 @@ class ServerProcess:
     def crash_cause(self) -> str | None:
         """Why the server failed: the most specific fatal signature logged, ``"exited"`` when it
         died without one, ``None`` while it runs cleanly (or after a clean :meth:`stop`)."""
+        self._settle()
         with self._lock:
             kinds = [kind for kind, _ in self._fatal]
             tail = list(self._tail)[-TAIL_LINES:]
@@ -382,8 +485,13 @@ class ServerProcess:
     def stop(self, grace: float = 15.0) -> int | None:
         """SIGTERM to the process group, up to ``grace`` seconds, then SIGKILL; returns the exit status.
 
-        Also kills descendants that moved to another process group. Safe to call twice.
+        Also kills descendants that moved to another process group. Safe to call twice; a
+        Ctrl-C while stopping takes effect once the server is gone.
         """
+        with signals_deferred():
+            return self._stop(grace)
+
+    def _stop(self, grace: float) -> int | None:
         self._stopped = True
         process = self._process
         try:
@@ -394,7 +502,8 @@ class ServerProcess:
         try:
             process.wait(timeout=max(grace, 0.0))
         except subprocess.TimeoutExpired:
-            logger.warning("server pid %d ignored SIGTERM for %.1f s: killing it", process.pid, grace)
+            if grace > 0:
+                logger.warning("server pid %d ignored SIGTERM for %.1f s: killing it", process.pid, grace)
             self._signal_group(signal.SIGKILL)
             process.wait(timeout=10)
         # the group is gone; anything that escaped it (its own session) is killed too
@@ -404,11 +513,24 @@ class ServerProcess:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
+        self._end_guard()
         self.join_output()
         with _LIVE_LOCK:
             _LIVE.discard(self)
         self._exit_code = process.returncode
         return process.returncode
+
+    def _end_guard(self) -> None:
+        # the server is gone: the guard has nothing left to watch
+        if self._guard is not None:
+            with contextlib.suppress(OSError):
+                self._guard.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._guard.wait(timeout=5)
+        if self._guard_pipe is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._guard_pipe)
+            self._guard_pipe = None
 
     def _signal_group(self, sig: signal.Signals) -> None:
         try:

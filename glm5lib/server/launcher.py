@@ -17,9 +17,9 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from glm5lib import http
 from glm5lib.config import ServerConfig
@@ -32,10 +32,10 @@ from glm5lib.server.process import (
     child_env,
     next_restart_log,
     prepare_log_path,
-    spawn,
+    signals_deferred,
 )
 
-__all__ = ["BACKENDS", "Server", "launch", "launch_error", "wait_ready"]
+__all__ = ["BACKENDS", "Server", "launch", "launch_error", "start_server", "wait_ready"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ BACKENDS = {"sglang": "sglang.launch_server", "sim": "glm5lib.sim"}
 # specific cause (and the process exit) usually follows within a second.
 _FATAL_SETTLE_S = 3.0
 _QUIET_LEVELS = ("warning", "error", "critical")
+
+S = TypeVar("S", bound=ServerProcess)
 
 
 class Server(ServerProcess):
@@ -157,33 +159,46 @@ def launch(
     quiet = str(config.get("log_level") or "info").lower() in _QUIET_LEVELS
 
     logger.info("launching %s server: %s (log %s)", backend, " ".join(mask_argv(argv, secrets)), log_path)
-    process = spawn(argv, whole_env)
-    server = Server(
-        process=process,
-        argv=argv,
-        config=config,
-        backend=backend,
-        base_url=base_url,
-        log_path=log_path,
-        env_overrides=env_overrides,
-        secrets=secrets,
-        launch_options={
-            "port_explicit": port_explicit,
-            "extra_args": list(extra_args),
-            "python": python,
-            "ready_timeout": ready_timeout,
-            "restarts": _restarts,
-        },
-        ready_line=None if quiet else READY_LINE,
+    server = start_server(
+        lambda: Server(
+            argv=argv,
+            env=whole_env,
+            config=config,
+            backend=backend,
+            base_url=base_url,
+            log_path=log_path,
+            env_overrides=env_overrides,
+            secrets=secrets,
+            launch_options={
+                "port_explicit": port_explicit,
+                "extra_args": list(extra_args),
+                "python": python,
+                "ready_timeout": ready_timeout,
+                "restarts": _restarts,
+            },
+            ready_line=None if quiet else READY_LINE,
+        ),
+        ready_timeout,
+        poll_interval,
     )
+    logger.info("%s server ready at %s after %.1f s", backend, base_url, server.ready_at - server.started_at)
+    return server
+
+
+def start_server(make: Callable[[], S], ready_timeout: float, poll_interval: float) -> S:
+    """``make()`` (which spawns and registers a server) with interrupts held back until it is
+    registered, then :func:`wait_ready`; an interrupt, a launch error or anything else on the
+    way stops the half-started server before it propagates."""
+    server: S | None = None
     try:
+        with signals_deferred():
+            server = make()
         wait_ready(server, ready_timeout, poll_interval)
     except BaseException:
-        # KeyboardInterrupt in a notebook, a launch error, anything: no half-started server survives
-        server.stop(grace=5.0)
+        if server is not None:
+            server.stop(grace=5.0)
         raise
     server.ready_at = time.time()
-    logger.info("%s server ready at %s after %.1f s", backend, base_url, server.ready_at - server.started_at)
     return server
 
 
