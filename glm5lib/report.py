@@ -448,7 +448,6 @@ def environment_tables(env: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
             "memory (GiB)": None if _missing(mem) else round(mem / _GIB, 1),
             "power limit (W)": None if _missing(g.get("power_limit_w")) else round(g["power_limit_w"]),
             "max SM clock (MHz)": g.get("sm_clock_max_mhz"),
-            "max memory clock (MHz)": g.get("mem_clock_max_mhz"),
             "PCIe gen": _pair(g.get("pcie_gen_current"), g.get("pcie_gen_max")),
             "PCIe width": _pair(g.get("pcie_width_current"), g.get("pcie_width_max")),
             "persistence": _yes_no(g.get("persistence_mode")),
@@ -456,7 +455,7 @@ def environment_tables(env: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
         })
     gpu_frame = pd.DataFrame(rows, columns=[
         "GPU", "name", "compute capability", "memory (GiB)", "power limit (W)", "max SM clock (MHz)",
-        "max memory clock (MHz)", "PCIe gen", "PCIe width", "persistence", "MIG",
+        "PCIe gen", "PCIe width", "persistence", "MIG",
     ]).set_index("GPU")
     package_frame = pd.DataFrame(
         [(k, v or "not installed") for k, v in packages.items()], columns=["package", "version"]

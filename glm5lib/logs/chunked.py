@@ -278,12 +278,14 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
 _PREFIX_STAMP = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)")
 
 
-def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes) -> np.ndarray:
+def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0) -> np.ndarray:
     """Numbers of the lines that hold ``needle`` followed by one of the bytes ``follow``
-    (positions by numpy, no Python per line)."""
-    at = np.flatnonzero(arr[: len(arr) - len(needle)] == needle[0])
-    for k, c in enumerate(needle[1:], 1):
-        at = at[arr[at + k] == c]
+    (positions by numpy, no Python per line); the search starts from the needle's byte at
+    ``anchor`` (best a rare one)."""
+    at = np.flatnonzero(arr[anchor : len(arr) - len(needle) + anchor] == needle[anchor])
+    for k, c in enumerate(needle):
+        if k != anchor:
+            at = at[arr[at + k] == c]
     if follow:
         at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
     lines = np.searchsorted(nl, at) - 1  # sorted: one entry per occurrence
@@ -327,11 +329,14 @@ def _scheduler_lines(
     if not len(lines):
         return []
     starts, ends = nl[lines] + 1, nl[lines + 1]
-    colons, commas = np.flatnonzero(arr == 58), np.flatnonzero(arr == 44)
-    # A line's head and its numbers of colons and commas: lines of one shape share them.
-    sig = (head_of << 40) | (np.searchsorted(colons, ends) - np.searchsorted(colons, starts)) << 20 | (
-        np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
-    )
+    if len(heads) == len(shapes):
+        sig = head_of  # one shape per head: the head tells them apart
+    else:
+        # A line's head and its numbers of colons and commas: lines of one shape share them.
+        colons, commas = np.flatnonzero(arr == 58), np.flatnonzero(arr == 44)
+        sig = (head_of << 40) | (np.searchsorted(colons, ends) - np.searchsorted(colons, starts)) << 20 | (
+            np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
+        )
     order = np.argsort(sig, kind="stable")
     uniq, first = np.unique(sig[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
@@ -374,7 +379,9 @@ def _access_lines(buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int) -> tuple[
     last = len(arr) - 1
     for k, c in enumerate(_ACCESS_HEAD):
         cand &= arr[np.minimum(starts + k, last)] == c
-    lines = np.intersect1d(np.flatnonzero(cand), _holding(arr, nl, b' - "', b""), assume_unique=True)
+    holds = np.zeros(n, dtype=bool)
+    holds[_holding(arr, nl, b' - "', b"", anchor=3)] = True
+    lines = np.flatnonzero(cand & holds)
     if not len(lines):
         return lines, []
     rows = _ACCESS_RE.findall(buf)

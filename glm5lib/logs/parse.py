@@ -20,7 +20,7 @@ from glm5lib.logs.text import resolve_source, split_chunk, split_text
 __all__ = ["CHUNK_BYTES", "PROGRESS_BYTES", "parse_log"]
 
 #: Bytes read and parsed at a time.
-CHUNK_BYTES = 8 << 20
+CHUNK_BYTES = 4 << 20
 #: The first piece is smaller (shapes of scheduler lines are learned from it) but holds at
 #: least this many lines when the log has them.
 _FIRST_CHUNK_BYTES = 256 << 10

@@ -620,14 +620,18 @@ class _Parser:
                 part = part.iloc[np.argsort(part["_order"].to_numpy(), kind="stable")]
             part = part.assign(time=to_timestamps(part["time"]).to_numpy())
             done = self._http_done
+            del new
             self._http_done = part if done is None else pd.concat([done, part], ignore_index=True, sort=False)
+            del part, done
         if self._http_done is None:
             return http_frame([])
-        frame = self._http_done.drop(columns="_order").reset_index(drop=True)
         if self.reuse_frames:
-            return frame  # drop() made a new table: nothing kept here is handed out
-        self._http_done = None  # nobody builds again: let it go with the result
-        return frame
+            # A new table each time: nothing kept here is handed out.
+            return self._http_done.drop(columns="_order").reset_index(drop=True)
+        # Nobody builds again: the kept table becomes the result, without a copy.
+        frame, self._http_done = self._http_done, None
+        frame.pop("_order")
+        return frame.reset_index(drop=True) if not isinstance(frame.index, pd.RangeIndex) or frame.index.start else frame
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
         shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames or sh.raw)]
