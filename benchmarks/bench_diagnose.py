@@ -18,6 +18,7 @@ Best of ``--repeat`` runs, wall-clock seconds.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import numpy as np
@@ -100,7 +101,7 @@ def main() -> None:
 
     ev = synthetic_evidence(args.lines)
     t_rules, frame = best_of(
-        args.repeat, lambda: dg.evaluate(dg.Evidence(**{**ev.__dict__, "skipped": []}))
+        args.repeat, lambda: dg.evaluate(dataclasses.replace(ev, skipped=[]))
     )
     print(
         f"rules over {args.lines:,} decode lines, {len(ev.gpu):,} GPU samples: {t_rules:.3f} s "

@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from glm5lib import telemetry
+from glm5lib.telemetry import gpu as telemetry_gpu
 
 
 def skip(reason: str) -> int:
@@ -46,7 +47,7 @@ def skip(reason: str) -> int:
 def time_nvml_calls(nvml, index: int, reps: int = 20) -> dict[str, dict[str, float]]:
     """Median and p90 cost in ms of each NVML read the sampler may use, on one GPU."""
     h = nvml.nvmlDeviceGetHandleByIndex(index)
-    batch = [f for _, f in telemetry._NvmlGpu._BATCH]
+    batch = [f for _, f in telemetry_gpu._NvmlGpu._BATCH]
     calls = {
         "field_values_x5 (batched)": lambda: nvml.nvmlDeviceGetFieldValues(h, batch),
         "power_usage": lambda: nvml.nvmlDeviceGetPowerUsage(h),
@@ -75,7 +76,7 @@ def time_nvml_calls(nvml, index: int, reps: int = 20) -> dict[str, dict[str, flo
         else:
             out[name] = {"error": error}
     values = nvml.nvmlDeviceGetFieldValues(h, batch)
-    out["field_support"] = {name: int(v.nvmlReturn) for (name, _), v in zip(telemetry._NvmlGpu._BATCH, values, strict=False)}
+    out["field_support"] = {name: int(v.nvmlReturn) for (name, _), v in zip(telemetry_gpu._NvmlGpu._BATCH, values, strict=False)}
     return out
 
 
@@ -83,8 +84,8 @@ def emulate_many_gpus(nvml, n: int, seconds: float, interval: float) -> dict:
     """n sampler threads reading GPU 0 at once, as n GPUs' threads would: does NVML serialise them?"""
     readers = []
     for i in range(n):
-        stats = telemetry._Stats(i)
-        readers.append((telemetry._NvmlGpu(nvml, 0, interval, stats), stats))
+        stats = telemetry_gpu._Stats(i)
+        readers.append((telemetry_gpu._NvmlGpu(nvml, 0, interval, stats), stats))
     stop = threading.Event()
 
     def loop(reader, stats):
@@ -184,7 +185,7 @@ def main() -> int:
     parser.add_argument("--out", default=os.environ.get("OUT"), help="folder for results (default $OUT)")
     args = parser.parse_args()
 
-    nvml, reason = telemetry._load_nvml()
+    nvml, reason = telemetry_gpu._load_nvml()
     if nvml is None:
         return skip(reason)
     try:

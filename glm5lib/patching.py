@@ -36,6 +36,7 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from glm5lib import rundir
 from glm5lib.errors import ConfigError, PatchError
 from glm5lib.paths import data_dir
 
@@ -53,7 +54,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: File name of the patch record written into the run folder (a phase folder).
-PATCH_RECORD = "patch.json"
+PATCH_RECORD = rundir.PATCH_RECORD
 
 _TARGET_RE = re.compile(r"^\+\+\+ (\S+)")
 

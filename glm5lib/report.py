@@ -34,6 +34,7 @@ __all__ = [
     "HYPOTHESIS",
     "NOTEBOOKS_STATUS",
     "SERVER_INFO",
+    "environment_tables",
     "leading_hypothesis",
     "list_phases",
     "render_markdown",
@@ -45,14 +46,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Files of the run folder that the workbook's notebooks write beside rundir's.
-DIFF = "diff.csv"  # run root: diagnose.diff_configs(baseline, reference)
-HYPOTHESIS = "hypothesis.json"  # run root: the leading hypothesis and how to test it
-SERVER_INFO = "server_info.json"  # per phase: the server's /get_server_info (secrets masked)
-NOTEBOOKS_STATUS = "notebooks.json"  # run root: which notebooks ran, and how they ended
+DIFF = rundir.DIFF  # run root: diagnose.diff_configs(baseline, reference)
+HYPOTHESIS = rundir.HYPOTHESIS  # run root: the leading hypothesis and how to test it
+SERVER_INFO = rundir.SERVER_INFO  # per phase: the server's /get_server_info (secrets masked)
+NOTEBOOKS_STATUS = rundir.NOTEBOOKS_STATUS  # run root: which notebooks ran, and how they ended
 
 _PHASE_ORDER = ("baseline", "fix")
 _LEVEL_COLUMNS = (
-    "concurrency", "completed", "failed", "output_throughput", "total_throughput",
+    "concurrency", "completed", "cancelled", "failed", "output_throughput", "total_throughput",
     "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
     "median_e2e_latency_ms", "client_bound",
 )
@@ -146,6 +147,20 @@ def _decode_stats(server_log, cap: int | None) -> dict:
     return stats
 
 
+def _metrics_note(folder: Path) -> dict:
+    """How many ``/metrics`` rows a phase recorded, and a note where it recorded none."""
+    path = folder / rundir.METRICS
+    rows = 0
+    if path.exists():
+        with path.open("rb") as fh:
+            rows = max(0, sum(1 for _ in fh) - 1)
+    if rows:
+        return {"rows": rows}
+    return {"rows": 0, "note": (
+        "no /metrics samples: the server ran without --enable-metrics (or /metrics was not "
+        "reachable), so its queue and running-request gauges come from the server log only")}
+
+
 def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd.DataFrame | None:
     if gpu is None or sweep is None or gpu.empty or sweep.empty:
         return None
@@ -191,7 +206,7 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     cap = startup.get("max_running_requests") or merged.get("max_running_requests")
     cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
 
-    command = _read_json(folder / "command.json") or {}
+    command = _read_json(folder / rundir.COMMAND) or {}
     summary: dict[str, Any] = {
         "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
         "max_running_requests": cap,
@@ -216,6 +231,9 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
                                    "output_throughput": float(best["output_throughput"])}
         if "failed" in sweep.columns:
             summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
+        if "cancelled" in sweep.columns:
+            summary["cut_at_deadline"] = int(sweep["cancelled"].fillna(0).sum())
+        summary["metrics"] = _metrics_note(folder)
     if server_log is not None:
         summary["decode"] = _decode_stats(server_log, cap)
         errors = getattr(server_log, "errors", None)
@@ -231,7 +249,7 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     if findings is not None:
         keep = [c for c in ("finding", "evidence", "suggestion", "confidence", "rule") if c in findings.columns]
         summary["findings"] = [_clean(r) for r in findings[keep].to_dict(orient="records")]
-    patch = _read_json(folder / "patch.json")
+    patch = _read_json(folder / rundir.PATCH_RECORD)
     if patch:
         summary["patch"] = _clean(patch)
     return summary, frames
@@ -367,7 +385,106 @@ def verdict(summary: Mapping[str, Any]) -> str:
     return head + " Per level: " + "; ".join(parts) + "."
 
 
+# -- the environment, as tables ----------------------------------------------------------------
+_GIB = 1024**3
+
+
+def _pair(now: Any, top: Any) -> str:
+    """``'4 of 5'``: a PCIe link's current value against its maximum (``'5'`` when equal)."""
+    if _missing(now) and _missing(top):
+        return "n/a"
+    if _missing(top) or now == top:
+        return _fmt(now)
+    return f"{_fmt(now)} of {_fmt(top)}"
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _yes_no(value: Any) -> str:
+    return "n/a" if _missing(value) else ("on" if value else "off")
+
+
+def environment_tables(env: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
+    """An environment snapshot (:func:`glm5lib.telemetry.environment`) as tidy tables in human units.
+
+    ``host``: one row per fact (source, host, driver, CUDA, Python, CPUs, memory in GiB, GPU
+    count, packages found); ``gpus``: one row per GPU (memory in GiB, power limit in W, clocks in
+    MHz, PCIe generation and width as "current of maximum" where they differ); ``packages``: each
+    package's version or "not installed".
+    """
+    info = env.get("host_info") or {}
+    packages = dict(env.get("packages") or {})
+    found = ", ".join(f"{k} {v}" for k, v in packages.items() if v)
+    missing = [k for k, v in packages.items() if not v]
+    gpus = list(env.get("gpus") or [])
+    memory = info.get("memory_total_bytes")
+    source = str(env.get("source") or "n/a") + (" (stand-in: simulated GPUs)" if env.get("standin") else "")
+    host = [
+        ("source", source),
+        ("host", info.get("hostname") or env.get("host")),
+        ("OS", info.get("os")),
+        ("driver", env.get("driver_version")),
+        ("CUDA", env.get("cuda_version")),
+        ("Python", info.get("python")),
+        ("CPUs", info.get("cpu_count")),
+        ("host memory", None if _missing(memory) else f"{memory / _GIB:,.1f} GiB"),
+        ("GPUs", len(gpus)),
+        ("packages", (found + (f" (not installed: {', '.join(missing)})" if missing else "")) if found
+         else f"none installed ({', '.join(missing)})" if missing else "none listed"),
+    ]
+    if env.get("reason"):
+        host.insert(1, ("why", env["reason"]))
+    host_frame = pd.DataFrame([(k, "n/a" if _missing(v) else str(v)) for k, v in host],
+                              columns=["item", "value"]).set_index("item")
+    rows = []
+    for g in gpus:
+        mem = g.get("memory_total_bytes")
+        rows.append({
+            "GPU": f"GPU{g.get('index')}",
+            "name": g.get("name"),
+            "compute capability": g.get("compute_capability"),
+            "memory (GiB)": None if _missing(mem) else round(mem / _GIB, 1),
+            "power limit (W)": None if _missing(g.get("power_limit_w")) else round(g["power_limit_w"]),
+            "max SM clock (MHz)": g.get("sm_clock_max_mhz"),
+            "PCIe gen": _pair(g.get("pcie_gen_current"), g.get("pcie_gen_max")),
+            "PCIe width": _pair(g.get("pcie_width_current"), g.get("pcie_width_max")),
+            "persistence": _yes_no(g.get("persistence_mode")),
+            "MIG": _yes_no(g.get("mig_mode")),
+        })
+    gpu_frame = pd.DataFrame(rows, columns=[
+        "GPU", "name", "compute capability", "memory (GiB)", "power limit (W)", "max SM clock (MHz)",
+        "PCIe gen", "PCIe width", "persistence", "MIG",
+    ]).set_index("GPU")
+    package_frame = pd.DataFrame(
+        [(k, v or "not installed") for k, v in packages.items()], columns=["package", "version"]
+    ).set_index("package")
+    return {"host": host_frame, "gpus": gpu_frame, "packages": package_frame}
+
+
 # -- figures ----------------------------------------------------------------------------------
+def _notebook_figure(run: Path, phases: list[str], name: str) -> Path | None:
+    """The figure a notebook already drew of every phase (``figures/<last phase>-<name>.png``).
+
+    Notebook 2 draws the baseline, notebook 4 the baseline and the fix together, so the last
+    phase's figure of a baseline/fix run is the report's figure: it is referenced, not drawn
+    again under a second name. It must be newer than every phase's sweep and server log.
+    """
+    if not phases or not set(phases) <= set(_PHASE_ORDER) or phases[0] != _PHASE_ORDER[0]:
+        return None
+    path = run / rundir.FIGURES / f"{phases[-1]}-{name}.png"
+    if not path.is_file():
+        return None
+    drawn_at = path.stat().st_mtime
+    for phase in phases:
+        for source in (rundir.SWEEP, rundir.SERVER_LOG, rundir.GPU):
+            data = run / phase / source
+            if data.exists() and data.stat().st_mtime > drawn_at:
+                return None
+    return path
+
+
 def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
     from glm5lib import plots
 
@@ -388,6 +505,10 @@ def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
     if power:
         attempts.append(("power", lambda: plots.power_vs_tdp(power)))
     for name, draw in attempts:
+        drawn = _notebook_figure(run, list(frames), name)
+        if drawn is not None:
+            made[name] = drawn.relative_to(run).as_posix()
+            continue
         try:
             path = plots.save_figure(draw(), run, name)
         except Exception as exc:  # one bad figure must not cost the whole report
@@ -500,19 +621,34 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines.append("")
         if data.get("levels"):
             lines += _table(data["levels"], [
-                ("concurrency", "concurrency", 0), ("completed", "completed", 0), ("failed", "failed", 0),
+                ("concurrency", "concurrency", 0), ("completed", "completed", 0),
+                ("cancelled", "cut at deadline", 0), ("failed", "failed", 0),
                 ("output_throughput", "output tok/s", 0), ("median_ttft_ms", "median TTFT ms", 0),
                 ("p99_ttft_ms", "p99 TTFT ms", 0), ("median_tpot_ms", "median TPOT ms", 1),
             ])
             lines.append("")
+            if data.get("cut_at_deadline"):
+                lines += [
+                    f"Requests cut at deadline: {data['cut_at_deadline']:,} (still streaming when their "
+                    "level's time was up). Their TTFT counts, and their TPOT up to the last token "
+                    "received; end-to-end latency needs a finished request.", ""]
+        note = (data.get("metrics") or {}).get("note")
+        if note:
+            lines += [f"Note: {note}.", ""]
         dec = data.get("decode") or {}
         if dec.get("decode_lines"):
             text = (f"Server log: {dec['decode_lines']:,} decode lines; running requests peaked at "
                     f"{_fmt(dec.get('max_running_req'))}, queued at {_fmt(dec.get('max_queue_req'))} "
                     f"(mean {_fmt(dec.get('mean_queue_req'), 1)})")
-            if dec.get("pinned_at_cap_share") is not None:
-                text += (f"; running pinned at the cap of {_fmt(data.get('max_running_requests'))} with a "
-                         f"queue on {dec['pinned_at_cap_share']:.0%} of decode lines")
+            cap = data.get("max_running_requests")
+            share = dec.get("pinned_at_cap_share")
+            if share:
+                text += (f"; running pinned at the cap of {_fmt(cap)} with a "
+                         f"queue on {share:.0%} of decode lines")
+            elif cap and (dec.get("max_running_req") or 0) < cap:
+                text += f"; the cap of {_fmt(cap)} running requests was never reached"
+            elif cap:
+                text += f"; running reached the cap of {_fmt(cap)}, never with a queue"
             lines += [text + ".", ""]
         if data.get("power"):
             lines += _table(data["power"], [

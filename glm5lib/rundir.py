@@ -6,17 +6,28 @@ rerun alone from what earlier ones left::
 
     data/runs/<run-id>/
         environment.json          host snapshot (telemetry.environment)
+        environment-standin.log   the log of the stand-in notebook 01 reads simulated GPUs from
+        diff.csv                  configuration diff against the reference (diagnose.diff_configs)
+        hypothesis.json           the leading hypothesis and how to test it
+        comparison.csv            before/after throughput per level
         report.md, summary.json   the story and the numbers tests check
+        notebooks.json            which notebooks ran, and how each ended (workbook.run_workbook)
         figures/*.png
         NN-*.ipynb                executed notebooks
-        baseline/                 one phase
+        baseline/                 one phase (phase.measure_phase)
             config.json           the server configuration (secrets masked)
+            command.json          the command a "command" backend ran
+            server_info.json      the server's /get_server_info (secrets masked)
             server.log            the server's own log
             sweep.csv             one row per concurrency level (loadgen.run_sweep)
             requests.jsonl        one record per request, appended as each completes
             gpu.csv               GPU telemetry samples (telemetry.GpuSampler)
             metrics.csv           /metrics scrapes (telemetry.MetricsScraper)
+            power.csv             power and energy per level (levels.per_level)
+            patch.json            the source patch applied for this phase (patching)
             findings.csv          diagnosis findings (diagnose.diagnose)
+
+Every file name lives here; code and notebooks use these constants, never the literals.
 """
 
 from __future__ import annotations
@@ -25,17 +36,27 @@ import datetime as _dt
 import re
 from pathlib import Path
 
+from glm5lib.errors import ConfigError
 from glm5lib.paths import runs_dir
 
 __all__ = [
+    "COMMAND",
+    "COMPARISON",
     "CONFIG",
+    "DIFF",
     "ENVIRONMENT",
+    "ENVIRONMENT_STANDIN_LOG",
     "FIGURES",
     "FINDINGS",
     "GPU",
+    "HYPOTHESIS",
     "METRICS",
+    "NOTEBOOKS_STATUS",
+    "PATCH_RECORD",
+    "POWER",
     "REPORT",
     "REQUESTS",
+    "SERVER_INFO",
     "SERVER_LOG",
     "SUMMARY",
     "SWEEP",
@@ -43,16 +64,27 @@ __all__ = [
     "phase_dir",
 ]
 
+# in a phase folder
 CONFIG = "config.json"
+COMMAND = "command.json"
+SERVER_INFO = "server_info.json"
 SERVER_LOG = "server.log"
 SWEEP = "sweep.csv"
 REQUESTS = "requests.jsonl"
 GPU = "gpu.csv"
 METRICS = "metrics.csv"
+POWER = "power.csv"
+PATCH_RECORD = "patch.json"
 FINDINGS = "findings.csv"
+# in the run folder
 ENVIRONMENT = "environment.json"
+ENVIRONMENT_STANDIN_LOG = "environment-standin.log"
+DIFF = "diff.csv"
+HYPOTHESIS = "hypothesis.json"
+COMPARISON = "comparison.csv"
 REPORT = "report.md"
 SUMMARY = "summary.json"
+NOTEBOOKS_STATUS = "notebooks.json"
 FIGURES = "figures"
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
@@ -77,8 +109,6 @@ def new_run_dir(root: str | Path | None = None, run_id: str | None = None) -> Pa
 def phase_dir(run_dir: str | Path, phase: str) -> Path:
     """Return (creating it) the folder of one phase of a run, e.g. ``phase_dir(run, "baseline")``."""
     if not _PHASE_RE.match(phase):
-        from glm5lib.errors import ConfigError
-
         raise ConfigError(
             f"phase name {phase!r} is not valid: use letters, digits, '_', '-' or '.', like 'baseline' or 'fix'",
             field="phase",

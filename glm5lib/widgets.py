@@ -4,7 +4,9 @@
 JSON path), the backend (``sim``, ``sglang`` or a URL to attach to), the sweep settings, Launch /
 Stop / Sweep buttons, a tqdm progress bar, a status line and a throughput plot redrawn while the
 sweep runs. The sweep runs in a background thread, so the notebook stays responsive and Stop
-works mid-sweep; results go to ``<run_dir>/<phase>/`` like the notebooks' own.
+works mid-sweep (the sweep ends at once, "stopped by the user"); GPU telemetry is sampled while
+it runs; results go to ``<run_dir>/<phase>/`` (``sweep.csv``, ``requests.jsonl``, ``gpu.csv``)
+like the notebooks' own. Sweep again as often as you like: each sweep replaces the last.
 
 Every button has a method doing the same (:meth:`ServerPanel.launch`, :meth:`~ServerPanel.stop`,
 :meth:`~ServerPanel.start_sweep`), so the panel works, and is tested, without a browser.
@@ -85,7 +87,12 @@ class ServerPanel:
         self._rows: list[dict] = []
         self._live: dict[int, float] = {}
         self._thread: threading.Thread | None = None
+        self._active = False  # a sweep runs (cleared by its thread before it redraws the buttons)
+        self._user_stop = threading.Event()
         self._lock = threading.Lock()
+        self._level: int | None = None
+        self.power: pd.DataFrame | None = None
+        self.plot_title = ""
 
         names = list(shipped_configs())
         self.config = widgets.Combobox(value=config, options=names, description="config",
@@ -102,8 +109,14 @@ class ServerPanel:
         self.sweep_button = widgets.Button(description="Sweep", button_style="success", icon="line-chart",
                                            disabled=True)
         self.status = widgets.HTML(value="no server")
-        self.plot = widgets.Image(format="png")
-        self.bar = tqdm(total=0, desc="sweep", unit="level", display=False, leave=True)
+        self.placeholder = widgets.HTML(
+            value="<i>No sweep yet: press Launch, then Sweep; the throughput plot appears here.</i>")
+        self.plot = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        # Stable hooks for the page (browser tests, user CSS).
+        self.status.add_class("glm5-panel-status")
+        self.placeholder.add_class("glm5-panel-placeholder")
+        self.plot.add_class("glm5-panel-plot")
+        self.bar = tqdm(total=0, desc="sweep", unit="level", display=False, leave=True, disable=False)
         self.launch_button.on_click(lambda _b: self._guard(self.launch))
         self.stop_button.on_click(lambda _b: self._guard(self.stop))
         self.sweep_button.on_click(lambda _b: self._guard(self.start_sweep))
@@ -113,6 +126,7 @@ class ServerPanel:
             widgets.HBox([self.launch_button, self.stop_button, self.sweep_button]),
             self.bar.container,
             self.status,
+            self.placeholder,
             self.plot,
         ])
 
@@ -133,10 +147,9 @@ class ServerPanel:
 
     def _buttons(self) -> None:
         up = self.server is not None
-        running = self.sweeping
         self.launch_button.disabled = up
         self.stop_button.disabled = not up
-        self.sweep_button.disabled = not up or running
+        self.sweep_button.disabled = not up or self._active
 
     @property
     def folder(self) -> Path:
@@ -144,7 +157,8 @@ class ServerPanel:
 
     @property
     def sweeping(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        """A sweep is running (its thread has not yet finished its measurement)."""
+        return self._active
 
     # -- actions -------------------------------------------------------------------------------
     def launch(self):
@@ -165,13 +179,27 @@ class ServerPanel:
         return self.server
 
     def stop(self) -> None:
-        """Stop the server (a sweep in progress then ends with the server's error)."""
+        """Stop the server; a sweep in progress ends at once, "stopped by the user"."""
         if self.server is None:
             return
+        sweeping = self._active
+        if sweeping:
+            # The sweep ends within a fraction of a second of the event; the server goes after
+            # it, so the sweep ends as stopped rather than as a dead server.
+            self._user_stop.set()
+            if self._thread is not None:
+                self._thread.join(timeout=30.0)
         srv, self.server = self.server, None
         srv.stop()
-        self._say("server stopped")
+        self._say(self._stopped_text(server_stopped=True) if sweeping else "server stopped")
         self._buttons()
+
+    def _stopped_text(self, server_stopped: bool = False) -> str:
+        done = len(self._rows)
+        where = f" during level {self._level}" if self._level is not None else ""
+        kept = (f"{done} level{'s' if done != 1 else ''} measured, kept in {self.folder / rundir.SWEEP}"
+                if done else "no level finished")
+        return f"<b>sweep stopped by the user</b>{where} ({kept})" + ("; server stopped" if server_stopped else "")
 
     def start_sweep(self, *, wait: bool = False) -> threading.Thread:
         """Run a sweep with the panel's settings in a background thread (``wait`` joins it)."""
@@ -182,11 +210,20 @@ class ServerPanel:
         levels = _parse_levels(self.concurrencies.value)
         self.error = None
         self.sweep = None
-        self._rows, self._live, self.events = [], {}, []
+        self.power = None
+        self._rows, self._live, self.events, self._level = [], {}, [], None
+        self._user_stop.clear()
         self.bar.reset(total=len(levels))
+        self.bar.set_description("sweep")
+        self.bar.set_postfix_str("")
+        self.plot.layout.display = "none"  # the last sweep's plot would pass for this one's
+        self.placeholder.value = "<i>Sweep running: the plot fills in as the levels report.</i>"
+        self.placeholder.layout.display = None
+        self._active = True
+        self._say(f"sweeping levels {', '.join(map(str, levels))} ...")
         self._thread = threading.Thread(target=self._run, args=(levels,), name="glm5-panel-sweep", daemon=True)
-        self._thread.start()
         self._buttons()
+        self._thread.start()
         if wait:
             self.wait()
         return self._thread
@@ -199,33 +236,67 @@ class ServerPanel:
 
     # -- the sweep thread ------------------------------------------------------------------------
     def _run(self, levels: list[int]) -> None:
-        from glm5lib import loadgen
+        from glm5lib.phase import measure_phase
 
         srv = self.server
+        folder = self.folder
+        for name in (rundir.SWEEP, rundir.REQUESTS, rundir.GPU, rundir.METRICS, rundir.POWER):
+            (folder / name).unlink(missing_ok=True)  # each sweep replaces the last
+        outcome = "done"
         try:
-            self.sweep = loadgen.run_sweep(
-                srv.base_url, levels, input_len=self.input_len.value, output_len=self.output_len.value,
-                duration=float(self.duration.value), run_dir=self.folder, api_key=self.api_key,
-                server=srv, progress=False, callback=self._on_event, resume=False,
+            result = measure_phase(
+                srv, self.run_dir, folder.name, concurrencies=levels, input_len=self.input_len.value,
+                output_len=self.output_len.value, duration=float(self.duration.value), api_key=self.api_key,
+                gpu_interval=0.5, progress=False, callback=self._on_event, stop_event=self._user_stop,
+                sweep_options={"resume": False}, keep_running=True,
             )
-            self._say(f"sweep done: {len(self.sweep)} levels in {self.folder / rundir.SWEEP}")
+            self.sweep = result.sweep
+            self.power = result.power if result.power is not None and not result.power.empty else None
+            if result.stopped_at is not None or self._user_stop.is_set():
+                outcome = "stopped"
+                self._say(self._stopped_text())
+            else:
+                self._say(f"sweep done: {len(self.sweep)} levels in {folder / rundir.SWEEP}" + self._power_text())
         except BaseException as exc:  # shown in the panel; the thread must not die silently
-            self.error = exc
-            self._say(f"<b>sweep stopped</b>: {exc}")
+            if self._user_stop.is_set():
+                outcome = "stopped"
+                self._say(self._stopped_text())
+            else:
+                outcome = "failed"
+                self.error = exc
+                self._say(f"<b>sweep stopped</b>: {exc}")
         finally:
-            self._draw()
+            self._active = False
+            self.bar.set_description({"done": "sweep done", "stopped": "stopped by the user"}.get(outcome, "failed"))
+            self.bar.disp(bar_style="success" if outcome == "done" else "danger", check_delay=False)
+            self._draw(final=outcome)
+            self._live.clear()
             self._buttons()
+
+    def _power_text(self) -> str:
+        power = self.power
+        if power is None or power.empty or "mean_power_w" not in power.columns:
+            return ""
+        top = power.loc[power["concurrency"].idxmax()]
+        limit = top.get("power_limit_w")
+        of = f" of {limit:,.0f} W" if limit == limit and limit else ""
+        return f"; GPU power at {int(top['concurrency'])}: {top['mean_power_w']:,.0f} W{of} per GPU"
 
     def _on_event(self, event: dict) -> None:
         with self._lock:
             self.events.append(event)
         kind, level = event.get("event"), event.get("level")
         if kind == "level_start":
+            self._level = level
             self.bar.set_description(f"C={level}")
         elif kind == "progress":
             self._live[level] = float(event.get("recent_output_throughput") or 0.0)
-            self.bar.set_postfix(done=event.get("completed"), in_flight=event.get("in_flight"),
-                                 tok_s=f"{self._live[level]:,.0f}")
+            postfix = {"done": event.get("completed"), "in_flight": event.get("in_flight"),
+                       "tok_s": f"{self._live[level]:,.0f}"}
+            power = event.get("gpu_power_w")
+            if power is not None and power == power:
+                postfix["gpu_W"] = f"{power:,.0f}"
+            self.bar.set_postfix(postfix)
             if time.time() - getattr(self, "_drawn_at", 0.0) > 2.0:
                 self._draw()
         elif kind == "level_done":
@@ -234,8 +305,11 @@ class ServerPanel:
             self.bar.update(1)
             self._draw()
 
-    def _draw(self) -> None:
-        """Redraw the plot: finished levels as measured, the running level's recent rate dashed."""
+    def _draw(self, final: str | None = None) -> None:
+        """Redraw the plot: finished levels as measured, the running level's recent rate dashed.
+
+        ``final`` is how the sweep ended (done, stopped, failed): the title then drops "(live)".
+        """
         from glm5lib import plots
 
         self._drawn_at = time.time()
@@ -244,12 +318,22 @@ class ServerPanel:
         if not done.empty and {"concurrency", "output_throughput"} <= set(done.columns):
             frames["measured"] = done
         if self._live:
-            frames["running level (recent)"] = pd.DataFrame(
+            label = "running level (recent)" if final is None else "level cut short (recent)"
+            frames[label] = pd.DataFrame(
                 {"concurrency": list(self._live), "output_throughput": list(self._live.values())})
         if not frames:
+            if final == "stopped":
+                self.placeholder.value = "<i>Sweep stopped by the user before any level reported.</i>"
+            elif final == "failed":
+                self.placeholder.value = "<i>The sweep failed before any level reported: see the status line.</i>"
             return
+        state = {None: "(live)", "done": "", "stopped": "(stopped by the user)", "failed": "(sweep failed)"}[final]
         try:
-            fig = plots.throughput_vs_concurrency(frames, title=f"{self.phase.value}: throughput (live)")
+            fig = plots.throughput_vs_concurrency(frames, title=f"{self.phase.value}: throughput {state}".strip())
             self.plot.value = _png(fig)
         except Exception:  # a drawing problem must not stop the measurement
             log.exception("live plot not drawn")
+            return
+        self.plot_title = fig.axes[0].get_title()
+        self.placeholder.layout.display = "none"
+        self.plot.layout.display = None

@@ -119,7 +119,7 @@ def _pip(venv: Path, *args: str) -> subprocess.CompletedProcess:
 def download(wheels: Path, specs: list[str], python: str) -> None:
     """Fetch the wheels of ``specs`` into ``wheels`` unless they are there already."""
     wheels.mkdir(parents=True, exist_ok=True)
-    stamp = wheels / ".downloaded.json"
+    stamp = wheels / ".sglang-downloaded.json"
     done = set(json.loads(stamp.read_text())) if stamp.is_file() else set()
     todo = [s for s in specs if s not in done]
     if not todo:

@@ -3,7 +3,10 @@
 Removes outputs and execution counts from every code cell except those whose first line is
 ``# NBVAL_CHECK_OUTPUT`` (deterministic cells whose output nbval compares; their outputs are
 kept, with the cell's position as a stable execution count), the cells papermill injects (tag ``injected-parameters``), papermill's and Jupyter's
-per-run metadata, and widget state. Cell tags (``parameters``) are kept.
+per-run metadata, and widget state. Cell tags (``parameters``) are kept. The notebook metadata is
+set to what JupyterLab writes when it opens a notebook with ipykernel's ``python3`` kernel (its
+kernelspec and the kernel's language_info), so opening a committed notebook and letting it
+autosave leaves the file as it was.
 
     python scripts/strip_notebooks.py                 # strip notebooks/*.ipynb in place
     python scripts/strip_notebooks.py --check         # exit 1 and list notebooks that need it (CI)
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import platform
 import sys
 from pathlib import Path
 
@@ -23,7 +27,15 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
-_NOTEBOOK_META_KEEP = ("kernelspec", "language_info")
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+LANGUAGE_INFO = {
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "name": "python",
+    "nbconvert_exporter": "python",
+    "pygments_lexer": "ipython3",
+}
 _CELL_META_DROP = ("execution", "papermill", "collapsed", "scrolled", "ExecuteTime")
 
 
@@ -57,8 +69,11 @@ def strip(nb):
                 out.pop("metadata", None) if out.get("output_type") == "stream" else None
         else:
             cell.outputs = []
-    nb.metadata = {k: v for k, v in nb.metadata.items() if k in _NOTEBOOK_META_KEEP}
-    nb.metadata["language_info"] = {"name": "python"}
+    version = (nb.metadata.get("language_info") or {}).get("version") or platform.python_version()
+    # Exactly what JupyterLab writes on opening the notebook with ipykernel's "python3" kernel,
+    # so opening one and letting it autosave changes nothing. The Python version is kept as
+    # committed (on another Python, JupyterLab rewrites that one line).
+    nb.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {**LANGUAGE_INFO, "version": version}}
     nb.nbformat, nb.nbformat_minor = 4, 5
     return nb
 

@@ -34,3 +34,132 @@ def pytest_collection_modifyitems(config, items):
                 reason = nvidia_gpu_reason() or ""
             if reason:
                 item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# --------------------------------------------------------------------------- processes and load
+
+
+def _descendants() -> set[int]:
+    import psutil
+
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture
+def no_leftover_processes():
+    """Fail the test if a process it started is still running afterwards (zombies excepted)."""
+    import time
+
+    import psutil
+
+    from glm5lib import server
+
+    before = _descendants()
+    yield
+    deadline = time.monotonic() + 5
+    while True:
+        left = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                if proc.pid not in before and proc.status() != psutil.STATUS_ZOMBIE:
+                    left.append(proc)
+            except psutil.NoSuchProcess:
+                pass
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    described = []
+    for proc in left:
+        try:
+            described.append((proc.pid, proc.cmdline()))
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    assert not described, f"processes outlived the test: {described}"
+    assert not server.live_servers()
+
+
+@pytest.fixture
+def cpu_load():
+    """Every core busy for the test's duration (one spinning process per core), as on a shared
+    machine: lifecycle code must hold when the server, the test and its signals all wait for CPU."""
+    import os
+    import subprocess
+    import sys
+
+    burners = [
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", "while True: pass"])
+        for _ in range(os.cpu_count() or 1)
+    ]
+    try:
+        yield len(burners)
+    finally:
+        for proc in burners:
+            proc.kill()
+        for proc in burners:
+            proc.wait()
+
+
+# --------------------------------------------------------------------------- a fake interpreter
+
+FAKE_PYTHON = '''#!{python}
+"""Acts as `python -m <module> <launch flags>`; behaviour chosen by FAKE_MODE."""
+import http.server, os, signal, subprocess, sys, threading, time
+
+args = sys.argv[3:]
+port = int(args[args.index("--port") + 1])
+mode = os.environ.get("FAKE_MODE", "ready")
+print("[2026-01-01 00:00:00] starting fake server", flush=True)
+
+def serve():
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+        def log_message(self, *a):
+            pass
+    http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+
+if mode == "exit3":
+    print("something went wrong", flush=True)
+    sys.exit(3)
+if mode == "port-log":
+    print("OSError: [Errno 98] error while attempting to bind on address: address already in use", flush=True)
+    sys.exit(1)
+if mode == "import-error":
+    print("Traceback (most recent call last):", flush=True)
+    print("ModuleNotFoundError: No module named 'sgl_kernel'", flush=True)
+    sys.exit(1)
+if mode == "no-gpu":
+    print("RuntimeError: No CUDA GPUs are available", flush=True)
+    sys.exit(1)
+if mode == "oom-alive":
+    print("[2026-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
+    print("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", flush=True)
+    time.sleep(600)
+if mode == "never-ready":
+    time.sleep(600)
+if mode == "ignore-term":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if mode == "escape":
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+    print(f"escaped child {{child.pid}}", flush=True)
+if mode == "secret":
+    print(f"server_args=ServerArgs(api_key={{args[args.index('--api-key') + 1]!r}}, hf={{os.environ['HF_TOKEN']}})", flush=True)
+threading.Thread(target=serve, daemon=True).start()
+time.sleep(0.3)
+print("[2026-01-01 00:00:02] The server is fired up and ready to roll!", flush=True)
+while True:
+    time.sleep(1)
+'''
+
+
+@pytest.fixture
+def fake_python(tmp_path):
+    """A script that acts as ``python -m <module> <flags>`` for glm5lib.server (see FAKE_PYTHON)."""
+    import sys
+
+    path = tmp_path / "fake-python"
+    path.write_text(FAKE_PYTHON.format(python=sys.executable))
+    path.chmod(0o755)
+    return str(path)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -161,6 +162,60 @@ def test_diff_hides_irrelevant_masks_secrets_and_normalises_values():
     row = diff.set_index("field").loc["api_key"]
     assert row["current"] == "***" and row["reference"] == "***"
     assert dg.diff_configs(cur, ref, hide_irrelevant=True).empty
+
+
+def test_diff_masks_secrets_as_glm5lib_masking_does():
+    # an eviction policy that ends in "_key" is shown; a token under any name is hidden
+    cur = {"radix_eviction_key": "lru", "hf_token": "hf_" + "a" * 30, "served_model_name": "x"}
+    ref = {"radix_eviction_key": "lfu", "hf_token": None, "served_model_name": "sk-" + "b" * 20}
+    rows = dg.diff_configs(cur, ref).set_index("field")
+    assert rows.loc["radix_eviction_key", "current"] == "lru"
+    assert rows.loc["hf_token", "current"] == "***"
+    assert rows.loc["served_model_name", "reference"] == "***"
+
+
+KIMI_K25 = Path(__file__).parent / "fixtures" / "diagnose" / "kimi-k2.5-tp8-server-args.log"
+
+
+def test_diff_of_the_baseline_against_a_real_kimi_k25_line_puts_the_cap_first():
+    # A public Kimi-K2.5 TP=8 start (max_running_requests=None: chosen at start, no pool line).
+    diff = dg.diff_configs("glm5-baseline", KIMI_K25, hide_irrelevant=True)
+    top = diff.iloc[0]
+    assert top["field"] == "max_running_requests"
+    assert top["current"] == 64 and top["reference"] == 2048
+    assert "at least 2,048 by SGLang's rule" in top["resolved"]
+    assert "signature of a cap" in top["rationale"]
+    assert not top["automatic"]
+    # the models' identity and plumbing are context, not ranked
+    context = {row["field"] for row in diff.attrs["context"]}
+    assert {"model_path", "tokenizer_path", "served_model_name", "random_seed"} <= context
+    assert not context & set(diff["field"])
+    full = dg.diff_configs("glm5-baseline", KIMI_K25)
+    assert (full[full["kind"] == "context"]["rank"].min() > full[full["kind"] == "setting"]["rank"].max())
+    assert set(full[full["kind"] == "context"]["impact"]) == {"none"}
+
+
+def test_automatic_values_resolve_from_start_up_lines_and_the_release_rule():
+    ref = dict(REFERENCE, max_running_requests=None)
+    # the reference's start-up line says what None became: 2,048, as ranked as an explicit 2,048
+    diff = dg.diff_configs(BASELINE, ref, reference_startup={"max_running_requests": 2048})
+    row = diff.set_index("field").loc["max_running_requests"]
+    assert row["reference"] == 2048 and "resolved at start" in row["resolved"]
+    # the pool and context length give SGLang's rule: min(max(T / ctx x 512, 2048), 4096), <= T/2
+    value, how = dg.resolve_automatic(
+        "max_running_requests", {}, {"max_total_num_tokens": 3000, "context_len": 4096}
+    )
+    assert value == 1500 and "half the KV pool" in how
+    assert dg.resolve_automatic("max_running_requests", {"max_total_tokens": 10**6, "context_length": 8192})[0] == 4096
+    # both sides automatic and resolving alike: no difference left
+    same = dg.diff_configs(
+        {"max_running_requests": None}, {"max_running_requests": 2048},
+        current_startup={"max_running_requests": 2048},
+    )
+    assert same.empty
+    # an explicit 64 against an explicit 2048 is the cap's signature too; 1024 vs 2048 is not
+    assert "signature" in dg.diff_configs(BASELINE, REFERENCE).iloc[0]["rationale"]
+    assert "signature" not in dg.diff_configs(dict(BASELINE, max_running_requests=1024), REFERENCE).set_index("field").loc["max_running_requests", "rationale"]
 
 
 def test_diff_reads_json_files_and_rejects_unknown_sources(tmp_path):

@@ -23,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 HERE = Path(__file__).resolve()
@@ -616,3 +617,128 @@ def test_duration_bound_level_shorter_than_a_request_measures_the_steady_rate(tm
     assert row["output_throughput"] == pytest.approx(server_rate, rel=0.15)
     # bench_serving's overall figure counts finished requests only: none here.
     assert row["output_throughput_overall"] == 0.0
+
+
+# ---------------------------------------------------------------------------------------------
+# the settings object behind run_sweep's keywords
+# ---------------------------------------------------------------------------------------------
+def test_run_sweep_lists_its_options_in_its_signature():
+    import inspect
+
+    from glm5lib.loadgen import SweepSettings, run_sweep, run_sweep_async
+
+    for fn in (run_sweep, run_sweep_async):
+        params = inspect.signature(fn).parameters
+        assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        for name in [*SweepSettings.field_names(), "settings", "run_dir", "api_key", "server", "progress",
+                     "callback", "stop_event"]:
+            assert name in params, name
+        # the keywords' defaults are the settings' defaults
+        for name in SweepSettings.field_names():
+            assert params[name].default == getattr(SweepSettings(), name) or name == "token_ids", name
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"api": "grpc"}, "api"),
+    ({"mode": "burst"}, "mode"),
+    ({"input_len": 0}, "input_len"),
+    ({"output_len": 2.5}, "output_len"),
+    ({"range_ratio": 1.5}, "range_ratio"),
+    ({"requests_per_level": 0}, "requests_per_level"),
+    ({"duration": -1}, "duration"),
+    ({"warmup": -1}, "warmup"),
+    ({"rate": 2.0}, "rate"),
+    ({"mode": "poisson", "rate": [1.0, 0.0]}, "rate"),
+    ({"api": "chat", "token_ids": True}, "token_ids"),
+    ({"ignore_eos": "yes"}, "ignore_eos"),
+    ({"temperature": -0.1}, "temperature"),
+    ({"extra_body": ["x"]}, "extra_body"),
+    ({"health_timeout": 0}, "health_timeout"),
+])
+def test_sweep_settings_refuse_bad_values_naming_the_field(kwargs, field):
+    from glm5lib.errors import ConfigError
+    from glm5lib.loadgen import SweepSettings, run_sweep
+
+    with pytest.raises(ConfigError) as e:
+        SweepSettings(**kwargs)
+    assert e.value.field == field
+    with pytest.raises(ConfigError) as e:  # the same check through run_sweep, before any request
+        run_sweep("http://127.0.0.1:1", [1], progress=False, **kwargs)
+    assert e.value.field == field
+
+
+def test_sweep_settings_defaults_and_valid_values():
+    from glm5lib.errors import ConfigError
+    from glm5lib.loadgen import SweepSettings
+
+    assert SweepSettings().token_ids is True and SweepSettings(api="chat").token_ids is False
+    with pytest.raises(ConfigError) as e:
+        SweepSettings(mode="burst")
+    assert e.value.valid == ["closed", "poisson"]
+    with pytest.raises(ConfigError) as e:
+        SweepSettings(api="grpc")
+    assert "completions" in e.value.valid
+
+
+def test_a_settings_object_drives_the_sweep_and_does_not_mix_with_keywords(server, tmp_path):
+    from glm5lib.errors import ConfigError
+    from glm5lib.loadgen import SweepSettings, run_sweep
+
+    settings = SweepSettings(requests_per_level=3, input_len=16, output_len=4, warmup=0)
+    df = run_sweep(server.base_url + "/ok", [1, 2], settings=settings, run_dir=tmp_path, progress=False)
+    assert list(df["completed"]) == [3, 3] and set(df["output_len"]) == {4}
+    with pytest.raises(ConfigError, match="output_len") as e:
+        run_sweep(server.base_url + "/ok", [1], settings=settings, output_len=8, progress=False)
+    assert e.value.field == "settings"
+
+
+# ---------------------------------------------------------------------------------------------
+# client_bound: only when the client was the limit
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("cpu, lag, itl, bound", [
+    (13.0, 31.0, 73.0, False),   # the stand-in at 256 streams: a lag that is noise against the token gap
+    (99.0, 31.0, 73.0, False),   # a busy core, but the loop still read tokens well inside their gap
+    (13.0, 60.0, 73.0, False),   # most of a gap, but the client had CPU to spare: not its limit
+    (95.0, 60.0, 73.0, True),    # a saturated core whose loop delayed tokens by most of their gap
+    (95.0, 4.0, 6.0, True),      # fast decode: 4 ms is two thirds of a 6 ms gap
+    (25.0, 90.0, 73.0, True),    # a client starved of CPU on a busy machine: tokens wait longer than a gap
+    (25.0, 80.0, 0.0, True),     # tokens arrive together: the server outpaces the reader
+    (95.0, 30.0, float("nan"), True),   # no gap measured: the absolute bound decides
+    (95.0, 10.0, float("nan"), False),
+    (13.0, 30.0, float("nan"), False),
+])
+def test_client_limited_relates_loop_lag_to_the_inter_token_interval(cpu, lag, itl, bound):
+    from glm5lib.loadgen import client_limited
+
+    verdict, ratio = client_limited(cpu, lag, itl)
+    assert verdict is bound
+    if math.isnan(itl):
+        assert math.isnan(ratio)
+    elif itl == 0:
+        assert ratio == math.inf
+    else:
+        assert ratio == pytest.approx(lag / itl)
+
+
+@pytest.mark.slow
+def test_256_streams_against_the_stand_in_are_not_client_bound(tmp_path):
+    """The stand-in's baseline at 256 streams: about 880 tok/s over 64 running requests, so tokens
+    come ~70 ms apart; the client reads them with room to spare and must not be blamed."""
+    from glm5lib import server
+    from glm5lib.config import ServerConfig
+    from glm5lib.loadgen import run_sweep
+
+    srv = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "server.log",
+                        ready_timeout=60)
+    try:
+        df = run_sweep(srv.base_url, [256], duration=6.0, input_len=256, output_len=256, warmup=2,
+                       run_dir=tmp_path, server=srv, progress=False)
+    finally:
+        srv.stop()
+    row = df.iloc[0]
+    # the verdict's inputs are in the table, and they say the client kept up
+    assert row["client_cpu_pct"] >= 0 and row["loop_lag_p99_ms"] >= 0 and row["median_itl_ms"] > 20
+    assert row["loop_lag_itl_ratio"] == pytest.approx(row["loop_lag_p99_ms"] / row["median_itl_ms"])
+    assert not row["client_bound"], row[["client_cpu_pct", "loop_lag_p99_ms", "median_itl_ms"]].to_dict()
+    on_disk = pd.read_csv(tmp_path / "sweep.csv")
+    assert {"client_cpu_pct", "loop_lag_p99_ms", "loop_lag_itl_ratio", "client_bound"} <= set(on_disk.columns)

@@ -18,6 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from glm5lib import cli, logs
+from glm5lib.logs import chunked, fatal, sglang
+from glm5lib.logs import parse as log_parse
+from glm5lib.logs import text as logtext
 
 FIX = Path(__file__).parent / "fixtures" / "logs"
 
@@ -412,9 +415,9 @@ def test_bulk_and_line_by_line_paths_agree(tmp_path):
 def test_bulk_chunks_and_piecewise_decoding_change_nothing(monkeypatch):
     text = _mixed_log(300) + "Capturing batches (bs=8 avail_mem=17.40 GB): 100%|\u2588\u2588| 8/8\r\n"
     whole = logs.parse_log(text)  # a str: split as one text
-    monkeypatch.setattr(logs, "_BULK_CHUNK", 7)
-    monkeypatch.setattr(logs, "_DECODE_CHUNK", 100)
-    pieces = logs.parse_log(text.encode())  # bytes: decoded and split in 100-byte pieces
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 700)
+    monkeypatch.setattr(logtext, "_DECODE_CHUNK", 100)
+    pieces = logs.parse_log(text.encode())  # bytes: read and parsed in pieces of about 700 bytes
     assert len(whole.decode) > 500
     for name in ("decode", "prefill", "retractions", "errors", "http"):
         pd.testing.assert_frame_equal(getattr(whole, name), getattr(pieces, name), obj=name)
@@ -475,10 +478,10 @@ def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
                    ["2025-11-30 10:00:03.123456", "2026-01-01 00:00:00.000001", "2026-01-01 00:00:00.500000"],
                    ["2025-11-30 10:00:03.5", "2025-12-01 00:00:00.0"]):
         block = np.frombuffer("".join(stamps).encode(), dtype=np.uint8).reshape(len(stamps), -1)
-        assert (logs._stamps(block) == np.array(stamps, dtype="datetime64[ns]")).all()
+        assert (chunked._stamps(block) == np.array(stamps, dtype="datetime64[ns]")).all()
     for bad in ("2025-02-30 10:00:00", "2025-11-30 10:00:60", "2025-11-30T10:00:0x"):
         with pytest.raises(ValueError):
-            logs._stamps(np.frombuffer(bad.encode(), dtype=np.uint8).reshape(1, -1))
+            chunked._stamps(np.frombuffer(bad.encode(), dtype=np.uint8).reshape(1, -1))
 
 
 @settings(max_examples=60, deadline=None)
@@ -486,12 +489,12 @@ def test_prefix_stamps_by_arithmetic_equal_numpys_parse():
        st.binary(max_size=3), st.integers(1, 5))
 def test_piecewise_decoding_splits_like_the_whole_text(chars, junk, piece):
     raw = "".join(chars).encode() + junk  # junk: bytes that may not be UTF-8 at all
-    old = logs._DECODE_CHUNK
-    logs._DECODE_CHUNK = piece
+    old = logtext._DECODE_CHUNK
+    logtext._DECODE_CHUNK = piece
     try:
-        assert logs._split_bytes(raw) == logs._split_text(raw.decode("utf-8", errors="replace"))
+        assert logtext.split_bytes(raw) == logtext.split_text(raw.decode("utf-8", errors="replace"))
     finally:
-        logs._DECODE_CHUNK = old
+        logtext._DECODE_CHUNK = old
 
 
 # ---------------------------------------------------------------------------------------------
@@ -745,9 +748,9 @@ def test_fast_paths_read_mixed_prefill_and_retraction_lines_as_the_slow_path(val
 
     for make in (mixed, retract):
         lines = [make(0, "1", "2", "0.5", "4", ", "), *(make(s, *vals, tail) for s in range(1, 4))]
-        fast = logs._Parser()
+        fast = sglang._Parser()
         fast.feed(lines, final=False)
-        slow = logs._Parser()
+        slow = sglang._Parser()
         for index, line in enumerate(lines):
             slow._slow(line, index)  # the slow path, whatever the line
         assert (fast.skipped, fast.http_rows, fast.errors) == (slow.skipped, slow.http_rows, slow.errors)
@@ -758,7 +761,7 @@ def test_fast_paths_read_mixed_prefill_and_retraction_lines_as_the_slow_path(val
 
 def test_fatal_precheck_written_out_agrees_with_its_tuple():
     # classify_fatal's cheap first test is the tuple's substrings written out as one expression.
-    for needle in logs._FATAL_PRECHECK:
+    for needle in fatal._FATAL_PRECHECK:
         for line in (needle, f"x {needle} y", f"{needle[:-1]} {needle[-1]}"):
-            assert logs._may_be_fatal(line) == any(s in line for s in logs._FATAL_PRECHECK), line
-    assert not logs._may_be_fatal("[2025-11-30 10:00:00 TP0] Using FP8 KV cache but no scaling factors provided.")
+            assert fatal._may_be_fatal(line) == any(s in line for s in fatal._FATAL_PRECHECK), line
+    assert not fatal._may_be_fatal("[2025-11-30 10:00:00 TP0] Using FP8 KV cache but no scaling factors provided.")

@@ -175,3 +175,100 @@ def test_a_phase_launched_from_an_engine_command_shows_that_command(tmp_path):
     assert "(command: `transformers serve m --continuous-batching --cb-max-batch-tokens 64`)" in text
     assert "(command: `transformers serve m --continuous-batching`)" in text
     assert "max_running_requests = n/a" not in text
+
+
+def test_levels_cut_at_the_deadline_are_named_and_keep_their_latency(tmp_path):
+    run = tmp_path / "run-cut"
+    run.mkdir()
+    folder = rundir.phase_dir(run, "baseline")
+    frame = _sweep({1: 40.0, 256: 880.0})
+    frame["completed"] = [0, 0]
+    frame["cancelled"] = [1, 256]
+    frame.to_csv(folder / rundir.SWEEP, index=False)
+    summary = report.summarize(run)
+    phase = summary["phases"]["baseline"]
+    assert phase["cut_at_deadline"] == 257
+    assert [lv["cancelled"] for lv in phase["levels"]] == [1, 256]
+    text = report.render_markdown(summary)
+    assert "| concurrency | completed | cut at deadline | failed |" in text
+    assert "Requests cut at deadline: 257" in text
+    assert "| 256 | 0 | 256 | 0 | 880 | 1,280 | 2,304 | 60.0 |" in text
+    assert "n/a" not in text.split("## Phase")[1]
+
+
+def test_a_phase_without_metrics_gets_a_note_and_one_with_metrics_none(tmp_path):
+    run = tmp_path / "run-metrics"
+    run.mkdir()
+    _phase(run, "baseline", {1: 40.0}, {"max_running_requests": 64})
+    fix = _phase(run, "fix", {1: 40.0}, {"max_running_requests": 1024})
+    (fix / rundir.METRICS).write_text("time,name,labels,value\n1.0,sglang:num_running_reqs,{},3\n")
+    summary = report.summarize(run)
+    assert summary["phases"]["fix"]["metrics"] == {"rows": 1}
+    assert "--enable-metrics" in summary["phases"]["baseline"]["metrics"]["note"]
+    text = report.render_markdown(summary)
+    assert text.count("Note: no /metrics samples") == 1
+
+
+@pytest.mark.parametrize(
+    ("decode", "says", "never"),
+    [
+        ({"max_running_req": 256, "max_queue_req": 0, "pinned_at_cap_share": 0.0},
+         "the cap of 1,024 running requests was never reached", "pinned"),
+        ({"max_running_req": 1024, "max_queue_req": 0, "pinned_at_cap_share": 0.0},
+         "running reached the cap of 1,024, never with a queue", "pinned"),
+        ({"max_running_req": 1024, "max_queue_req": 300, "pinned_at_cap_share": 0.42},
+         "running pinned at the cap of 1,024 with a queue on 42% of decode lines", "never"),
+    ],
+)
+def test_the_pinned_at_cap_sentence_only_when_running_was_pinned(decode, says, never):
+    summary = {"run_id": "r", "phases": {"fix": {
+        "max_running_requests": 1024, "decode": {"decode_lines": 500, "mean_queue_req": 0.0, **decode}}}}
+    text = report.render_markdown(summary)
+    line = next(ln for ln in text.splitlines() if ln.startswith("Server log:"))
+    assert says in line and never not in line
+
+
+def test_environment_tables_use_human_units_and_fill_the_packages_line():
+    env = {
+        "source": "nvml", "standin": False, "host": "box", "driver_version": "580.95.05", "cuda_version": "13.0",
+        "host_info": {"hostname": "box", "os": "Linux", "python": "3.11.7", "cpu_count": 64,
+                      "memory_total_bytes": 512 * 1024**3},
+        "packages": {"sglang": "0.5.2", "flashinfer": None, "torch": "2.8.0"},
+        "gpus": [{"index": 0, "name": "NVIDIA RTX PRO 6000 Blackwell Server Edition", "compute_capability": "12.0",
+                  "power_limit_w": 600.0, "pcie_gen_current": 4, "pcie_gen_max": 5, "pcie_width_current": 16,
+                  "pcie_width_max": 16, "persistence_mode": True, "mig_mode": False, "sm_clock_max_mhz": 2430,
+                  "mem_clock_max_mhz": 14001, "memory_total_bytes": 102641958912}],
+    }
+    tables = report.environment_tables(env)
+    host = tables["host"]["value"]
+    assert host["host memory"] == "512.0 GiB" and host["GPUs"] == "1" and host["source"] == "nvml"
+    assert host["packages"] == "sglang 0.5.2, torch 2.8.0 (not installed: flashinfer)"
+    gpu = tables["gpus"].loc["GPU0"]
+    assert gpu["memory (GiB)"] == 95.6 and gpu["power limit (W)"] == 600
+    assert gpu["max SM clock (MHz)"] == 2430 and gpu["PCIe gen"] == "4 of 5" and gpu["PCIe width"] == "16"
+    assert gpu["persistence"] == "on" and gpu["MIG"] == "off"
+    assert tables["packages"]["version"].to_dict() == {"sglang": "0.5.2", "flashinfer": "not installed",
+                                                       "torch": "2.8.0"}
+    empty = report.environment_tables({"source": "unavailable", "reason": "no NVML", "packages": {"sglang": None}})
+    assert empty["gpus"].empty and empty["host"]["value"]["packages"] == "none installed (sglang)"
+    assert empty["host"]["value"]["why"] == "no NVML"
+
+
+def test_the_report_references_a_figure_a_notebook_drew_instead_of_drawing_it_twice(run):
+    import os
+
+    from glm5lib import plots
+
+    fig = plots.throughput_vs_concurrency({"baseline": _sweep({1: 40.0}), "fix": _sweep({1: 35.0})})
+    drawn = plots.save_figure(fig, run, "fix-throughput")
+    report.write_report(run)
+    saved = json.loads((run / rundir.SUMMARY).read_text())
+    assert saved["figures"]["throughput"] == "figures/fix-throughput.png"
+    assert not (run / "figures" / "throughput.png").exists()
+    assert (run / "figures" / "latency.png").exists()  # no notebook drew that one
+    assert "(figures/fix-throughput.png)" in (run / rundir.REPORT).read_text()
+    # a sweep newer than the notebook's figure: the report draws its own
+    os.utime(drawn, (1, 1))
+    report.write_report(run)
+    saved = json.loads((run / rundir.SUMMARY).read_text())
+    assert saved["figures"]["throughput"] == "figures/throughput.png"

@@ -21,19 +21,18 @@ import pandas as pd
 import pytest
 
 from glm5lib import telemetry
+from glm5lib.cli.telemetry import register_cli
 from glm5lib.errors import ConfigError, TelemetryError
 from glm5lib.telemetry import (
     GPU_COLUMNS,
     GpuSampler,
     MetricsScraper,
-    assign_levels,
     environment,
     load_gpu_csv,
     load_metrics_csv,
     metric_series,
-    metrics_per_level,
-    per_level,
 )
+from glm5lib.telemetry._common import _load_nvml
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,7 +396,7 @@ def test_auto_on_this_machine_without_gpu_or_standin_says_why(http_server):
     # the real pynvml: on a CI machine without a driver it must explain, not raise
     http_server.state["standin"] = False
     sampler = GpuSampler(source="auto", base_url=http_server.url)
-    if telemetry._load_nvml()[0] is not None:
+    if _load_nvml()[0] is not None:
         pytest.skip("this machine has a working NVML")
     assert not sampler.available
     assert "/sim/gpus answered 404" in sampler.reason and "NVML" in sampler.reason
@@ -523,83 +522,6 @@ def test_metrics_scraper_unreachable_server():
 
 
 # ---------------------------------------------------------------------------------------------
-# alignment
-# ---------------------------------------------------------------------------------------------
-def _synthetic_gpu_frame(levels):
-    """Two GPUs sampled at 10 Hz; power and PCIe constant within each (start, end, watts, bytes_s)."""
-    rows = []
-    energy = {0: 0.0, 1: 0.0}
-    t_prev = None
-    for start, end, watts, pcie in levels:
-        for t in np.arange(start, end + 1e-9, 0.1):
-            for g in (0, 1):
-                if t_prev is not None:
-                    energy[g] += watts * (t - t_prev) / 2 if g == 0 else 0.0
-                rows.append({"time": t, "gpu": g, "power_w": watts, "power_limit_w": 600.0,
-                             "energy_j": np.nan if g == 1 else energy[0] * 2, "gpu_util": 50.0,
-                             "mem_util": 5.0, "sm_clock_mhz": 2000.0, "mem_used_bytes": 1.0,
-                             "pcie_tx_bytes_s": pcie, "pcie_rx_bytes_s": pcie, "temperature_c": 40.0,
-                             "throttle_reasons": 0})
-            t_prev = t
-    return pd.DataFrame(rows)
-
-
-def test_per_level_power_energy_and_bytes_per_token():
-    gpu = _synthetic_gpu_frame([(100.0, 110.0, 83.0, 1e6), (120.0, 130.0, 250.0, 4e6)])
-    sweep = pd.DataFrame({
-        "concurrency": [64, 256],
-        "start_time": [99.0, 119.0], "end_time": [111.0, 131.0],
-        "window_start": [100.0, 120.0], "window_end": [110.0, 130.0],
-        "output_throughput": [880.0, 1950.0], "total_output_tokens": [99999, 99999],
-    })
-    result = per_level(gpu, sweep).set_index("concurrency")
-    low, high = result.loc[64], result.loc[256]
-    assert low["mean_power_w"] == pytest.approx(83.0) and high["peak_power_w"] == pytest.approx(250.0)
-    assert low["power_fraction"] == pytest.approx(83.0 / 600.0)
-    assert low["total_power_w"] == pytest.approx(166.0)
-    # GPU 0 from its energy counter, GPU 1 from the power integral: 2 x 83 W x 10 s
-    assert low["energy_j"] == pytest.approx(1660.0, rel=1e-3)
-    assert low["output_tokens"] == pytest.approx(8800.0)
-    assert low["joules_per_token"] == pytest.approx(1660.0 / 8800.0, rel=1e-3)
-    assert high["joules_per_token"] == pytest.approx(5000.0 / 19500.0, rel=1e-3)
-    # (TX + RX) x 2 GPUs x 10 s / tokens
-    assert low["pcie_bytes_per_token"] == pytest.approx(2e6 * 2 * 10 / 8800.0, rel=1e-6)
-    assert low["n_gpus"] == 2 and low["n_samples"] == 202
-
-
-def test_per_level_uses_start_end_when_no_window_and_reports_empty_levels():
-    gpu = _synthetic_gpu_frame([(0.0, 10.0, 100.0, 0.0)])
-    sweep = pd.DataFrame({"concurrency": [1, 2], "start_time": [0.0, 50.0], "end_time": [10.0, 60.0],
-                          "total_output_tokens": [1000, 1000]})
-    result = per_level(gpu, sweep).set_index("concurrency")
-    assert result.loc[1, "joules_per_token"] == pytest.approx(2.0, rel=1e-3)
-    assert result.loc[2, "n_samples"] == 0 and np.isnan(result.loc[2, "mean_power_w"])
-    with pytest.raises(ConfigError, match="window"):
-        per_level(gpu, pd.DataFrame({"concurrency": [1]}))
-
-
-def test_assign_levels_and_metrics_per_level():
-    sweep = pd.DataFrame({"concurrency": [64, 256], "window_start": [0.0, 20.0], "window_end": [10.0, 30.0],
-                          "output_throughput": [880.0, 880.0]})
-    gpu = _synthetic_gpu_frame([(0.0, 30.0, 83.0, 0.0)])
-    tagged = assign_levels(gpu, sweep)
-    assert set(tagged.loc[tagged["time"] < 10, "concurrency"]) == {64}
-    assert tagged.loc[(tagged["time"] > 11) & (tagged["time"] < 19), "concurrency"].isna().all()
-    rows = []
-    for t in np.arange(0.0, 31.0, 1.0):
-        queue = 0.0 if t < 15 else 192.0
-        rows += [(t, "sglang:num_running_reqs", '{"tp_rank":"0"}', 64.0),
-                 (t, "sglang:num_queue_reqs", '{"tp_rank":"0"}', queue),
-                 (t, "sglang:generation_tokens_total", "{}", 880.0 * t)]
-    metrics = pd.DataFrame(rows, columns=telemetry.METRICS_COLUMNS)
-    result = metrics_per_level(metrics, sweep).set_index("concurrency")
-    assert result.loc[256, "max_num_running_reqs"] == 64 and result.loc[256, "mean_num_queue_reqs"] == 192
-    assert result.loc[64, "mean_num_queue_reqs"] == 0
-    assert result.loc[64, "generation_tokens_per_s"] == pytest.approx(880.0)
-    assert np.isnan(result.loc[64, "mean_token_usage"])
-
-
-# ---------------------------------------------------------------------------------------------
 # environment
 # ---------------------------------------------------------------------------------------------
 def test_environment_from_nvml_warns_on_p2p_and_narrow_links():
@@ -657,7 +579,7 @@ def main(argv):
     # only this module's sub-commands, as glm5lib.cli assembles them, so that these tests do
     # not depend on the state of the other modules' commands
     parser = argparse.ArgumentParser(prog="glm5")
-    telemetry.register_cli(parser.add_subparsers(dest="command"))
+    register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(argv)
     return args.func(args)
 

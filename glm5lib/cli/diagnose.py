@@ -1,7 +1,146 @@
-"""``glm5 ...``: the command line of :mod:`glm5lib.diagnose`."""
+"""``glm5 diagnose RUN_DIR`` and ``glm5 diff CURRENT REFERENCE``: the command line of :mod:`glm5lib.diagnose`."""
 
 from __future__ import annotations
 
-from glm5lib.diagnose import register_cli
+import argparse
+import json
+import textwrap
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import rundir
+from glm5lib.diagnose import CapacityModel, diagnose, diff_configs, list_references, load_evidence
+from glm5lib.errors import DiagnosisError
 
 __all__ = ["register_cli"]
+
+
+
+def _print_findings(frame: pd.DataFrame) -> None:
+    if frame.empty:
+        print("No finding: no rule matched this run's evidence.")
+    for i, row in frame.iterrows():
+        print(
+            f"{i + 1}. {row['finding']}  [{row['rule']}, confidence {row['confidence']:.2f}, score {row['score']:.2f}]"
+        )
+        for label in ("evidence", "suggestion"):
+            print(
+                textwrap.fill(
+                    str(row[label]),
+                    width=100,
+                    initial_indent=f"   {label}: ",
+                    subsequent_indent="      ",
+                )
+            )
+    skipped = frame.attrs.get("skipped") or []
+    if skipped:
+        print("\nNot checked:")
+        for s in skipped:
+            print(f"  - {s}")
+
+
+def _cli_diagnose(args: argparse.Namespace) -> int:
+    frame = diagnose(
+        args.run_dir,
+        reference=args.reference,
+        environment=args.environment,
+        phase=args.phase,
+        write=not args.no_write,
+    )
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "findings": frame.to_dict(orient="records"),
+                    "skipped": frame.attrs.get("skipped", []),
+                },
+                indent=2,
+                default=str,
+            )
+        )
+        return 0
+    if frame.attrs.get("standin"):
+        print(
+            f"(run measured on the stand-in server, profile {frame.attrs['standin']!r}: timings come from a model)\n"
+        )
+    _print_findings(frame)
+    if args.capacity:
+        ev = load_evidence(args.run_dir, phase=args.phase)
+        try:
+            model = CapacityModel.fit(ev.decode)
+        except DiagnosisError as exc:
+            print(f"\nCapacity model: not fitted ({exc})")
+            return 0
+        print("\nCapacity model: " + model.describe())
+        pool, _ = ev.kv_pool_tokens()
+        ctx, _ = ev.context_tokens()
+        cap, _ = ev.cap()
+        s = ev.sweep_sorted()
+        levels = sorted({int(c) for c in s["concurrency"]}) if not s.empty else [64, 256, 1024]
+        table = model.predict(levels, cap=cap, max_total_num_tokens=pool, context_tokens=ctx)
+        print(table.round(1).to_string(index=False))
+        rec = model.recommend_max_running_requests(
+            pool, ctx, target_concurrency=max(levels), current_cap=cap
+        )
+        print(f"recommended --max-running-requests: {rec.value} ({rec.reason})")
+    return 0
+
+
+def _cli_diff(args: argparse.Namespace) -> int:
+    frame = diff_configs(args.current, args.reference, hide_irrelevant=not args.all)
+    if args.json:
+        print(frame.to_json(orient="records", indent=2, default_handler=str))
+        return 0
+    if frame.empty:
+        print("The two configurations do not differ.")
+        return 0
+    with pd.option_context("display.max_colwidth", 70, "display.width", 200):
+        print(frame.drop(columns=["flag", "automatic", "kind", "resolved"]).to_string(index=False))
+    for row in frame.itertuples():
+        if row.resolved:
+            print(f"  {row.field}: {row.resolved}")
+    context = [row["field"] for row in frame.attrs.get("context", [])]
+    if context and not args.all:
+        print(f"Context, not ranked (--all shows the values): {', '.join(context)}")
+    return 0
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add ``glm5 diagnose RUN_DIR`` and ``glm5 diff CURRENT REFERENCE``."""
+    p = subparsers.add_parser(
+        "diagnose",
+        help="rank the likely bottlenecks of a measured run, with evidence",
+        description="Apply the diagnosis rules to one phase of a run folder and print the findings.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder or one of its phase folders")
+    p.add_argument("--phase", help="phase folder inside RUN_DIR (baseline, fix, ...)")
+    p.add_argument(
+        "--reference",
+        help=f"reference run to diff against (name: {', '.join(list_references()) or 'none shipped'}, folder or log)",
+    )
+    p.add_argument(
+        "--environment",
+        help="environment.json to check incompatibilities against (default: the run's)",
+    )
+    p.add_argument(
+        "--capacity",
+        action="store_true",
+        help="also fit the capacity model and recommend --max-running-requests",
+    )
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--no-write", action="store_true", help=f"do not write {rundir.FINDINGS}")
+    p.set_defaults(func=_cli_diagnose)
+
+    q = subparsers.add_parser(
+        "diff",
+        help="rank the server-argument differences between two configurations",
+        description="CURRENT and REFERENCE: a config .json, a server log, a run folder, a reference name or a shipped config name.",
+    )
+    q.add_argument("current", metavar="CURRENT")
+    q.add_argument("reference", metavar="REFERENCE")
+    q.add_argument(
+        "--all", action="store_true", help="also list arguments that never matter for throughput"
+    )
+    q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q.set_defaults(func=_cli_diff)

@@ -1,7 +1,103 @@
-"""``glm5 ...``: the command line of :mod:`glm5lib.loadgen`."""
+"""``glm5 sweep BASE_URL -c 1,64,256 ...``: a concurrency sweep written to a run folder."""
 
 from __future__ import annotations
 
-from glm5lib.loadgen import register_cli
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import rundir
+from glm5lib.errors import ConfigError
+from glm5lib.loadgen import run_sweep
+from glm5lib.server import attach
 
 __all__ = ["register_cli"]
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a comma-separated list of whole numbers, e.g. 1,64,256"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("give at least one level, e.g. 1,64,256")
+    return values
+
+
+def _float_list(text: str) -> list[float]:
+    try:
+        return [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of rates, e.g. 2,4,8") from None
+
+
+def register_cli(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="drive a server at rising concurrency and record throughput and latency",
+        description=(
+            "Run a concurrency (or request-rate) sweep against BASE_URL and write sweep.csv and "
+            "requests.jsonl to a run folder. Rerunning with the same folder skips levels already done."
+        ),
+    )
+    p.add_argument("base_url", metavar="BASE_URL", help="e.g. http://127.0.0.1:30000")
+    p.add_argument("-c", "--concurrency", type=_int_list, default=[1, 64, 256],
+                   help="levels, comma-separated (default 1,64,256)")
+    p.add_argument("--api", choices=["generate", "completions", "chat"], default="generate")
+    p.add_argument("--model", default=None, help="model name for OpenAI APIs (default: from /v1/models)")
+    p.add_argument("--input-len", type=int, default=256, help="prompt tokens (default 256)")
+    p.add_argument("--output-len", type=int, default=256, help="output tokens, EOS ignored (default 256)")
+    p.add_argument("--range-ratio", type=float, default=1.0, help="lengths uniform in [len*ratio, len]")
+    p.add_argument("--dataset", default=None, help="prompt file (.jsonl, ShareGPT .json, .txt)")
+    p.add_argument("-n", "--requests", type=int, default=None, help="requests per level")
+    p.add_argument("-d", "--duration", type=float, default=None, help="seconds per level (in-flight requests cancelled)")
+    p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the first level")
+    p.add_argument("--mode", choices=["closed", "poisson"], default="closed")
+    p.add_argument("--rate", type=_float_list, default=None, help="poisson: requests/s, comma-separated")
+    p.add_argument("--api-key", default=os.environ.get("GLM5_API_KEY"),
+                   help="bearer token (default: $GLM5_API_KEY; never written to the run folder)")
+    p.add_argument("--server-log", default=None,
+                   help="the server's log file: a sweep stopped by a dead server quotes its fatal lines")
+    p.add_argument("--read-timeout", type=float, default=300.0,
+                   help="seconds without data before a request fails (default 300)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--run-dir", default=None, help="run folder (default: a new one under data/runs)")
+    p.add_argument("--phase", default="sweep", help="phase sub-folder of the run folder (default 'sweep')")
+    p.add_argument("--no-resume", action="store_true", help="redo levels already in sweep.csv")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=_handler)
+
+
+def _handler(args: argparse.Namespace) -> int:
+    run = Path(args.run_dir) if args.run_dir else rundir.new_run_dir()
+    out = rundir.phase_dir(run, args.phase)
+    if args.mode == "poisson" and not args.rate:
+        raise ConfigError("--mode poisson needs --rate", field="rate")
+    rate = args.rate if args.mode == "poisson" else None
+    server = None
+    if args.server_log:
+        server = attach(args.base_url, api_key=args.api_key, log_path=args.server_log)
+    frame = run_sweep(
+        args.base_url, args.concurrency, api=args.api, model=args.model, input_len=args.input_len,
+        output_len=args.output_len, range_ratio=args.range_ratio, dataset=args.dataset,
+        requests_per_level=args.requests, duration=args.duration, warmup=args.warmup,
+        mode=args.mode, rate=rate, run_dir=out, api_key=args.api_key, seed=args.seed,
+        progress=not args.no_progress, resume=not args.no_resume, server=server,
+        read_timeout=args.read_timeout,
+    )
+    cols = ["concurrency", "completed", "failed", "cancelled", "output_throughput",
+            "median_ttft_ms", "median_itl_ms", "p99_e2e_latency_ms", "client_cpu_pct", "loop_lag_p99_ms",
+            "client_bound"]
+    with pd.option_context("display.width", 160, "display.max_columns", 20):
+        print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
+    print(f"\nwritten: {out / rundir.SWEEP} and {out / rundir.REQUESTS}")
+    if (frame["failed"] > 0).any():
+        print("failures:")
+        for _, row in frame[frame["failed"] > 0].iterrows():
+            print(f"  C={row['concurrency']}: {row['error_summary']}")
+    return 0

@@ -1,7 +1,67 @@
-"""``glm5 ...``: the command line of :mod:`glm5lib.logs`."""
+"""``glm5 logs FILE``: a summary of a server log (the args that matter, start-up, decode, errors)."""
 
 from __future__ import annotations
 
-from glm5lib.logs import register_cli
+import argparse
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from glm5lib.errors import ConfigError
+from glm5lib.logs import available_engines, parse_log, summarize
 
 __all__ = ["register_cli"]
+
+
+def _format_summary(s: dict[str, Any]) -> str:
+    buf = io.StringIO()
+    w = buf.write
+    w(f"lines: {s['lines']}  skipped: {s['skipped']}\n")
+    if s["standin"]:
+        w(f"stand-in profile: {s['standin']} (not a real SGLang server)\n")
+    w(f"time: {s['first_time']} .. {s['last_time']}  ready at: {s['ready_at'] or 'never'}\n")
+    w(f"\nserver args ({s['server_args_fields']} fields{', incomplete' if s['server_args_incomplete'] else ''}):\n")
+    for k, v in s["server_args"].items():
+        w(f"  {k} = {v!r}\n")
+    w("\nstartup:\n")
+    for k, v in s["startup"].items():
+        w(f"  {k} = {v}\n")
+    w("\ndecode:\n")
+    for k, v in s["decode"].items():
+        w(f"  {k} = {v}\n")
+    w(f"\nprefill rows: {s['prefill']['rows']}  retractions: {s['retractions']['rows']} "
+      f"({s['retractions']['retracted_reqs']} requests)\n")
+    w(f"\nerrors: {len(s['errors'])}" + (f"  (cause: {s['crash_cause']})" if s["crash_cause"] else "") + "\n")
+    for e in s["errors"][:20]:
+        w(f"  [{e['time']} {e['rank']}] {e['kind']}: {e['message'][:200]}\n")
+    return buf.getvalue()
+
+
+def _cmd_logs(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    if not path.is_file():
+        raise ConfigError(f"log file {args.file!r} does not exist", field="file")
+    slog = parse_log(path, engine=args.engine)
+    summary = summarize(slog)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=str))
+    else:
+        print(_format_summary(summary), end="")
+    return 0
+
+
+def register_cli(sub: Any) -> None:
+    """Add ``glm5 logs FILE [--json]``: a summary of an SGLang server log."""
+    p = sub.add_parser(
+        "logs",
+        help="summarise an SGLang server log (args that matter, startup, decode stats, errors)",
+        description="Parse an SGLang server log and print what matters for throughput.",
+    )
+    p.add_argument("file", help="the server log (e.g. data/runs/<run>/<phase>/server.log)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--engine", default="auto", choices=["auto", *available_engines()],
+        help="the engine that wrote the log (default: told from its first lines)",
+    )
+    p.set_defaults(func=_cmd_logs)

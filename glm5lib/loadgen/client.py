@@ -60,6 +60,39 @@ class RequestRecord:
     connection_lost: bool = False  # the error was a refused or dropped connection
     stalled: float = 0.0  # set (to the stall limit, s) by the sweep before it cancels a stalled request
 
+    @property
+    def cut_at_deadline(self) -> bool:
+        """The request was still in flight when its duration-bound level ended, and was cancelled."""
+        return self.status == "cancelled"
+
+    @property
+    def ttft(self) -> float | None:
+        """Seconds from sending to the first token, for any request that streamed one."""
+        if self.first_token is None or self.start is None:
+            return None
+        return self.first_token - self.start
+
+    @property
+    def tpot(self) -> float | None:
+        """Seconds per output token after the first (bench_serving's TPOT); so far, for a cut request.
+
+        A finished request divides its time after the first token by its output tokens less one;
+        a request cut at the deadline divides the time from its first token to its last chunk by
+        the server-reported tokens of that chunk less one. None where the count is unknown (a
+        server that reports usage only at the end) or fewer than two tokens arrived.
+        """
+        if self.first_token is None:
+            return None
+        if self.status == "ok":
+            tokens, last = self.output_tokens, self.end
+        elif self.status == "cancelled" and self.chunk_tokens:
+            tokens, last = self.chunk_tokens[-1], self.chunk_times[-1]
+        else:
+            return None
+        if not tokens or tokens < 2 or last is None:
+            return None
+        return (last - self.first_token) / (tokens - 1)
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -79,6 +112,9 @@ class RequestRecord:
                 "error": self.error,
                 "id": self.id,
                 "token_source": self.token_source,
+                "cut_at_deadline": self.cut_at_deadline,
+                "ttft": self.ttft,
+                "tpot": self.tpot,
             },
             separators=(",", ":"),
         )

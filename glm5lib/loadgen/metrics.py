@@ -54,6 +54,7 @@ SWEEP_COLUMNS = [
     "token_source",
     "client_cpu_pct",
     "loop_lag_p99_ms",
+    "loop_lag_itl_ratio",
     "client_bound",
     "error_summary",
     "api",
@@ -279,16 +280,13 @@ def level_stats(
     sources = {r.token_source for r in records if r.chunk_times}
     row["token_source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else "none")
 
-    # TTFT and ITL are measured by every request that streamed, including those a duration-bound
-    # level cancelled; TPOT and end-to-end latency need a finished request.
+    # TTFT, ITL and TPOT are measured by every request that streamed, including those cut at a
+    # duration-bound level's deadline (TPOT so far: up to its last chunk), so a level shorter than
+    # one request's lifetime still reports latency; end-to-end latency needs a finished request.
     streamed = [r for r in records if r.status in ("ok", "cancelled")]
-    ttft = [r.first_token - r.start for r in streamed if r.first_token is not None and r.start is not None]
+    ttft = [t for t in (r.ttft for r in streamed) if t is not None]
     e2e = [r.end - r.start for r in ok if r.end is not None and r.start is not None]
-    tpot = [
-        (r.end - r.first_token) / (r.output_tokens - 1)
-        for r in ok
-        if r.output_tokens and r.output_tokens > 1 and r.end is not None and r.first_token is not None
-    ]
+    tpot = [t for t in (r.tpot for r in streamed) if t is not None]
     itl_parts = [np.diff(r.chunk_times) for r in streamed if len(r.chunk_times) > 1]
     itl = np.concatenate(itl_parts) if itl_parts else np.empty(0)
     _pct(ttft, "ttft", row)

@@ -16,6 +16,7 @@ import gc
 import logging
 import math
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,26 +32,36 @@ from glm5lib import rundir
 from glm5lib.errors import ConfigError, LoadGenError, SweepAbortedError
 from glm5lib.loadgen.client import API_PATHS, RequestRecord, build_body, stream_request
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
-from glm5lib.loadgen.workload import RequestSpec, make_workload
+from glm5lib.loadgen.records import find_level, load_requests, load_sweep, write_level_row
+from glm5lib.loadgen.settings import SweepSettings, sweep_levels
+from glm5lib.loadgen.workload import RequestSpec, load_prompts, make_workload
 
-__all__ = ["load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
+__all__ = ["client_limited", "load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
 
 log = logging.getLogger(__name__)
 
-# A level whose client used this much of a core, or whose event loop lagged this much at p99,
-# measured the client rather than the server.
-CLIENT_CPU_BOUND_PCT = 90.0
+# The client limited a level when its event loop lagged, at p99, by a large part of the interval
+# between tokens the level actually had, so that reading the streams delayed them, and either
+# its process used nearly a whole core (one event loop cannot use more) or the lag outlasted the
+# whole interval (a client starved of CPU by a busy machine is the limit all the same). A lag
+# alone is no verdict: 30 ms is noise against 70 ms between tokens and decisive against 5 ms.
+CLIENT_CPU_BOUND_PCT = 80.0
+LOOP_LAG_ITL_FRACTION = 0.5
+# Without a measured inter-token interval (no stream had two chunks), the lag is judged alone.
 LOOP_LAG_BOUND_MS = 25.0
 # Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
 # notebook bar is a message to the front end; faster updates flood long cells (and nbval).
 PROGRESS_INTERVAL_S = 1.0
-_KEY_COLUMNS = ("concurrency", "mode", "request_rate", "api", "input_len", "output_len")
 
 
 class _ServerLike(Protocol):
     def alive(self) -> bool: ...
 
     def fatal_lines(self) -> list[str]: ...
+
+
+class _Stopped(Exception):
+    """The caller's stop event was set: the level in progress is dropped, finished ones kept."""
 
 
 class _Aborted(Exception):
@@ -63,82 +74,24 @@ def _mask(key: str | None) -> str:
     return "***" if key else "None"
 
 
-def _levels(
-    concurrencies: Sequence[int] | int, mode: str, rate: float | Sequence[float] | None
-) -> list[tuple[int, float]]:
-    conc = [concurrencies] if isinstance(concurrencies, int) else list(concurrencies)
-    if not conc:
-        raise ConfigError("concurrencies is empty: give at least one level, e.g. [1, 64, 256]", field="concurrencies")
-    for c in conc:
-        if not isinstance(c, (int, np.integer)) or isinstance(c, bool) or c < 1:
-            raise ConfigError(
-                f"concurrency {c!r} is not valid: use whole numbers of at least 1, e.g. [1, 64, 256]",
-                field="concurrencies",
-            )
-    if mode == "closed":
-        if rate is not None:
-            raise ConfigError("rate is only used with mode='poisson'", field="rate", valid=["closed", "poisson"])
-        return [(int(c), math.inf) for c in conc]
-    if mode != "poisson":
-        raise ConfigError(f"mode {mode!r} is not valid", field="mode", valid=["closed", "poisson"])
-    if rate is None:
-        raise ConfigError("mode='poisson' needs rate= (requests per second, or a list of them)", field="rate")
-    rates = [float(rate)] if isinstance(rate, (int, float)) else [float(r) for r in rate]
-    if any(not r > 0 for r in rates):
-        raise ConfigError(f"rate {rate!r} is not valid: use rates above 0 requests/s", field="rate")
-    if len(conc) == 1:
-        conc = conc * len(rates)
-    if len(rates) == 1:
-        rates = rates * len(conc)
-    if len(conc) != len(rates):
-        raise ConfigError(
-            f"{len(conc)} concurrency caps for {len(rates)} rates: give one cap, one rate, or as many of each",
-            field="rate",
-        )
-    return [(int(c), r) for c, r in zip(conc, rates, strict=True)]
+def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float) -> tuple[bool, float]:
+    """Was the client the limit of a level? Returns ``(verdict, loop_lag_p99_ms / median_itl_ms)``.
 
-
-def load_sweep(run_dir: str | Path) -> pd.DataFrame:
-    """The ``sweep.csv`` of a run (phase) folder; an empty frame with the columns when absent."""
-    path = Path(run_dir) / rundir.SWEEP
-    if not path.exists():
-        return pd.DataFrame(columns=SWEEP_COLUMNS)
-    return pd.read_csv(path)
-
-
-def load_requests(run_dir: str | Path, *, complete_levels_only: bool = True) -> pd.DataFrame:
-    """Per-request records of a run folder as a DataFrame (``requests.jsonl``).
-
-    With ``complete_levels_only`` the records of level attempts that never reached sweep.csv
-    (an interrupted level that was later rerun) are left out.
+    True when the event loop's p99 lag was at least :data:`LOOP_LAG_ITL_FRACTION` of the level's
+    median inter-token interval and the client's process used at least
+    :data:`CLIENT_CPU_BOUND_PCT` % of a core, or when the lag was at least the whole interval
+    (tokens waited longer for the client than for the server, whatever kept the client from
+    running). A median interval of 0 (tokens arrive together: the server outpaces the reader)
+    gives an infinite ratio; with no interval at all (no stream had two chunks) the lag is held
+    against :data:`LOOP_LAG_BOUND_MS` and the CPU must be busy.
     """
-    path = Path(run_dir) / rundir.REQUESTS
-    if not path.exists():
-        return pd.DataFrame()
-    frame = pd.read_json(path, lines=True)
-    if complete_levels_only and not frame.empty and "level_id" in frame:
-        done = set(load_sweep(run_dir).get("level_id", pd.Series(dtype=str)).dropna())
-        frame = frame[frame["level_id"].isin(done) | frame["warmup"].astype(bool)]
-    return frame.reset_index(drop=True)
-
-
-def _same_level(row: pd.Series, key: dict[str, Any]) -> bool:
-    for k, v in key.items():
-        if k not in row.index:
-            return False
-        have = row[k]
-        if isinstance(v, float) and math.isinf(v):
-            if not (isinstance(have, (int, float)) and math.isinf(float(have))):
-                return False
-        elif isinstance(v, (int, float)):
-            try:
-                if float(have) != float(v):
-                    return False
-            except (TypeError, ValueError):
-                return False
-        elif str(have) != str(v):
-            return False
-    return True
+    lag = float(loop_lag_p99_ms) if loop_lag_p99_ms is not None else float("nan")
+    itl = float(median_itl_ms) if median_itl_ms is not None else float("nan")
+    busy = bool(cpu_pct is not None and np.isfinite(cpu_pct) and cpu_pct >= CLIENT_CPU_BOUND_PCT)
+    if not np.isfinite(lag) or not np.isfinite(itl) or itl < 0:
+        return busy and bool(np.isfinite(lag) and lag >= LOOP_LAG_BOUND_MS), float("nan")
+    ratio = lag / itl if itl > 0 else (float("inf") if lag > 0 else 0.0)
+    return bool(ratio >= 1.0 or (busy and ratio >= LOOP_LAG_ITL_FRACTION)), ratio
 
 
 def _call_probe(probe: Callable[..., bool], timeout: float) -> bool:
@@ -173,17 +126,52 @@ class _LevelState:
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
 
 
+def _exit_details(server: Any) -> str:
+    """`` (nan, exit status -9)``: why a launched server ended, when it can say."""
+    details = []
+    with contextlib.suppress(Exception):
+        cause = server.crash_cause() if callable(getattr(server, "crash_cause", None)) else None
+        if cause:
+            details.append(str(cause))
+    code = getattr(server, "returncode", None)
+    if isinstance(code, int):
+        killed = code < 0 and -code in signal.valid_signals()
+        details.append(f"exit status {code}" + (f", killed by {signal.Signals(-code).name}" if killed else ""))
+    return f" ({', '.join(details)})" if details else ""
+
+
 class _Sweep:
-    def __init__(self, base_url: str, **kw: Any) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        concurrencies: Sequence[int] | int,
+        settings: SweepSettings,
+        *,
+        run_dir: str | Path | None,
+        api_key: str | None,
+        server: _ServerLike | None,
+        progress: bool,
+        callback: Callable[[dict[str, Any]], None] | None,
+        stop_event: threading.Event | None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.__dict__.update(kw)
+        self.concurrencies = concurrencies
+        self.settings = settings
+        self.model = settings.model  # read from /v1/models by the preflight when None
+        self.api_key = api_key
+        self.server = server
+        self.progress = progress
+        self.callback = callback
+        self.stop_event = stop_event
+        self._dataset_pairs = load_prompts(settings.dataset) if settings.dataset is not None else None
         self.headers = {"Content-Type": "application/json"}
         if self.api_key:
             self.headers["Authorization"] = f"Bearer {self.api_key}"
-        self.url = self.base_url + API_PATHS[self.api]
-        self.out_dir: Path | None = Path(self.run_dir) if self.run_dir is not None else None
+        self.url = self.base_url + API_PATHS[settings.api]
+        self.out_dir: Path | None = Path(run_dir) if run_dir is not None else None
         self.jsonl = None
         self.proc = psutil.Process(os.getpid())
+        self.stopped_at: int | None = None
 
     # -- records ---------------------------------------------------------------------------
     def _sink(self, rec: RequestRecord, state: _LevelState | None) -> None:
@@ -215,8 +203,8 @@ class _Sweep:
     ) -> None:
         rec = RequestRecord(level=level, index=spec.index, warmup=warmup, level_id=level_id)
         body = build_body(
-            self.api, spec.prompt, spec.output_len, model=self.model, ignore_eos=self.ignore_eos,
-            temperature=self.temperature, extra_body=self.extra_body,
+            self.settings.api, spec.prompt, spec.output_len, model=self.model, ignore_eos=self.settings.ignore_eos,
+            temperature=self.settings.temperature, extra_body=self.settings.extra_body,
         )
         if state is not None:
             state.issued += 1
@@ -225,7 +213,7 @@ class _Sweep:
             if task is not None:
                 state.inflight[id(rec)] = (rec, task)
         try:
-            await stream_request(session, self.url, body, self.headers, rec, self.api)
+            await stream_request(session, self.url, body, self.headers, rec, self.settings.api)
         finally:
             if state is not None:
                 state.inflight.pop(id(rec), None)
@@ -238,14 +226,14 @@ class _Sweep:
             log_path = getattr(self.server, "log_path", None)
             where = f" (log: {log_path})" if log_path else ""
             alive = await asyncio.to_thread(self.server.alive)
-            why = f"the server process is gone{where}"
+            why = f"the server process is gone{_exit_details(self.server)}{where}"
             if alive:
                 healthy = getattr(self.server, "healthy", None)
                 if healthy is None:
                     return True, "", []
                 for attempt in range(3):
                     try:
-                        if await asyncio.to_thread(_call_probe, healthy, self.health_timeout):
+                        if await asyncio.to_thread(_call_probe, healthy, self.settings.health_timeout):
                             return True, "", []
                     except Exception as exc:  # a health probe that raises counts as a failed one
                         log.debug("health probe raised %r", exc)
@@ -253,7 +241,7 @@ class _Sweep:
                         await asyncio.sleep(0.5)
                 why = (
                     f"the server process is running but /health did not answer within "
-                    f"{self.health_timeout:g} s (3 tries): hung{where}"
+                    f"{self.settings.health_timeout:g} s (3 tries): hung{where}"
                 )
             lines: list[str] = []
             with contextlib.suppress(Exception):
@@ -264,7 +252,7 @@ class _Sweep:
             try:
                 async with session.get(
                     self.base_url + "/health", headers=self.headers,
-                    timeout=aiohttp.ClientTimeout(total=self.health_timeout),
+                    timeout=aiohttp.ClientTimeout(total=self.settings.health_timeout),
                 ) as resp:
                     if resp.status < 500:
                         return True, "", []
@@ -276,7 +264,7 @@ class _Sweep:
         return False, failures[-1] + " (3 tries)", []
 
     async def _watchdog(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
-        interval = min(self.health_interval, self.read_timeout or math.inf)
+        interval = min(self.settings.health_interval, self.settings.read_timeout or math.inf)
         while not state.finished:
             # asyncio.wait rather than wait_for: Python 3.11's wait_for can swallow the
             # cancellation that ends the level when its own timeout fires at the same moment.
@@ -309,13 +297,13 @@ class _Sweep:
     def _cancel_stalled(self, state: _LevelState) -> None:
         # One sweep-wide check instead of aiohttp's per-read timer, which would be re-armed for
         # every chunk of every stream.
-        if not self.read_timeout:
+        if not self.settings.read_timeout:
             return
         now = time.time()
         for rec, task in list(state.inflight.values()):
             last = rec.chunk_times[-1] if rec.chunk_times else rec.start
-            if last is not None and now - last > self.read_timeout and not rec.stalled:
-                rec.stalled = self.read_timeout
+            if last is not None and now - last > self.settings.read_timeout and not rec.stalled:
+                rec.stalled = self.settings.read_timeout
                 task.cancel()
 
     # -- self-check ------------------------------------------------------------------------
@@ -326,6 +314,11 @@ class _Sweep:
             t = clock()
             await asyncio.sleep(interval)
             lags.append(clock() - t - interval)
+
+    async def _stop_watch(self, interval: float = 0.1) -> None:
+        """Return once the caller's stop event is set (a threading.Event: polled, not awaited)."""
+        while not self.stop_event.is_set():
+            await asyncio.sleep(interval)
 
     async def _reporter(self, state: _LevelState, level: int, bar: Any, t0: float) -> None:
         """Refresh the bar and call the callback once every PROGRESS_INTERVAL_S, no more often."""
@@ -340,8 +333,8 @@ class _Sweep:
             )
             rate = (tokens - last_tok) / max(now - last_t, 1e-9)
             if bar is not None:
-                if self.duration and self.requests_per_level is None:
-                    bar.n = min(round(now - t0, 1), float(self.duration))
+                if self.settings.duration and self.settings.requests_per_level is None:
+                    bar.n = min(round(now - t0, 1), float(self.settings.duration))
                 else:
                     bar.n = done
                 bar.set_postfix_str(
@@ -373,7 +366,7 @@ class _Sweep:
     ) -> tuple[_LevelState, float, float, list[float]]:
         state = _LevelState(planned=len(specs))
         t0 = time.time()
-        deadline = t0 + self.duration if self.duration else None
+        deadline = t0 + self.settings.duration if self.settings.duration else None
         state.deadline = deadline
         lags: list[float] = []
         cpu0 = self.proc.cpu_times()
@@ -390,7 +383,7 @@ class _Sweep:
                 await self._one(session, spec, conc, level_id, state)
 
         async def poisson() -> None:
-            rng = np.random.default_rng([self.seed, conc, int(rate * 1000)])
+            rng = np.random.default_rng([self.settings.seed, conc, int(rate * 1000)])
             sem = asyncio.Semaphore(conc)
             next_t = time.perf_counter()
 
@@ -426,7 +419,9 @@ class _Sweep:
             asyncio.create_task(self._reporter(state, conc, bar, t0)),
         ]
         watchdog = asyncio.create_task(self._watchdog(session, state))
+        stopper = asyncio.create_task(self._stop_watch()) if self.stop_event is not None else None
         aborted: _Aborted | None = None
+        stopped = False
         # Collections of a heap full of chunk-time lists stall the loop for tens of ms, which
         # shows up as latency; levels are bounded, so collect between them instead.
         gc_was_enabled = gc.isenabled()
@@ -436,16 +431,22 @@ class _Sweep:
             while pending:
                 timeout = None if deadline is None else max(0.0, deadline - time.time())
                 done, pending = await asyncio.wait(
-                    pending | {watchdog}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    pending | {watchdog} | ({stopper} if stopper is not None else set()),
+                    timeout=timeout, return_when=asyncio.FIRST_COMPLETED,
                 )
                 pending.discard(watchdog)
+                if stopper is not None:
+                    pending.discard(stopper)
+                    if stopper in done:
+                        stopped = True
+                        break
                 if watchdog in done:
                     exc = watchdog.exception()
                     aborted = exc if isinstance(exc, _Aborted) else _Aborted(f"health watchdog failed: {exc!r}")
                     break
                 if deadline is not None and time.time() >= deadline:
                     break
-            if aborted is None and (state.unchecked or (state.completed == 0 and state.rejected)):
+            if aborted is None and not stopped and (state.unchecked or (state.completed == 0 and state.rejected)):
                 # The level ended before the watchdog looked at its last failures.
                 try:
                     await self._health_gate(session, state)
@@ -453,9 +454,10 @@ class _Sweep:
                     aborted = exc
         finally:
             state.finished = True
-            for t in [*main, *tasks, watchdog, *helpers]:
+            extra = [stopper] if stopper is not None else []
+            for t in [*main, *tasks, watchdog, *helpers, *extra]:
                 t.cancel()
-            await asyncio.gather(*main, *tasks, watchdog, *helpers, return_exceptions=True)
+            await asyncio.gather(*main, *tasks, watchdog, *helpers, *extra, return_exceptions=True)
             if gc_was_enabled:
                 gc.enable()
         wall = time.perf_counter() - wall0
@@ -463,27 +465,29 @@ class _Sweep:
         cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max(wall, 1e-9)
         if aborted is not None:
             raise aborted
+        if stopped:
+            raise _Stopped()
         return state, cpu_pct, wall, lags
 
     async def _warmup(self, session: aiohttp.ClientSession, conc: int) -> None:
-        if not self.warmup:
+        if not self.settings.warmup:
             return
         specs = make_workload(
-            self.warmup, level=-1, seed=self.seed, input_len=self.input_len,
-            output_len=min(self.output_len, 16), range_ratio=1.0, dataset=self._dataset_pairs,
-            token_ids=self.token_ids,
+            self.settings.warmup, level=-1, seed=self.settings.seed, input_len=self.settings.input_len,
+            output_len=min(self.settings.output_len, 16), range_ratio=1.0, dataset=self._dataset_pairs,
+            token_ids=self.settings.token_ids,
         )
-        sem = asyncio.Semaphore(max(1, min(conc, self.warmup)))
+        sem = asyncio.Semaphore(max(1, min(conc, self.settings.warmup)))
         recs: list[RequestRecord] = []
 
         async def one(spec: RequestSpec) -> None:
             async with sem:
                 rec = RequestRecord(level=conc, index=spec.index, warmup=True, level_id="warmup")
-                body = build_body(self.api, spec.prompt, spec.output_len, model=self.model,
-                                  ignore_eos=self.ignore_eos, temperature=self.temperature,
-                                  extra_body=self.extra_body)
+                body = build_body(self.settings.api, spec.prompt, spec.output_len, model=self.model,
+                                  ignore_eos=self.settings.ignore_eos, temperature=self.settings.temperature,
+                                  extra_body=self.settings.extra_body)
                 try:
-                    await stream_request(session, self.url, body, self.headers, rec, self.api)
+                    await stream_request(session, self.url, body, self.headers, rec, self.settings.api)
                 finally:
                     recs.append(rec)
                     self._sink(rec, None)
@@ -511,7 +515,7 @@ class _Sweep:
                 f"no server answers at {self.base_url} ({type(exc).__name__}: {exc}); "
                 "start one or check the URL"
             ) from None
-        if self.api != "generate" and self.model is None:
+        if self.settings.api != "generate" and self.model is None:
             try:
                 async with session.get(self.base_url + "/v1/models", headers=self.headers,
                                        timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
@@ -519,36 +523,26 @@ class _Sweep:
                 self.model = data["data"][0]["id"]
             except (aiohttp.ClientError, asyncio.TimeoutError, KeyError, IndexError, TypeError, ValueError) as exc:
                 raise LoadGenError(
-                    f"api={self.api!r} needs a model name and {self.base_url}/v1/models did not give one "
+                    f"api={self.settings.api!r} needs a model name and {self.base_url}/v1/models did not give one "
                     f"({type(exc).__name__}); pass model=..."
                 ) from None
 
     def _write_row(self, row: dict[str, Any]) -> None:
-        if self.out_dir is None:
-            return
-        path = self.out_dir / rundir.SWEEP
-        frame = load_sweep(self.out_dir)
-        key = {k: row[k] for k in _KEY_COLUMNS}
-        if not frame.empty:
-            frame = frame[~frame.apply(_same_level, axis=1, key=key)]
-        new = pd.DataFrame([row], columns=SWEEP_COLUMNS)
-        frame = new if frame.empty else pd.concat([frame, new], ignore_index=True)
-        tmp = path.with_suffix(".csv.tmp")
-        frame.to_csv(tmp, index=False)
-        os.replace(tmp, path)
+        if self.out_dir is not None:
+            write_level_row(self.out_dir, row)
 
     async def run(self) -> pd.DataFrame:
-        levels = _levels(self.concurrencies, self.mode, self.rate)
+        levels = sweep_levels(self.concurrencies, self.settings)
         done_rows: dict[int, dict[str, Any]] = {}
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
-            if self.resume:
+            if self.settings.resume:
                 existing = load_sweep(self.out_dir)
                 for n, (conc, rate) in enumerate(levels):
                     key = self._key(conc, rate)
-                    match = existing[existing.apply(_same_level, axis=1, key=key)] if not existing.empty else existing
-                    if not match.empty:
-                        done_rows[n] = match.iloc[-1].to_dict()
+                    match = find_level(existing, key)
+                    if match is not None:
+                        done_rows[n] = match
                         log.info("level %s already in %s: skipped (resume)", conc, self.out_dir / rundir.SWEEP)
             self.jsonl = open(self.out_dir / rundir.REQUESTS, "a", encoding="utf-8")  # noqa: SIM115
         rows: list[dict[str, Any]] = []
@@ -571,22 +565,38 @@ class _Sweep:
                     if n in done_rows:
                         rows.append(done_rows[n])
                         continue
-                    row = await self._level(session, conc, rate, completed_levels)
+                    if self.stop_event is not None and self.stop_event.is_set():
+                        self._note_stopped(conc, completed_levels)
+                        break
+                    try:
+                        row = await self._level(session, conc, rate, completed_levels)
+                    except _Stopped:
+                        self._note_stopped(conc, completed_levels)
+                        break
                     rows.append(row)
                     completed_levels.append(conc)
         finally:
             if self.jsonl is not None:
                 self.jsonl.close()
-        return pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+        frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
+        frame.attrs["stopped_at"] = self.stopped_at
+        return frame
+
+    def _note_stopped(self, conc: int, completed_levels: list[int]) -> None:
+        self.stopped_at = conc
+        log.info("sweep stopped on request before finishing level %s; levels kept: %s",
+                 conc, completed_levels or "none")
+        if self.callback is not None:
+            self._call_back({"event": "stopped", "level": conc, "completed_levels": list(completed_levels)})
 
     def _key(self, conc: int, rate: float) -> dict[str, Any]:
-        return {"concurrency": conc, "mode": self.mode, "request_rate": rate, "api": self.api,
-                "input_len": self.input_len, "output_len": self.output_len}
+        return {"concurrency": conc, "mode": self.settings.mode, "request_rate": rate, "api": self.settings.api,
+                "input_len": self.settings.input_len, "output_len": self.settings.output_len}
 
     def _count_for(self, conc: int) -> int:
-        if self.requests_per_level is not None:
-            return int(self.requests_per_level)
-        if self.duration:
+        if self.settings.requests_per_level is not None:
+            return int(self.settings.requests_per_level)
+        if self.settings.duration:
             # Enough never to run out before the deadline at any plausible speed.
             return max(1000, conc * 64)
         return max(2 * conc, 16)
@@ -595,18 +605,19 @@ class _Sweep:
                      completed_levels: list[int]) -> dict[str, Any]:
         n = self._count_for(conc)
         specs = make_workload(
-            n, level=conc if math.isinf(rate) else f"{conc}@{rate}", seed=self.seed,
-            input_len=self.input_len, output_len=self.output_len, range_ratio=self.range_ratio,
-            dataset=self._dataset_pairs, token_ids=self.token_ids,
+            n, level=conc if math.isinf(rate) else f"{conc}@{rate}", seed=self.settings.seed,
+            input_len=self.settings.input_len, output_len=self.settings.output_len, range_ratio=self.settings.range_ratio,
+            dataset=self._dataset_pairs, token_ids=self.settings.token_ids,
         )
         level_id = f"c{conc}{'' if math.isinf(rate) else f'-r{rate:g}'}-{int(time.time() * 1000)}"
         bar = None
         if self.progress:
+            # tqdm.auto looks for ipywidgets (a notebook front end) when imported: only with bars
             from tqdm.auto import tqdm
 
             desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
-            if self.duration and self.requests_per_level is None:
-                bar = tqdm(total=float(self.duration), desc=desc, unit="s", leave=True,
+            if self.settings.duration and self.settings.requests_per_level is None:
+                bar = tqdm(total=float(self.settings.duration), desc=desc, unit="s", leave=True,
                            mininterval=PROGRESS_INTERVAL_S, miniters=0,
                            bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
             else:
@@ -614,7 +625,7 @@ class _Sweep:
                            miniters=0)
         if self.callback is not None:
             self._call_back({"event": "level_start", "level": conc, "request_rate": rate,
-                             "requests": n, "duration": self.duration})
+                             "requests": n, "duration": self.settings.duration})
         try:
             try:
                 state, cpu_pct, _wall, lags = await self._run_level(session, conc, rate, specs, level_id, bar)
@@ -630,26 +641,29 @@ class _Sweep:
                 ) from None
         finally:
             if bar is not None:
-                if bar.total is not None and self.duration and self.requests_per_level is None:
+                if bar.total is not None and self.settings.duration and self.settings.requests_per_level is None:
                     bar.n = bar.total
                     bar.refresh()
                 bar.close()
         stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue,
                             deadline=state.deadline, closed=math.isinf(rate))
         lag_p99 = float(np.percentile(lags, 99)) * 1000.0 if lags else float("nan")
+        bound, lag_ratio = client_limited(cpu_pct, lag_p99, stats.get("median_itl_ms", float("nan")))
         row: dict[str, Any] = {
             **self._key(conc, rate),
             "max_concurrency": conc,
             **stats,
             "client_cpu_pct": cpu_pct,
             "loop_lag_p99_ms": lag_p99,
-            "client_bound": bool(cpu_pct >= CLIENT_CPU_BOUND_PCT or lag_p99 >= LOOP_LAG_BOUND_MS),
+            "loop_lag_itl_ratio": lag_ratio,
+            "client_bound": bound,
             "level_id": level_id,
         }
         if row["client_bound"]:
             log.warning(
-                "level %s: the client may have been the limit (CPU %.0f%% of a core, loop lag p99 %.1f ms)",
-                conc, cpu_pct, lag_p99,
+                "level %s: the client was the limit (CPU %.0f%% of a core; loop lag p99 %.1f ms, %.0f%% of "
+                "the median inter-token interval of %.1f ms)",
+                conc, cpu_pct, lag_p99, 100 * lag_ratio, stats.get("median_itl_ms", float("nan")),
             )
         if str(row["window_note"]).startswith("whole level"):
             log.warning(
@@ -664,12 +678,7 @@ class _Sweep:
         return row
 
 
-async def run_sweep_async(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) -> pd.DataFrame:
-    """The coroutine behind :func:`run_sweep`, for callers already inside an event loop."""
-    return await _make(base_url, concurrencies, **kwargs).run()
-
-
-def _make(
+async def run_sweep_async(
     base_url: str,
     concurrencies: Sequence[int] | int,
     *,
@@ -684,13 +693,7 @@ def _make(
     warmup: int = 2,
     mode: str = "closed",
     rate: float | Sequence[float] | None = None,
-    run_dir: str | Path | None = None,
-    api_key: str | None = None,
     seed: int = 0,
-    server: _ServerLike | None = None,
-    progress: bool = True,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-    resume: bool = True,
     token_ids: bool | None = None,
     ignore_eos: bool = True,
     temperature: float = 0.0,
@@ -698,39 +701,60 @@ def _make(
     read_timeout: float = 300.0,
     health_interval: float = 2.0,
     health_timeout: float = 5.0,
+    resume: bool = True,
+    settings: SweepSettings | None = None,
+    run_dir: str | Path | None = None,
+    api_key: str | None = None,
+    server: _ServerLike | None = None,
+    progress: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> pd.DataFrame:
+    """The coroutine behind :func:`run_sweep` (same arguments), for callers already inside an event loop."""
+    sweep = _make(
+        base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
+        progress=progress, callback=callback, stop_event=stop_event, api=api, model=model,
+        input_len=input_len, output_len=output_len, range_ratio=range_ratio, dataset=dataset,
+        requests_per_level=requests_per_level, duration=duration, warmup=warmup, mode=mode, rate=rate,
+        seed=seed, token_ids=token_ids, ignore_eos=ignore_eos, temperature=temperature,
+        extra_body=extra_body, read_timeout=read_timeout, health_interval=health_interval,
+        health_timeout=health_timeout, resume=resume,
+    )
+    return await sweep.run()
+
+
+def _make(
+    base_url: str,
+    concurrencies: Sequence[int] | int,
+    settings: SweepSettings | None,
+    *,
+    run_dir: str | Path | None,
+    api_key: str | None,
+    server: _ServerLike | None,
+    progress: bool,
+    callback: Callable[[dict[str, Any]], None] | None,
+    stop_event: threading.Event | None,
+    **given: Any,
 ) -> _Sweep:
-    if api not in API_PATHS:
-        raise ConfigError(f"api {api!r} is not valid", field="api", valid=list(API_PATHS))
+    """Validate everything before anything is sent; ``settings`` replaces the setting keywords."""
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise ConfigError(
             f"base_url {base_url!r} is not valid: use a URL like http://127.0.0.1:30000", field="base_url"
         )
-    if requests_per_level is not None and requests_per_level < 1:
-        raise ConfigError(f"requests_per_level={requests_per_level} must be at least 1", field="requests_per_level")
-    if duration is not None and not duration > 0:
-        raise ConfigError(f"duration={duration} must be above 0 seconds", field="duration")
-    if warmup < 0:
-        raise ConfigError(f"warmup={warmup} must be 0 or more requests", field="warmup")
-    _levels(concurrencies, mode, rate)  # validate early
-    if token_ids is None:
-        token_ids = api != "chat"
-    if token_ids and api == "chat":
-        raise ConfigError("api='chat' takes text prompts: leave token_ids unset or False", field="token_ids")
-    pairs = None
-    if dataset is not None:
-        from glm5lib.loadgen.workload import load_prompts
-
-        pairs = load_prompts(dataset)
-    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, api, _mask(api_key))
-    return _Sweep(
-        base_url, concurrencies=concurrencies, api=api, model=model, input_len=input_len,
-        output_len=output_len, range_ratio=range_ratio, dataset=dataset, _dataset_pairs=pairs,
-        requests_per_level=requests_per_level, duration=duration, warmup=warmup, mode=mode,
-        rate=rate, run_dir=run_dir, api_key=api_key, seed=seed, server=server, progress=progress,
-        callback=callback, resume=resume, token_ids=token_ids, ignore_eos=ignore_eos,
-        temperature=temperature, extra_body=extra_body, read_timeout=read_timeout,
-        health_interval=health_interval, health_timeout=health_timeout,
-    )
+    if settings is None:
+        settings = SweepSettings(**given)
+    elif not isinstance(settings, SweepSettings):
+        raise ConfigError(f"settings={settings!r} must be a SweepSettings", field="settings")
+    else:
+        defaults = {f: getattr(SweepSettings, f) for f in SweepSettings.field_names()}
+        changed = sorted(k for k, v in given.items() if v is not defaults[k] and v != defaults[k])
+        if changed:
+            raise ConfigError(f"settings= and the keywords {changed} both set the sweep: use one or the other",
+                              field="settings", valid=["settings", *changed])
+    sweep_levels(concurrencies, settings)  # validate early
+    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api, _mask(api_key))
+    return _Sweep(base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
+                  progress=progress, callback=callback, stop_event=stop_event)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -751,9 +775,42 @@ def _run_coro(coro: Any) -> Any:
         loop.close()
 
 
-def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) -> pd.DataFrame:
+def run_sweep(
+    base_url: str,
+    concurrencies: Sequence[int] | int,
+    *,
+    api: str = "generate",
+    model: str | None = None,
+    input_len: int = 256,
+    output_len: int = 256,
+    range_ratio: float = 1.0,
+    dataset: str | Path | None = None,
+    requests_per_level: int | None = None,
+    duration: float | None = None,
+    warmup: int = 2,
+    mode: str = "closed",
+    rate: float | Sequence[float] | None = None,
+    seed: int = 0,
+    token_ids: bool | None = None,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    extra_body: dict[str, Any] | None = None,
+    read_timeout: float = 300.0,
+    health_interval: float = 2.0,
+    health_timeout: float = 5.0,
+    resume: bool = True,
+    settings: SweepSettings | None = None,
+    run_dir: str | Path | None = None,
+    api_key: str | None = None,
+    server: _ServerLike | None = None,
+    progress: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> pd.DataFrame:
     """Drive ``base_url`` at each concurrency level in turn; one row per level.
 
+    The settings keywords (``api`` to ``resume``) make a :class:`SweepSettings`, which checks
+    them all before anything is sent; or pass ``settings=SweepSettings(...)`` instead of them.
     Keyword arguments: ``api`` ("generate" | "completions" | "chat"), ``model`` (OpenAI APIs; read
     from /v1/models when None), ``input_len``, ``output_len``, ``range_ratio`` (lengths uniform in
     [len*ratio, len]), ``dataset`` (prompt file), ``requests_per_level`` and/or ``duration``
@@ -766,12 +823,23 @@ def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **kwargs: Any) 
     ``resume`` (skip levels already in sweep.csv), ``token_ids`` (random prompts as token ids;
     default for generate/completions), ``ignore_eos``, ``temperature``, ``extra_body``,
     ``read_timeout`` (seconds without data before a request fails), ``health_interval`` (seconds
-    between health checks), ``health_timeout`` (seconds a /health probe may take).
+    between health checks), ``health_timeout`` (seconds a /health probe may take),
+    ``stop_event`` (a ``threading.Event``: once set, the level in progress is cancelled and left
+    out, and the levels finished so far are returned; ``frame.attrs["stopped_at"]`` names the
+    level it stopped at, and the callback gets a ``stopped`` event).
 
     Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
     the server dies, and :class:`ConfigError` for bad arguments.
     """
-    sweep = _make(base_url, concurrencies, **kwargs)
+    sweep = _make(
+        base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
+        progress=progress, callback=callback, stop_event=stop_event, api=api, model=model,
+        input_len=input_len, output_len=output_len, range_ratio=range_ratio, dataset=dataset,
+        requests_per_level=requests_per_level, duration=duration, warmup=warmup, mode=mode, rate=rate,
+        seed=seed, token_ids=token_ids, ignore_eos=ignore_eos, temperature=temperature,
+        extra_body=extra_body, read_timeout=read_timeout, health_interval=health_interval,
+        health_timeout=health_timeout, resume=resume,
+    )
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -21,7 +21,6 @@ from glm5lib.errors import ConfigError
 from glm5lib.sim.args import SIM_FLAGS, SimArgs, parse_sim_argv, sim_usage
 from glm5lib.sim.faults import Faults, parse_faults
 from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, list_profiles, load_profile
-from glm5lib.sim.testing import StandinProcess, free_port, run_standin
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -52,6 +51,24 @@ def fit_profile(log, base=DEFAULT_PROFILE, name=None, out=None) -> Profile:
     from glm5lib.sim.fit import fit_profile as _fit
 
     return _fit(log, base=base, name=name, out=out)
+
+
+def run_standin(*flags: str, **options):
+    """Start the stand-in on a free port, yield it ready, stop it after: see
+    :func:`glm5lib.sim.testing.run_standin` (imported on first use: it launches through
+    glm5lib.server, whose log parsing needs pandas, which the stand-in itself does not)."""
+    from glm5lib.sim.testing import run_standin as _run
+
+    return _run(*flags, **options)
+
+
+def __getattr__(name: str):
+    # the other launcher names, as lazily as run_standin and for the same reason
+    if name in ("StandinProcess", "free_port"):
+        from glm5lib.sim import testing
+
+        return getattr(testing, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -93,6 +93,8 @@ class StandinServer:
         self.eos_id = int(self.profile["model"]["eos_token_id"])
         self.natural_mean = float(self.profile["model"]["natural_output_mean_tokens"])
         self.user_finished = 0
+        self.decode_steps = 0  # after ready; fault triggers count them
+        self.ready_at: float | None = None
         settings = SchedulerSettings(
             max_running_requests=int(sa["max_running_requests"]),
             max_total_tokens=args.max_total_num_tokens,
@@ -107,6 +109,7 @@ class StandinServer:
             enable_metrics=bool(sa["enable_metrics"]),
             zero_delay=args.zero_delay,
             seed=args.seed,
+            schedule_conservativeness=float(sa.get("schedule_conservativeness") or 1.0),
         )
         self.sched = SimScheduler(self.profile, settings, self.log, on_finish=self._on_finish)
         self.gpus = SimGpus(self.profile, self.sched, float(sa["mem_fraction_static"]))
@@ -118,15 +121,24 @@ class StandinServer:
         if not self.ready or req.rid.startswith("warmup-") or req.rid.startswith("health-"):
             return
         self.user_finished += 1
-        f = self.args.faults
-        if f.hang_after is not None and self.user_finished >= f.hang_after and not self.hang.is_set():
+        self._hang_check()
+
+    def _fault_counts(self) -> tuple[int, int, float]:
+        """(requests finished, decode steps, seconds) since the server became ready."""
+        return self.user_finished, self.decode_steps, time.monotonic() - (self.ready_at or time.monotonic())
+
+    def _hang_check(self) -> None:
+        if self.ready and not self.hang.is_set() and self.args.faults.hang_due(*self._fault_counts()):
             self.hang.set()
             self.sched.hung = True
 
-    def _crash_check(self) -> None:
-        f = self.args.faults
-        if f.nan_after is not None and self.ready and self.user_finished >= f.nan_after:
+    def _crash_check(self) -> None:  # before every decode step
+        if not self.ready:
+            return
+        self.decode_steps += 1
+        if self.args.faults.nan_due(*self._fault_counts()):
             self.crash_nan()
+        self._hang_check()
 
     def _exit_like_sglang(self, exc_lines: list[str], final: str, rank_lines: list[str]) -> None:
         """Scheduler traceback, the parent's sigquit line, then the whole process dies."""
@@ -882,6 +894,7 @@ async def serve(args: SimArgs, log: LogWriter | None = None) -> int:
             f"INFO:     Uvicorn running on http://{host}:{port} (Press CTRL+C to quit)")
     await server._warmup()
     server.ready = True
+    server.ready_at = time.monotonic()
     log.info("The server is fired up and ready to roll!", rank=None)
     if args.faults.hang_after == 0:
         server.hang.set()

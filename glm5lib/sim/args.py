@@ -40,6 +40,7 @@ MODELLED_FIELDS = frozenset(
         "cuda_graph_max_bs",
         "disable_radix_cache",
         "schedule_policy",
+        "schedule_conservativeness",
         "moe_runner_backend",
         "fp4_gemm_runner_backend",
         "enable_flashinfer_allreduce_fusion",

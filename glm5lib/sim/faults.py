@@ -5,16 +5,24 @@
 - ``nan-after=N``: after N requests have finished, the next decode step logs SGLang's NaN
   signature on every TP rank, the scheduler's traceback, the parent's sigquit line, and the
   process dies (killed, as SGLang's ``kill_process_tree`` does).
+- ``nan-after-steps=N`` / ``nan-after-s=SECONDS``: the same crash after N decode steps, or
+  SECONDS after the server became ready (at the next decode step): these fire in levels bound
+  by a duration too, where requests are cancelled at the deadline and none may ever finish.
 - ``oom-at-start``: start-up fails while allocating the KV pool with SGLang's "Not enough
   memory" error, then the same exit.
 - ``nccl-at-start``: start-up fails while initialising the TP group with an NCCL error.
 - ``slow-start=SECONDS``: loading takes SECONDS longer (the port opens only when ready).
 - ``hang-after=N``: after N finished requests the server stops answering: no more steps, every
   HTTP request (``/health`` included) waits forever, the process stays alive.
+- ``hang-after-steps=N`` / ``hang-after-s=SECONDS``: the same hang after N decode steps, or
+  SECONDS after the server became ready (at the next decode step).
+
+Whatever triggers are given, a fault fires at the first that is reached.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -28,6 +36,10 @@ FAULT_KINDS = {
     "nccl-at-start": None,
     "slow-start": "SECONDS (extra start-up time)",
     "hang-after": "N (requests finished before the server stops answering)",
+    "nan-after-steps": "N (decode steps before the NaN crash)",
+    "nan-after-s": "SECONDS (after ready, before the NaN crash)",
+    "hang-after-steps": "N (decode steps before the server stops answering)",
+    "hang-after-s": "SECONDS (after ready, before the server stops answering)",
 }
 
 
@@ -40,11 +52,28 @@ class Faults:
     nccl_at_start: bool = False
     slow_start: float = 0.0
     hang_after: int | None = None
+    nan_after_steps: int | None = None
+    nan_after_s: float | None = None
+    hang_after_steps: int | None = None
+    hang_after_s: float | None = None
+
+    def nan_due(self, finished: int, steps: int, seconds: float) -> bool:
+        """Whether the NaN crash is due after ``finished`` requests, ``steps`` decode steps and
+        ``seconds`` since the server became ready."""
+        return _due(finished, steps, seconds, self.nan_after, self.nan_after_steps, self.nan_after_s)
+
+    def hang_due(self, finished: int, steps: int, seconds: float) -> bool:
+        """Whether the hang is due (same counts as :meth:`nan_due`)."""
+        return _due(finished, steps, seconds, self.hang_after, self.hang_after_steps, self.hang_after_s)
 
     def specs(self) -> list[str]:
         out = []
         if self.nan_after is not None:
             out.append(f"nan-after={self.nan_after}")
+        if self.nan_after_steps is not None:
+            out.append(f"nan-after-steps={self.nan_after_steps}")
+        if self.nan_after_s is not None:
+            out.append(f"nan-after-s={self.nan_after_s:g}")
         if self.oom_at_start:
             out.append("oom-at-start")
         if self.nccl_at_start:
@@ -53,7 +82,20 @@ class Faults:
             out.append(f"slow-start={self.slow_start:g}")
         if self.hang_after is not None:
             out.append(f"hang-after={self.hang_after}")
+        if self.hang_after_steps is not None:
+            out.append(f"hang-after-steps={self.hang_after_steps}")
+        if self.hang_after_s is not None:
+            out.append(f"hang-after-s={self.hang_after_s:g}")
         return out
+
+
+def _due(finished: int, steps: int, seconds: float, after: int | None, after_steps: int | None,
+         after_s: float | None) -> bool:
+    return (
+        (after is not None and finished >= after)
+        or (after_steps is not None and steps >= after_steps)
+        or (after_s is not None and seconds >= after_s)
+    )
 
 
 def _valid() -> list[str]:
@@ -71,8 +113,6 @@ def parse_faults(specs: Iterable[str]) -> Faults:
             kind, _, value = spec.partition("=")
             kind = kind.strip().lower().replace("_", "-")
             if kind not in FAULT_KINDS:
-                import difflib
-
                 close = difflib.get_close_matches(kind, list(FAULT_KINDS), n=1)
                 hint = f" (did you mean {close[0]!r}?)" if close else ""
                 raise ConfigError(
@@ -96,6 +136,14 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     faults.nan_after = _non_negative_int(value)
                 elif kind == "hang-after":
                     faults.hang_after = _non_negative_int(value)
+                elif kind == "nan-after-steps":
+                    faults.nan_after_steps = _non_negative_int(value)
+                elif kind == "hang-after-steps":
+                    faults.hang_after_steps = _non_negative_int(value)
+                elif kind == "nan-after-s":
+                    faults.nan_after_s = _non_negative_float(value)
+                elif kind == "hang-after-s":
+                    faults.hang_after_s = _non_negative_float(value)
                 elif kind == "slow-start":
                     faults.slow_start = float(value)
                     if faults.slow_start < 0:
@@ -111,6 +159,13 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     valid=_valid(),
                 ) from exc
     return faults
+
+
+def _non_negative_float(value: str) -> float:
+    x = float(value)
+    if not x >= 0 or x == float("inf"):
+        raise ValueError(value)
+    return x
 
 
 def _non_negative_int(value: str) -> int:

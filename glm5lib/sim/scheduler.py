@@ -4,7 +4,8 @@ It follows SGLang's scheduler where it matters for throughput:
 
 - a FCFS waiting queue; new requests are admitted into the running batch while the batch is
   below ``max_running_requests`` and the KV pool can hold their prompt plus a reserve for the
-  tokens they may still generate (``new_token_ratio``, decaying from 0.7 as SGLang's does);
+  tokens they may still generate (``new_token_ratio``: 0.7 x ``schedule_conservativeness`` at
+  first, decaying to 0.14 of that over 600 decode steps, as SGLang's does);
 - prefill runs before decode whenever something can be admitted, in chunks of at most
   ``chunked_prefill_size`` tokens (a long prompt is split over several prefill batches);
 - every decode step adds one token to each running request; when the KV pool cannot hold the
@@ -34,8 +35,10 @@ from glm5lib.sim.profile import Profile, StepContext
 __all__ = ["Histogram", "Req", "SchedulerSettings", "SimScheduler"]
 
 # SGLang's constants (python/sglang/srt/managers/schedule_policy.py and scheduler.py, 0.5.x).
+# The ratio starts at INIT x schedule_conservativeness (at most 1) and decays over DECAY_STEPS
+# decode steps to MIN_FACTOR of its start.
 INIT_NEW_TOKEN_RATIO = 0.7
-MIN_NEW_TOKEN_RATIO = 0.14
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 CLIP_MAX_NEW_TOKENS = 4096
 RETRACT_DECODE_STEPS = 20
@@ -181,6 +184,7 @@ class SchedulerSettings:
     enable_metrics: bool = False
     zero_delay: bool = False
     seed: int = 0
+    schedule_conservativeness: float = 1.0
 
 
 class SimScheduler:
@@ -202,8 +206,10 @@ class SimScheduler:
         self.running: list[Req] = []
         self.chunked: Req | None = None
         self.used = 0
-        self.new_token_ratio = INIT_NEW_TOKEN_RATIO
-        self._ratio_decay = (INIT_NEW_TOKEN_RATIO - MIN_NEW_TOKEN_RATIO) / NEW_TOKEN_RATIO_DECAY_STEPS
+        self.init_new_token_ratio = min(INIT_NEW_TOKEN_RATIO * settings.schedule_conservativeness, 1.0)
+        self.min_new_token_ratio = min(self.init_new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
+        self.new_token_ratio = self.init_new_token_ratio
+        self._ratio_decay = (self.init_new_token_ratio - self.min_new_token_ratio) / NEW_TOKEN_RATIO_DECAY_STEPS
         self._wake = asyncio.Event()
         self._rng = random.Random(settings.seed)
         self._radix: collections.OrderedDict[int, int] = collections.OrderedDict()
@@ -300,7 +306,7 @@ class SimScheduler:
                 await self._decode(loop)
                 continue
             # Nothing to do: reset the ratio like SGLang does on an empty batch, then sleep.
-            self.new_token_ratio = INIT_NEW_TOKEN_RATIO
+            self.new_token_ratio = self.init_new_token_ratio
             self._t_next = -1e9  # the next step starts a new timeline
             self._wake.clear()
             if self.waiting and not self._can_admit_ever(self.waiting[0]):
@@ -527,7 +533,7 @@ class SimScheduler:
         self.step_power_w = self.profile.power_w(self.step_gen_rate, 0.0) - self._idle_w
         self.dyn_energy_j += self.step_power_w * dt
         await self._sleep(dt, loop)
-        self.new_token_ratio = max(MIN_NEW_TOKEN_RATIO, self.new_token_ratio - self._ratio_decay)
+        self.new_token_ratio = max(self.min_new_token_ratio, self.new_token_ratio - self._ratio_decay)
         now = time.time()
         if self.s.enable_metrics:
             self.itl.observe(dt, bs)

@@ -1,0 +1,100 @@
+"""Diagnosis: config diff against a reference run, bottleneck rules with evidence, capacity model.
+
+Three tools, used in this order by the workbook:
+
+* :func:`diff_configs` lines up two server configurations (ServerConfig objects, server-args
+  dicts, config.json files, SGLang logs, or shipped reference names) and ranks every difference
+  by how much that argument can move throughput for a high-concurrency decode workload, using
+  the impact table in ``data/knowledge/impact.json``.
+* :func:`diagnose` reads a run folder (server log, sweep results, per-request records, GPU
+  telemetry, environment snapshot) and applies rules, each a function of an :class:`Evidence`
+  bundle of tidy DataFrames, so every rule can be checked on frames built by hand. Findings
+  carry evidence strings that quote the numbers they rest on.
+* :class:`CapacityModel` fits decode step time against batch size and KV tokens from a run's
+  decode lines, predicts throughput at other caps and concurrencies (with the fit's error), and
+  recommends a ``--max-running-requests`` the KV pool supports.
+
+Known flag/hardware incompatibilities live in ``data/knowledge/incompatibilities.json`` and are
+checked against the environment snapshot; users can add their own entries there.
+
+Modules: :mod:`.knowledge` (the data files), :mod:`.references` (resolving configurations),
+:mod:`.diff`, :mod:`.evidence` (Evidence, Finding, load_evidence), :mod:`.rules` (one module per
+theme), :mod:`.capacity`, :mod:`.runs` (diagnose a run folder).
+"""
+
+from __future__ import annotations
+
+from glm5lib.diagnose.capacity import (
+    CapacityModel,
+    Recommendation,
+    predict_remedy,
+    recommend_max_running_requests,
+)
+from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
+from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, Prediction, load_evidence
+from glm5lib.diagnose.knowledge import load_impact, load_incompatibilities, load_remedies, remedy
+from glm5lib.diagnose.references import (
+    list_references,
+    reference_dir,
+    resolve_config,
+    resolve_server_args,
+)
+from glm5lib.diagnose.rules import (
+    RULES,
+    evaluate,
+    rule_admission_reserve,
+    rule_client_bound,
+    rule_concurrency_cap,
+    rule_crashes,
+    rule_cuda_graph,
+    rule_dp_imbalance,
+    rule_gpu_underused,
+    rule_incompatibilities,
+    rule_kv_capacity,
+    rule_prefill_budget,
+    rule_reference_diff,
+    rule_retraction_churn,
+    rule_saturation,
+    rule_underfed,
+)
+from glm5lib.diagnose.runs import diagnose
+
+__all__ = [
+    "DIFF_COLUMNS",
+    "FINDING_COLUMNS",
+    "RULES",
+    "CapacityModel",
+    "Evidence",
+    "Finding",
+    "Prediction",
+    "Recommendation",
+    "diagnose",
+    "diff_configs",
+    "evaluate",
+    "list_references",
+    "load_evidence",
+    "load_impact",
+    "load_incompatibilities",
+    "load_remedies",
+    "predict_remedy",
+    "recommend_max_running_requests",
+    "reference_dir",
+    "remedy",
+    "resolve_automatic",
+    "resolve_config",
+    "resolve_server_args",
+    "rule_admission_reserve",
+    "rule_client_bound",
+    "rule_concurrency_cap",
+    "rule_crashes",
+    "rule_cuda_graph",
+    "rule_dp_imbalance",
+    "rule_gpu_underused",
+    "rule_incompatibilities",
+    "rule_kv_capacity",
+    "rule_prefill_budget",
+    "rule_reference_diff",
+    "rule_retraction_churn",
+    "rule_saturation",
+    "rule_underfed",
+]

@@ -1,0 +1,442 @@
+"""Capacity model: decode step time against batch size and KV tokens, and what cap to run.
+
+:class:`CapacityModel` fits a run's decode lines, predicts throughput at other caps and
+concurrencies (with the fit's error), and :func:`recommend_max_running_requests` gives the
+largest ``--max-running-requests`` the KV pool supports for a workload.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct
+from glm5lib.errors import ConfigError, DiagnosisError
+
+__all__ = [
+    "CapacityModel",
+    "Recommendation",
+    "predict_remedy",
+    "recommend_max_running_requests",
+]
+
+
+@dataclasses.dataclass
+class Recommendation:
+    """A recommended ``--max-running-requests`` and why."""
+
+    value: int | None
+    kv_bound: int | None
+    target_concurrency: int | None
+    context_tokens: float | None
+    max_total_num_tokens: int | None
+    predicted_throughput: float | None
+    current_throughput: float | None
+    reason: str
+
+
+def _round_down(x: float, step: int = 8) -> int:
+    return max(1, int(x // step * step)) if x >= step else max(1, int(x))
+
+
+def recommend_max_running_requests(
+    max_total_num_tokens: int | None,
+    context_tokens: float | None,
+    *,
+    target_concurrency: int | None = None,
+    headroom: float = 0.9,
+    model: CapacityModel | None = None,
+    current_cap: int | None = None,
+    ran_batch: int | None = None,
+) -> Recommendation:
+    """The largest cap the KV pool supports for this workload (no retraction), within the load offered.
+
+    ``context_tokens`` is what one request holds at its end (prompt + output); ``headroom`` keeps
+    part of the pool free for the scheduler's estimates. With ``model``, predicted throughput at
+    the recommended and current caps is reported; a model without a lever arm (see
+    :attr:`CapacityModel.lever_arm`) recommends nothing and says why. ``ran_batch`` is the
+    largest batch that already ran: a value below it comes with the reason.
+    """
+    if not 0 < headroom <= 1:
+        raise ConfigError(f"headroom must be in (0, 1], got {headroom}", field="headroom")
+    kv_bound = None
+    if max_total_num_tokens and context_tokens:
+        if context_tokens <= 0:
+            raise ConfigError(
+                f"context_tokens must be positive, got {context_tokens}", field="context_tokens"
+            )
+        kv_bound = int(headroom * max_total_num_tokens // context_tokens)
+    candidates = [c for c in (kv_bound, target_concurrency) if c]
+    if not candidates:
+        return Recommendation(
+            None,
+            None,
+            target_concurrency,
+            context_tokens,
+            max_total_num_tokens,
+            None,
+            None,
+            "KV pool size or workload context length unknown: measure max_total_num_tokens first",
+        )
+    value = _round_down(min(candidates))
+    if model is not None and not model.lever_arm:
+        return Recommendation(
+            None,
+            kv_bound,
+            target_concurrency,
+            context_tokens,
+            max_total_num_tokens,
+            None,
+            None,
+            f"the capacity fit has no lever arm ({model.lever_arm_problem()}), so it cannot say "
+            "what another cap would give; measure a sweep whose levels run different batch sizes",
+        )
+    reasons = []
+    if kv_bound:
+        reasons.append(
+            f"a {max_total_num_tokens:,}-token KV pool at {_pct(headroom)} holds {kv_bound} requests of "
+            f"{context_tokens:,.0f} tokens"
+        )
+    if target_concurrency and (kv_bound is None or target_concurrency < kv_bound):
+        reasons.append(f"the highest offered concurrency is {target_concurrency}")
+    if ran_batch and value < ran_batch:
+        why = (
+            f"the pool holds only {kv_bound} requests at their full {context_tokens:,.0f} tokens, so the "
+            f"batch of {ran_batch} that ran fitted only while its requests were shorter than that "
+            "(or through retractions)"
+            if kv_bound and value <= kv_bound
+            else f"only {target_concurrency} requests were offered"
+        )
+        reasons.append(f"this is below the {ran_batch} requests that already ran at once because {why}")
+    pred = cur = None
+    lo, hi = model.batch_range if model is not None else (0, 0)
+    if model is not None:
+        pred = float(model.throughput(value))
+        if current_cap:
+            # what the current cap actually lets run: bounded by the offered load and the pool
+            pool_holds = int(max_total_num_tokens // context_tokens) if kv_bound else None
+            now = min(c for c in (current_cap, target_concurrency, pool_holds) if c)
+            cur = float(model.throughput(now))
+            beyond = value > 1.1 * hi
+            reasons.append(
+                f"the decode model predicts {_num(pred)} tok/s with {value} running vs {_num(cur)} with "
+                f"{now} running now (fit error {_pct(model.mape)}"
+                + (f"; extrapolated beyond the measured batches {lo}-{hi}" if beyond else "")
+                + ")"
+            )
+            if pred < cur:
+                reasons.append(
+                    f"the model predicts this cap to be slower than what runs now ({_num(pred)} vs "
+                    f"{_num(cur)} tok/s): it trades throughput for the KV headroom that avoids retraction"
+                )
+    return Recommendation(
+        value,
+        kv_bound,
+        target_concurrency,
+        context_tokens,
+        max_total_num_tokens,
+        pred,
+        cur,
+        "; ".join(reasons),
+    )
+
+
+@dataclasses.dataclass
+class CapacityModel:
+    """Decode step time as a linear function of batch size and KV tokens, fitted from decode lines.
+
+    ``step_ms = intercept_ms + per_request_ms * batch + per_ktoken_ms * kv_tokens / 1000``; step
+    time comes from each decode line as ``#running-req / gen throughput``; SGLang divides by the
+    time since the previous decode line, so prefill batches in between are folded in at the
+    workload's own mix. Lines far off the fit (the first after an idle gap) are dropped; ``mape`` is the fit's mean relative error in
+    throughput on the lines it was fitted to.
+    """
+
+    intercept_ms: float
+    per_request_ms: float
+    per_ktoken_ms: float
+    n_points: int
+    n_outliers: int
+    mape: float
+    rmse_ms: float
+    batch_range: tuple[int, int]
+    tokens_per_request: float
+    columns: tuple[str, ...]
+
+    @classmethod
+    def fit(cls, decode: pd.DataFrame) -> CapacityModel:
+        if decode is None or decode.empty:
+            raise DiagnosisError("cannot fit a capacity model: no decode lines")
+        missing = {"running_req", "gen_throughput"} - set(decode.columns)
+        if missing:
+            raise DiagnosisError(
+                f"cannot fit a capacity model: decode frame lacks {', '.join(sorted(missing))}"
+            )
+        d = Evidence(decode=decode).active_decode()
+        b = _col(d, "running_req")
+        g = _col(d, "gen_throughput")
+        t = _col(d, "num_token") if "num_token" in d else pd.Series(np.nan, index=d.index)
+        ok = (b > 0) & (g > 0)
+        b, g, t = b[ok].to_numpy(float), g[ok].to_numpy(float), t[ok].to_numpy(float)
+        if len(b) < 3:
+            raise DiagnosisError(
+                f"cannot fit a capacity model: need at least 3 decode lines with running requests and throughput, got {len(b)}"
+            )
+        step = 1000.0 * b / g
+        use_tokens = bool(np.isfinite(t).all()) and np.ptp(t) > 0
+        if use_tokens and len(np.unique(b)) > 1 and abs(np.corrcoef(b, t)[0, 1]) > 0.995:
+            use_tokens = False  # collinear with batch: not separately identifiable
+        cols = ["intercept", "batch"] + (["ktokens"] if use_tokens else [])
+        if len(np.unique(b)) < 2:
+            cols = ["batch"]  # a single batch size: only the per-request slope through the origin
+        mask = np.ones(len(b), bool)
+        coef: dict[str, float] = {}
+        for _ in range(3):
+            coef = cls._solve(b[mask], t[mask] / 1000.0, step[mask], list(cols))
+            pred = cls._eval(coef, b, t / 1000.0)
+            resid = step - pred
+            mad = float(np.median(np.abs(resid[mask] - np.median(resid[mask])))) * 1.4826
+            new = np.abs(resid) <= max(3.5 * mad, 0.05 * float(np.median(step)))
+            if new.sum() < 3 or (new == mask).all():
+                break
+            if "intercept" in cols and len(np.unique(b[new])) < 2:
+                # Rejecting a whole batch size would leave intercept and slope unidentifiable
+                # (one noisy cluster, e.g. single-request lines, is still the only lever arm).
+                break
+            mask = new
+        pred = cls._eval(coef, b[mask], t[mask] / 1000.0)
+        thr_pred = b[mask] * 1000.0 / pred
+        mape = float(np.mean(np.abs(thr_pred - g[mask]) / g[mask]))
+        rmse = float(np.sqrt(np.mean((pred - step[mask]) ** 2)))
+        tpr = float(np.nanmedian(t / b)) if np.isfinite(t).any() else float("nan")
+        return cls(
+            intercept_ms=coef.get("intercept", 0.0),
+            per_request_ms=coef.get("batch", 0.0),
+            per_ktoken_ms=coef.get("ktokens", 0.0),
+            n_points=int(mask.sum()),
+            n_outliers=int((~mask).sum()),
+            mape=mape,
+            rmse_ms=rmse,
+            batch_range=(int(b.min()), int(b.max())),
+            tokens_per_request=tpr,
+            columns=tuple(c for c in cols if c in coef),
+        )
+
+    @staticmethod
+    def _solve(b: np.ndarray, kt: np.ndarray, y: np.ndarray, cols: list[str]) -> dict[str, float]:
+        # Least squares; a negative coefficient is not physical, so drop it and refit.
+        while cols:
+            x = np.column_stack(
+                [{"intercept": np.ones_like(b), "batch": b, "ktokens": kt}[c] for c in cols]
+            )
+            sol, *_ = np.linalg.lstsq(x, y, rcond=None)
+            neg = [c for c, v in zip(cols, sol, strict=True) if v < 0]
+            if not neg:
+                return dict(zip(cols, (float(v) for v in sol), strict=True))
+            cols = [c for c in cols if c not in neg]
+        return {"intercept": float(np.median(y))}
+
+    @staticmethod
+    def _eval(coef: Mapping[str, float], b: Any, kt: Any) -> np.ndarray:
+        b = np.asarray(b, float)
+        kt = np.nan_to_num(np.asarray(kt, float))
+        return (
+            coef.get("intercept", 0.0) + coef.get("batch", 0.0) * b + coef.get("ktokens", 0.0) * kt
+        )
+
+    def step_ms(self, batch: Any, kv_tokens: Any = None) -> np.ndarray:
+        """Predicted decode step time (ms) at a batch size and KV tokens in use (default: typical per request)."""
+        batch = np.asarray(batch, float)
+        if kv_tokens is None:
+            kv_tokens = batch * (
+                0.0 if math.isnan(self.tokens_per_request) else self.tokens_per_request
+            )
+        coef = {
+            "intercept": self.intercept_ms,
+            "batch": self.per_request_ms,
+            "ktokens": self.per_ktoken_ms,
+        }
+        return self._eval(coef, batch, np.asarray(kv_tokens, float) / 1000.0)
+
+    def throughput(self, batch: Any, kv_tokens: Any = None) -> np.ndarray:
+        """Predicted generated tokens per second with ``batch`` requests decoding."""
+        return np.asarray(batch, float) * 1000.0 / self.step_ms(batch, kv_tokens)
+
+    def predict(
+        self,
+        concurrency: Iterable[int] | int,
+        *,
+        cap: int | None = None,
+        max_total_num_tokens: int | None = None,
+        context_tokens: float | None = None,
+    ) -> pd.DataFrame:
+        """Throughput at each offered concurrency under a running-request cap and a KV pool.
+
+        The running batch is the smallest of concurrency, cap and what the KV pool holds
+        (``max_total_num_tokens / context_tokens``). Columns: concurrency, cap, batch,
+        limited_by, step_ms, throughput, throughput_low, throughput_high, extrapolated.
+        """
+        levels = (
+            [int(concurrency)]
+            if isinstance(concurrency, (int, np.integer))
+            else [int(c) for c in concurrency]
+        )
+        if any(c <= 0 for c in levels):
+            raise ConfigError(
+                f"concurrency levels must be positive, got {levels}", field="concurrency"
+            )
+        kv_limit = (
+            int(max_total_num_tokens // context_tokens)
+            if max_total_num_tokens and context_tokens
+            else None
+        )
+        rows = []
+        for c in levels:
+            limits = {"concurrency": c}
+            if cap:
+                limits["cap"] = int(cap)
+            if kv_limit:
+                limits["kv"] = kv_limit
+            by = min(limits, key=lambda k: (limits[k], list(limits).index(k)))
+            batch = max(1, limits[by])
+            per_req = self.tokens_per_request
+            if math.isnan(per_req) and context_tokens:
+                per_req = 0.75 * context_tokens  # prompt plus half the output, for similar lengths
+            tokens = batch * (0.0 if math.isnan(per_req) else per_req)
+            step = float(self.step_ms(batch, tokens))
+            thr = batch * 1000.0 / step
+            rows.append(
+                {
+                    "concurrency": c,
+                    "cap": cap,
+                    "batch": batch,
+                    "limited_by": by,
+                    "step_ms": step,
+                    "throughput": thr,
+                    "throughput_low": thr * (1 - self.mape),
+                    "throughput_high": thr * (1 + self.mape),
+                    "extrapolated": batch > 1.1 * self.batch_range[1]
+                    or batch < self.batch_range[0],
+                }
+            )
+        return pd.DataFrame(rows)
+
+    def recommend_max_running_requests(
+        self,
+        max_total_num_tokens: int | None,
+        context_tokens: float | None,
+        *,
+        target_concurrency: int | None = None,
+        headroom: float = 0.9,
+        current_cap: int | None = None,
+        ran_batch: int | None = None,
+    ) -> Recommendation:
+        """See :func:`recommend_max_running_requests`; predictions come from this model."""
+        return recommend_max_running_requests(
+            max_total_num_tokens,
+            context_tokens,
+            target_concurrency=target_concurrency,
+            headroom=headroom,
+            model=self,
+            current_cap=current_cap,
+            ran_batch=ran_batch,
+        )
+
+    @property
+    def lever_arm(self) -> bool:
+        """True when the fit can tell step time apart at different batch sizes: its decode lines
+        span batch sizes at least 1.5x apart, and a flat fit is not also a poor one."""
+        return self.lever_arm_problem() is None
+
+    def lever_arm_problem(self) -> str | None:
+        """Why the fit has no lever arm, or None when it has one."""
+        lo, hi = self.batch_range
+        if hi < 1.5 * lo:
+            return f"its decode lines cover batch sizes {lo}-{hi} only"
+        if self.per_request_ms <= 1e-6 and self.per_ktoken_ms <= 1e-6 and self.mape > 0.5:
+            return (
+                f"step time does not grow with the batch in the fit (slope 0) and its throughput "
+                f"error is {_pct(self.mape)}"
+            )
+        return None
+
+    def describe(self) -> str:
+        terms = [f"{self.intercept_ms:.2f} ms", f"{self.per_request_ms:.3f} ms x batch"]
+        if self.per_ktoken_ms:
+            terms.append(f"{self.per_ktoken_ms:.3f} ms per 1k KV tokens")
+        return (
+            f"decode step = {' + '.join(terms)}; fitted on {self.n_points} decode lines "
+            f"(batch {self.batch_range[0]}-{self.batch_range[1]}, {self.n_outliers} outliers dropped), "
+            f"throughput error {_pct(self.mape)}"
+        )
+
+
+def fitted_model(ev: Evidence) -> CapacityModel | None:
+    """The capacity model of the evidence's decode lines (fitted once), or None when it cannot be."""
+
+    def fit() -> CapacityModel | None:
+        try:
+            return CapacityModel.fit(ev.decode)
+        except DiagnosisError:
+            return None
+
+    return ev.cached("capacity_model", ev.decode, fit)
+
+
+def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction | None:
+    """The capacity model's throughput at the highest offered level once a remedy lets up to
+    ``cap_after`` requests run (None: no cap, only the offered load and the KV pool bound the
+    batch), with the fit's error band, beside the throughput measured there.
+
+    None when there is no sweep, no fit, or a fit without a lever arm (it would only
+    extrapolate)."""
+    s = ev.sweep_sorted()
+    if s.empty or "output_throughput" not in s:
+        return None
+    model = fitted_model(ev)
+    if model is None or not model.lever_arm:
+        return None
+    top = s.iloc[-1]
+    offered = int(top["concurrency"])
+    measured = float(pd.to_numeric(top["output_throughput"], errors="coerce"))
+    levels = ev.level_decode()
+    lines = levels[0][1] if levels else ev.active_decode()
+    batch_now = int(_col(lines, "running_req").median()) if len(lines) else 0
+    pool, _ = ev.kv_pool_tokens()
+    ctx, _ = ev.context_tokens()
+    row = model.predict(offered, cap=cap_after, max_total_num_tokens=pool, context_tokens=ctx).iloc[0]
+    if int(row["batch"]) <= batch_now:
+        return None  # the remedy would not let more requests run
+    text = (
+        f"{what}: at concurrency {offered} the decode model predicts {_num(row['throughput'])} tok/s "
+        f"({_num(row['throughput_low'])}-{_num(row['throughput_high'])}, fit error {_pct(model.mape)}) "
+        f"with {int(row['batch'])} running ({row['limited_by']}-bound), against "
+        + (f"{_num(measured)} tok/s measured" if math.isfinite(measured) else "no measured figure")
+        + f" with {batch_now}"
+        + (
+            "; the model predicts no gain over the measurement"
+            if math.isfinite(measured) and float(row["throughput_high"]) < measured
+            else ""
+        )
+        + (
+            f"; extrapolated beyond the measured batches {model.batch_range[0]}-{model.batch_range[1]}"
+            if bool(row["extrapolated"])
+            else ""
+        )
+    )
+    return Prediction(
+        concurrency=offered,
+        batch_now=batch_now,
+        batch_after=int(row["batch"]),
+        throughput=float(row["throughput"]),
+        low=float(row["throughput_low"]),
+        high=float(row["throughput_high"]),
+        measured=measured if math.isfinite(measured) else None,
+        extrapolated=bool(row["extrapolated"]),
+        text=text,
+    )

@@ -1,0 +1,226 @@
+"""Config diff: every server argument that differs from a reference, ranked by what it can do.
+
+Only settings a user can change are ranked. Identity and plumbing (the model, paths, ports,
+seeds, logging: ``is_context_field``) are context: listed after the ranked rows with
+``kind="context"``, or only in ``frame.attrs["context"]`` when irrelevant fields are hidden.
+
+"None" means SGLang chooses the value at start. Before comparing, such a value is resolved from
+that server's own start-up lines (``max_running_requests=..., max_total_num_tokens=...``) or,
+failing that, from the release's rule (the running-request cap of 0.5.x is
+``min(max(KV tokens / context length x 512, 2048), 4096)``, at most half the KV pool). An
+explicit capacity setting far below the other side's (resolved) value is the signature of a cap
+and ranks first in its class.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from glm5lib.diagnose.knowledge import IMPACT_ORDER, is_context_field, load_impact
+from glm5lib.diagnose.references import (
+    arg,
+    config_defaults,
+    flag_of,
+    norm,
+    resolve_config,
+)
+from glm5lib.masking import mask_value
+
+__all__ = ["CAPACITY_FIELDS", "DIFF_COLUMNS", "diff_configs", "resolve_automatic"]
+
+DIFF_COLUMNS = [
+    "field",
+    "current",
+    "reference",
+    "impact",
+    "rank",
+    "rationale",
+    "flag",
+    "automatic",
+    "kind",
+    "resolved",
+]
+
+# Settings that bound how much work runs at once; one far below the other side's is a cap.
+CAPACITY_FIELDS = (
+    "max_running_requests",
+    "max_total_tokens",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "cuda_graph_max_bs",
+)
+# An explicit capacity setting at or below this share of the other side's value is a cap.
+_CAP_SIGNATURE_RATIO = 0.25
+
+# field -> the start-up fact SGLang logs with the value it resolved at start.
+_STARTUP_KEYS = {
+    "max_running_requests": "max_running_requests",
+    "max_total_tokens": "max_total_num_tokens",
+    "chunked_prefill_size": "chunked_prefill_size",
+    "max_prefill_tokens": "max_prefill_tokens",
+    "context_length": "context_len",
+}
+
+# SGLang 0.5.x (model_runner / scheduler): the request pool holds
+# min(max(tokens / context x 512, 2048), 4096) requests; the running batch at most half the tokens.
+_POOL_MIN, _POOL_MAX, _POOL_PER_CONTEXT = 2048, 4096, 512
+
+
+def _positive(value: Any) -> float | None:
+    v = norm(value)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+        return None
+    return v
+
+
+def resolve_automatic(
+    field: str, args: Mapping[str, Any], startup: Mapping[str, Any] | None = None
+) -> tuple[Any, str] | None:
+    """The value SGLang chose at start for a field left ``None``, and how it is known.
+
+    From the server's start-up lines where they hold it, else from the release's rule where
+    there is one (for ``max_running_requests`` without the pool size: its lower bound, 2,048).
+    None when neither says.
+    """
+    startup = startup or {}
+    key = _STARTUP_KEYS.get(field)
+    if key and _positive(startup.get(key)) is not None:
+        v = int(_positive(startup.get(key)))
+        return v, f"{v:,} resolved at start (its log's {key}= line)"
+    if field == "cuda_graph_max_bs":
+        sizes = startup.get("cuda_graph_batch_sizes") or norm(args.get("cuda_graph_bs"))
+        if isinstance(sizes, (list, tuple)) and sizes:
+            v = int(max(int(s) for s in sizes))
+            return v, f"{v} (largest captured CUDA graph batch)"
+    if field == "max_running_requests":
+        tokens = _positive(startup.get("max_total_num_tokens")) or _positive(
+            args.get("max_total_tokens")
+        )
+        context = _positive(startup.get("context_len")) or _positive(args.get("context_length"))
+        if tokens and context:
+            pool = min(max(int(tokens / context * _POOL_PER_CONTEXT), _POOL_MIN), _POOL_MAX)
+            v = max(1, min(pool, int(tokens // 2)))
+            return v, (
+                f"{v:,} by SGLang's rule: min(max({int(tokens):,} KV tokens / {int(context):,} context "
+                f"x {_POOL_PER_CONTEXT}, {_POOL_MIN}), {_POOL_MAX}), at most half the KV pool"
+            )
+        return _POOL_MIN, (
+            f"at least {_POOL_MIN:,} by SGLang's rule: min(max(KV tokens / context length x "
+            f"{_POOL_PER_CONTEXT}, {_POOL_MIN}), {_POOL_MAX}) requests, at most half the KV pool "
+            f"(the pool size is not in this source; any pool over {2 * _POOL_MIN:,} tokens gives "
+            f"{_POOL_MIN:,}-{_POOL_MAX:,})"
+        )
+    return None
+
+
+def _side(
+    field: str, args: Mapping[str, Any], startup: Mapping[str, Any]
+) -> tuple[Any, str | None, bool]:
+    """(value to compare, how it was resolved, explicit) for one side of the diff."""
+    value = arg(args, field)
+    if value is not None:
+        return value, None, True
+    auto = resolve_automatic(field, args, startup)
+    if auto is None:
+        return None, None, False
+    return auto[0], auto[1], False
+
+
+def diff_configs(
+    current: Any,
+    reference: Any,
+    hide_irrelevant: bool = False,
+    *,
+    current_startup: Mapping[str, Any] | None = None,
+    reference_startup: Mapping[str, Any] | None = None,
+) -> pd.DataFrame:
+    """Every server argument that differs between ``current`` and ``reference``, ranked by impact.
+
+    Returns a DataFrame with columns :data:`DIFF_COLUMNS` (rank 1 = most able to move
+    throughput). ``kind`` is ``"setting"`` for ranked rows and ``"context"`` for identity and
+    plumbing (model, paths, ports, seeds, logging), which come after every setting with impact
+    ``none``; ``resolved`` says how a ``None`` (automatic) value was resolved, and ``automatic``
+    is true where it could not be. ``hide_irrelevant`` drops context and fields that never
+    matter for throughput from the frame; the context rows are always in
+    ``frame.attrs["context"]`` (a list of row dicts). Secrets are shown as ``***``. Start-up facts (``*_startup``)
+    resolve automatic values when a source is not a log that holds them itself.
+    """
+    cur = resolve_config(current)
+    ref = resolve_config(reference)
+    cur_startup = {**cur.startup, **(current_startup or {})}
+    ref_startup = {**ref.startup, **(reference_startup or {})}
+    impact = load_impact()
+    rows = []
+    for field in sorted(set(cur.args) | set(ref.args)):
+        a, a_how, a_explicit = _side(field, cur.args, cur_startup)
+        b, b_how, b_explicit = _side(field, ref.args, ref_startup)
+        if a == b:
+            continue
+        entry = impact.get(field, {})
+        context = is_context_field(field)
+        cls = "none" if context else entry.get("impact", "unknown")
+        rationale = entry.get("rationale", "not in the impact table: check SGLang's documentation")
+        if context:
+            rationale = f"context, not a setting to change: {rationale}"
+        resolved = "; ".join(
+            f"{side}: None, {how}" for side, how in (("current", a_how), ("reference", b_how)) if how
+        )
+        # None where SGLang's default is None means "chosen at start": the values may not differ.
+        auto = [side for side, v in (("current", a), ("reference", b)) if v is None]
+        automatic = bool(auto) and config_defaults().get(field, None) is None
+        if automatic:
+            rationale += (
+                f" ({auto[0]}: None = chosen automatically at start, so the running values may agree;"
+                " compare the resolved value in that server's log)"
+            )
+        signature = (
+            field in CAPACITY_FIELDS
+            and a_explicit
+            and isinstance(a, (int, float))
+            and isinstance(b, (int, float))
+            and a <= _CAP_SIGNATURE_RATIO * b
+        )
+        if signature:
+            rationale += (
+                f" (an explicit {a:,} against {b:,}"
+                + (" chosen automatically" if not b_explicit else "")
+                + ": the signature of a cap)"
+            )
+        rows.append(
+            {
+                "field": field,
+                "current": mask_value(field, a),
+                "reference": mask_value(field, b),
+                "impact": cls,
+                "rationale": rationale,
+                "flag": flag_of(field),
+                "automatic": automatic,
+                "kind": "context" if context else "setting",
+                "resolved": resolved,
+                "_order": (
+                    context,
+                    IMPACT_ORDER[cls],
+                    not signature,
+                    automatic,
+                    -float(entry.get("weight", 0)),
+                    field,
+                ),
+            }
+        )
+    rows.sort(key=lambda r: r["_order"])
+    frame = pd.DataFrame(rows, columns=[*DIFF_COLUMNS, "_order"]).drop(columns="_order")
+    frame["rank"] = range(1, len(frame) + 1)
+    frame = frame[DIFF_COLUMNS].reset_index(drop=True)
+    # Records, not a frame: pandas compares attrs when it combines frames.
+    context_rows = frame[frame["kind"] == "context"].to_dict(orient="records")
+    if hide_irrelevant:
+        frame = frame[(frame["kind"] != "context") & (frame["impact"] != "none")]
+        frame = frame.reset_index(drop=True)
+        frame["rank"] = range(1, len(frame) + 1)
+    frame.attrs["context"] = context_rows
+    frame.attrs["current"] = cur.label
+    frame.attrs["reference"] = ref.label
+    return frame

@@ -1,0 +1,131 @@
+"""Knowledge files: the impact of each server argument, known flag/hardware incompatibilities.
+
+Both live under ``data/knowledge/`` as JSON a user can extend; they are read once and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from glm5lib.errors import DiagnosisError
+from glm5lib.paths import data_dir
+
+__all__ = [
+    "IMPACT_ORDER",
+    "is_context_field",
+    "load_impact",
+    "load_incompatibilities",
+    "load_remedies",
+    "remedy",
+]
+
+# Impact classes, most able to move throughput first.
+IMPACT_ORDER = {"high": 0, "medium": 1, "low": 2, "unknown": 3, "none": 4}
+_IMPACT_ORDER = IMPACT_ORDER
+
+
+
+def _knowledge_path(name: str) -> Path:
+    return data_dir() / "knowledge" / name
+
+
+@functools.lru_cache(maxsize=8)
+def _load_json(path: str) -> Any:
+    p = Path(path)
+    try:
+        return json.loads(p.read_text())
+    except FileNotFoundError:
+        raise DiagnosisError(
+            f"knowledge file {p} is missing (expected in data/knowledge/)"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise DiagnosisError(f"knowledge file {p} is not valid JSON: {exc}") from None
+
+
+def load_impact(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
+    """The impact table: server-arg field -> {"impact", "weight", "rationale"}."""
+    data = _load_json(str(path or _knowledge_path("impact.json")))
+    fields = data.get("fields")
+    if not isinstance(fields, dict):
+        raise DiagnosisError(f"impact table {path or 'impact.json'} has no 'fields' object")
+    for name, entry in fields.items():
+        if entry.get("impact") not in _IMPACT_ORDER:
+            raise DiagnosisError(
+                f"impact table entry {name!r} has impact {entry.get('impact')!r}; "
+                f"valid: {', '.join(_IMPACT_ORDER)}"
+            )
+    return fields
+
+
+def load_incompatibilities(path: str | Path | None = None) -> list[dict[str, Any]]:
+    """Known flag/hardware incompatibilities (entries of ``incompatibilities.json``)."""
+    data = _load_json(str(path or _knowledge_path("incompatibilities.json")))
+    entries = data.get("entries")
+    if not isinstance(entries, list):
+        raise DiagnosisError(
+            f"incompatibility file {path or 'incompatibilities.json'} has no 'entries' list"
+        )
+    for e in entries:
+        missing = [
+            k
+            for k in ("id", "title", "severity", "suggestion", "source", "rationale")
+            if k not in e
+        ]
+        if missing:
+            raise DiagnosisError(
+                f"incompatibility entry {e.get('id', '?')!r} lacks {', '.join(missing)}"
+            )
+    return entries
+
+
+
+@functools.lru_cache(maxsize=8)
+def _context_rules(path: str) -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
+    data = _load_json(path)
+    names = data.get("context") or []
+    patterns = data.get("context_patterns") or []
+    try:
+        compiled = tuple(re.compile(p) for p in patterns)
+    except re.error as exc:
+        raise DiagnosisError(f"impact table {path}: bad context pattern ({exc})") from None
+    return frozenset(names), compiled
+
+
+def is_context_field(field: str, path: str | Path | None = None) -> bool:
+    """True for identity and plumbing fields (model, paths, ports, seeds, logging): context in a
+    diff, not a setting to change (``context`` and ``context_patterns`` of ``impact.json``)."""
+    names, patterns = _context_rules(str(path or _knowledge_path("impact.json")))
+    return field in names or any(p.search(field) for p in patterns)
+
+
+def load_remedies(path: str | Path | None = None) -> dict[str, dict[str, str | None]]:
+    """Remedies per intent and engine (``remedies.json``): ``{"raise_running_cap": {"sglang": ...}}``."""
+    data = _load_json(str(path or _knowledge_path("remedies.json")))
+    intents = data.get("intents")
+    if not isinstance(intents, dict):
+        raise DiagnosisError(f"remedy file {path or 'remedies.json'} has no 'intents' object")
+    return intents
+
+
+class _Blank(dict):
+    def __missing__(self, key: str) -> str:
+        return "default"
+
+
+def remedy(intent: str, engine: str = "sglang", **values: Any) -> str | None:
+    """The remedy for ``intent`` in ``engine``'s own flags, its ``{placeholders}`` filled from
+    ``values`` (unknown ones read "default"); None where that engine has no such mechanism.
+
+    An engine the file does not know gets SGLang's wording."""
+    intents = load_remedies()
+    if intent not in intents:
+        raise DiagnosisError(f"no remedy for intent {intent!r}; known: {', '.join(sorted(intents))}")
+    by_engine = intents[intent]
+    text = by_engine[engine] if engine in by_engine else by_engine.get("sglang")
+    if text is None:
+        return None
+    return text.format_map(_Blank({k: ("default" if v is None else v) for k, v in values.items()}))

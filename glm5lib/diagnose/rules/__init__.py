@@ -1,0 +1,105 @@
+"""The diagnosis rules, by theme, and :func:`evaluate`, which applies them to an Evidence bundle.
+
+Each rule is a function ``Evidence -> list[Finding]``; a rule that lacks the data it needs
+appends the reason to ``Evidence.skipped`` and returns nothing. A new rule goes in the module of
+its theme and into :data:`RULES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import pandas as pd
+
+from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding
+from glm5lib.diagnose.rules.admission import (
+    rule_admission_reserve,
+    rule_dp_imbalance,
+    rule_prefill_budget,
+    rule_retraction_churn,
+    rule_underfed,
+)
+from glm5lib.diagnose.rules.batch import rule_concurrency_cap, rule_cuda_graph, rule_kv_capacity
+from glm5lib.diagnose.rules.crashes import rule_crashes
+from glm5lib.diagnose.rules.environment import rule_incompatibilities
+from glm5lib.diagnose.rules.reference import rule_reference_diff
+from glm5lib.diagnose.rules.throughput import rule_client_bound, rule_gpu_underused, rule_saturation
+
+__all__ = [
+    "RULES",
+    "evaluate",
+    "rule_admission_reserve",
+    "rule_client_bound",
+    "rule_concurrency_cap",
+    "rule_crashes",
+    "rule_cuda_graph",
+    "rule_dp_imbalance",
+    "rule_gpu_underused",
+    "rule_incompatibilities",
+    "rule_kv_capacity",
+    "rule_prefill_budget",
+    "rule_reference_diff",
+    "rule_retraction_churn",
+    "rule_saturation",
+    "rule_underfed",
+]
+
+RULES: list[Callable[[Evidence], list[Finding]]] = [
+    rule_crashes,
+    rule_concurrency_cap,
+    rule_kv_capacity,
+    rule_cuda_graph,
+    rule_admission_reserve,
+    rule_prefill_budget,
+    rule_retraction_churn,
+    rule_underfed,
+    rule_dp_imbalance,
+    rule_saturation,
+    rule_gpu_underused,
+    rule_client_bound,
+    rule_incompatibilities,
+    rule_reference_diff,
+]
+
+
+def evaluate(
+    ev: Evidence, rules: Iterable[Callable[[Evidence], list[Finding]]] | None = None
+) -> pd.DataFrame:
+    """Apply the rules to an :class:`Evidence` bundle; findings most important first.
+
+    A reference difference already explained by an evidence-backed finding (same field) is
+    dropped. ``frame.attrs["skipped"]`` lists rules that lacked the data they need.
+    """
+    findings: list[Finding] = []
+    for rule in rules if rules is not None else RULES:
+        findings.extend(rule(ev))
+    covered = {c for f in findings if f.rule != "reference_diff" for c in f.covers}
+    findings = [f for f in findings if not (f.rule == "reference_diff" and set(f.covers) & covered)]
+    rows = [
+        {
+            "finding": f.finding,
+            "evidence": f.evidence,
+            "suggestion": f.suggestion,
+            "confidence": round(f.confidence, 2),
+            "rule": f.rule,
+            "severity": f.severity,
+            "score": f.score,
+            "prediction": f.prediction.text if f.prediction else None,
+            "predicted_throughput": round(f.prediction.throughput, 1) if f.prediction else None,
+            "predicted_low": round(f.prediction.low, 1) if f.prediction else None,
+            "predicted_high": round(f.prediction.high, 1) if f.prediction else None,
+            "measured_throughput": (
+                round(f.prediction.measured, 1) if f.prediction and f.prediction.measured else None
+            ),
+        }
+        for f in findings
+    ]
+    frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
+    frame = frame.sort_values(["score", "severity"], ascending=False, kind="stable").reset_index(
+        drop=True
+    )
+    frame.attrs["skipped"] = list(ev.skipped)
+    frame.attrs["source"] = ev.source
+    frame.attrs["standin"] = ev.standin
+    return frame
+

@@ -1,0 +1,266 @@
+"""Rules about the running batch: the running-request cap, the KV pool, CUDA graph coverage."""
+
+from __future__ import annotations
+
+import math
+
+from glm5lib.diagnose.capacity import (
+    fitted_model,
+    predict_remedy,
+    recommend_max_running_requests,
+)
+from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _frame, _num, _pct
+from glm5lib.diagnose.knowledge import remedy
+from glm5lib.diagnose.references import norm
+
+__all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
+
+
+def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
+    """Decode #running-req pinned at max-running-requests while requests queue and TTFT grows."""
+    d = ev.active_decode()
+    if d.empty:
+        ev.skipped.append("concurrency_cap: no decode lines with running requests")
+        return []
+    cap, cap_src = ev.cap()
+    running = _col(d, "running_req")
+    queue = _col(d, "queue_req").fillna(0)
+    inferred = False
+    if cap is None:
+        # No configured cap known: a plateau that requests queue behind is the signature.
+        cap = int(running.max())
+        inferred = True
+        cap_src = "the highest #running-req seen"
+    threshold = cap - max(0, math.floor(0.03 * cap))
+    pinned = running >= threshold
+    queued = queue > 0
+    both = pinned & queued
+    share = float(both.mean())
+    if both.sum() < 3 or share < 0.2:
+        return []
+    if inferred and float(_col(d, "token_usage").where(both).max()) >= 0.9:
+        return []  # a KV-bound plateau, handled by the KV rule
+
+    parts = []
+    s = ev.sweep_sorted()
+    # The sharpest evidence: the decode lines of the highest offered level above the cap.
+    above_cap = s[s["concurrency"] > cap] if not s.empty else s
+    if len(above_cap):
+        top = above_cap.iloc[-1]
+        lv = ev.decode_in_level(top)
+        if len(lv) >= 3:
+            lv_run = _col(lv, "running_req")
+            lv_q = _col(lv, "queue_req").fillna(0)
+            lv_pinned = (lv_run >= threshold) & (lv_q > 0)
+            parts.append(
+                f"at concurrency {int(top['concurrency'])} #running-req stayed at {cap} on "
+                f"{_pct(float(lv_pinned.mean()))} of its {len(lv)} decode lines while #queue-req "
+                f"averaged {_num(float(lv_q.mean()))}"
+            )
+    parts += [
+        ("over the whole log " if parts else "")
+        + f"#running-req stayed at {cap} on {_pct(share)} of decode lines while #queue-req averaged "
+        f"{_num(float(queue[both].mean()))} (max {int(queue[both].max())}); "
+        f"token usage there averaged {float(_col(d, 'token_usage')[both].mean()):.2f}, so KV was not the limit"
+    ]
+    confidence = 0.45 if inferred else 0.7
+    if not s.empty and "output_throughput" in s:
+        above = s[s["concurrency"] > cap]
+        at = s[s["concurrency"] <= cap]
+        if len(above):
+            hi = above.iloc[-1]
+            lo = at.iloc[-1] if len(at) else None
+            ttft_col = "median_ttft_ms" if "median_ttft_ms" in s else "mean_ttft_ms"
+            if lo is not None:
+                t0, t1 = float(lo["output_throughput"]), float(hi["output_throughput"])
+                sentence = (
+                    f"from concurrency {int(lo['concurrency'])} to {int(hi['concurrency'])} output "
+                    f"throughput moved {_num(t0)} -> {_num(t1)} tok/s"
+                )
+                grew = False
+                if ttft_col in s:
+                    a, b = float(lo[ttft_col]), float(hi[ttft_col])
+                    grew = b > 2 * max(a, 1e-9)
+                    sentence += (
+                        f" while {ttft_col.split('_')[0]} TTFT grew {_num(a)} -> {_num(b)} ms"
+                    )
+                plateau = t1 < 1.3 * t0 and hi["concurrency"] >= 2 * lo["concurrency"]
+                parts.append(sentence)
+                if plateau and grew:
+                    confidence += 0.2
+                elif plateau or grew:
+                    confidence += 0.1
+            elif ttft_col in s:
+                parts.append(
+                    f"median TTFT at concurrency {int(hi['concurrency'])} was {_num(float(hi[ttft_col]))} ms"
+                )
+    if inferred:
+        parts.append("the configured cap is unknown; the plateau was read from the decode lines")
+    else:
+        parts.append(f"cap read from the {cap_src}")
+
+    rec = None
+    pool, _ = ev.kv_pool_tokens()
+    ctx, _ = ev.context_tokens()
+    target = int(s["concurrency"].max()) if not s.empty else None
+    if pool and ctx:
+        model = fitted_model(ev)
+        rec = recommend_max_running_requests(
+            pool,
+            ctx,
+            target_concurrency=target,
+            model=model,
+            current_cap=cap,
+            ran_batch=int(running.max()),
+        )
+    if rec is not None and rec.value is not None and rec.value > cap:
+        suggestion = f"{remedy('raise_running_cap', ev.engine, current=cap, value=rec.value)}: {rec.reason}"
+    else:
+        suggestion = (
+            remedy("raise_running_cap", ev.engine, current=cap, value="as many as the KV pool holds")
+            + " (check token usage stays below ~0.95 with no retractions after the change)"
+        )
+        if rec is not None and rec.reason:
+            suggestion += f"; no figure recommended: {rec.reason}"
+    ref_cap = norm((ev.reference_args or {}).get("max_running_requests"))
+    if isinstance(ref_cap, int) and ref_cap > cap:
+        suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
+    raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
+    prediction = predict_remedy(
+        ev, raised, f"raising the cap to {raised}" if raised else "without the cap"
+    )
+    return [
+        Finding(
+            prediction=prediction,
+            finding=f"concurrency cap: at most {cap} requests run at once while the rest queue",
+            evidence="; ".join(parts),
+            suggestion=suggestion,
+            confidence=min(confidence, 0.95),
+            rule="concurrency_cap",
+            severity=0.9,
+            covers=("max_running_requests",),
+        )
+    ]
+
+
+def rule_kv_capacity(ev: Evidence) -> list[Finding]:
+    """Token usage near 1, requests held back below the cap, or retractions: KV bounds concurrency."""
+    d = ev.active_decode()
+    r = ev.retractions if ev.retractions is not None else _frame(["retracted_reqs"])
+    if d.empty and r.empty:
+        ev.skipped.append("kv_capacity: no decode lines or retractions")
+        return []
+    usage = _col(d, "token_usage")
+    running = _col(d, "running_req")
+    full = usage >= 0.95
+    n_retract = len(r)
+    retracted = int(_col(r, "retracted_reqs").fillna(0).sum()) if n_retract else 0
+    share_full = float(full.mean()) if len(d) else 0.0
+    # The scheduler stops admitting before the pool is full (it reserves room for the tokens
+    # running requests will still generate), so requests queue below the cap at high usage.
+    cap, _ = ev.cap()
+    below_cap = running < (cap - max(1, math.floor(0.03 * cap))) if cap else running >= 0
+    held = (usage >= 0.85) & (_col(d, "queue_req").fillna(0) > 0) & below_cap
+    share_held = float(held.mean()) if len(d) else 0.0
+    full_signal = bool(full.sum() >= 3 and share_full >= 0.05)
+    held_signal = bool(held.sum() >= 3 and share_held >= 0.15)
+    if n_retract == 0 and not full_signal and not held_signal:
+        return []
+    parts = []
+    if len(d) and usage.notna().any():
+        peak_text = f"token usage peaked at {float(usage.max()):.2f}"
+        if full.any():
+            peak_text += f" and was >= 0.95 on {_pct(share_full)} of decode lines"
+        parts.append(peak_text)
+        if full.any():
+            parts.append(f"#running-req there averaged {_num(float(running[full].mean()))}")
+        if held_signal:
+            parts.append(
+                f"on {_pct(share_held)} of decode lines requests queued (#queue-req averaging "
+                f"{_num(float(_col(d, 'queue_req')[held].mean()))}) at usage >= 0.85 while "
+                f"#running-req ({_num(float(running[held].mean()))} on average) stayed below the cap"
+                + (f" of {cap}" if cap else "")
+            )
+    if n_retract:
+        parts.append(f"{n_retract} retraction events sent {retracted} requests back to the queue")
+    pool, pool_src = ev.kv_pool_tokens()
+    ctx, _ = ev.context_tokens()
+    supported = None
+    if pool:
+        text = f"KV pool {pool:,} tokens ({pool_src})"
+        if ctx:
+            supported = int(pool // ctx)
+            text += f" holds about {supported} requests of {ctx:,.0f} tokens"
+        parts.append(text)
+    suggestion = "to run more requests at once, " + str(
+        remedy(
+            "enlarge_kv_pool",
+            ev.engine,
+            mem_fraction_static=ev.arg("mem_fraction_static"),
+            gpu_memory_utilization=ev.arg("gpu_memory_utilization"),
+        )
+    )
+    cap_flag = "--max-num-seqs" if ev.engine == "vllm" else "--max-running-requests"
+    if supported and cap and cap > supported:
+        suggestion = (
+            f"{cap_flag} {cap} is above the ~{supported} requests the KV pool holds, so the "
+            "pool, not the cap, sets concurrency"
+            + (" (and retractions waste work)" if n_retract else "")
+            + "; "
+            + suggestion
+        )
+    return [
+        Finding(
+            finding="KV cache capacity: the token pool bounds how many requests run at once",
+            evidence="; ".join(parts),
+            suggestion=suggestion,
+            confidence=0.85 if n_retract else (0.65 if full_signal else 0.55),
+            rule="kv_capacity",
+            severity=0.7,
+            covers=("max_total_tokens", "mem_fraction_static", "kv_cache_dtype"),
+        )
+    ]
+
+
+def rule_cuda_graph(ev: Evidence) -> list[Finding]:
+    """Decode batches run without CUDA graphs because they exceed cuda_graph_max_bs."""
+    d = ev.active_decode()
+    if d.empty or "cuda_graph" not in d:
+        ev.skipped.append("cuda_graph: no decode lines with a cuda graph field")
+        return []
+    if ev.arg("disable_cuda_graph") is True:
+        return []  # graphs are off on purpose; the reference diff covers that choice
+    graph = _bool_col(d, "cuda_graph")
+    running = _col(d, "running_req")
+    max_bs = ev.arg("cuda_graph_max_bs")
+    src = "cuda_graph_max_bs"
+    if not isinstance(max_bs, (int, float)):
+        if not graph.any():
+            return []
+        max_bs = int(running[graph].max())
+        src = "the largest batch that ran with a graph"
+    over = (~graph) & (running > max_bs)
+    share = float(over.mean())
+    if over.sum() < 3 or share < 0.1:
+        return []
+    p95 = float(running[over].quantile(0.95))
+    target = int(math.ceil(p95 / 8) * 8)
+    return [
+        Finding(
+            finding=f"CUDA graphs not used for batches above {int(max_bs)}",
+            evidence=(
+                f"cuda graph: False on {_pct(share)} of decode lines, all with #running-req above "
+                f"{int(max_bs)} ({src}); those batches reached {int(running[over].max())} (p95 {p95:.0f})"
+            ),
+            suggestion=(
+                str(remedy("cover_batch_with_graphs", ev.engine, value=target))
+                + "; at very large batches the launch overhead a graph saves is a small share of the step"
+            ),
+            confidence=0.8,
+            rule="cuda_graph",
+            severity=0.4,
+            covers=("cuda_graph_max_bs",),
+        )
+    ]
+
+

@@ -1,0 +1,141 @@
+"""Rules about the reference run: differences the evidence cannot rule out, in diff rank order."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from glm5lib.diagnose.diff import diff_configs
+from glm5lib.diagnose.evidence import Evidence, Finding, _col
+
+__all__ = ["rule_reference_diff"]
+
+
+def _ruled_out(field: str, current: Any, reference: Any, ev: Evidence) -> str | None:
+    """Why this run's evidence rules a difference out as the bottleneck, or None."""
+    d = ev.active_decode()
+    if field == "max_running_requests" and isinstance(current, int) and not d.empty:
+        top = int(_col(d, "running_req").max())
+        if top < current - max(1, math.floor(0.03 * current)):
+            return f"the cap was never reached (#running-req at most {top} of {current})"
+        if isinstance(reference, int) and current >= reference:
+            return "this run already allows as many running requests as the reference"
+    if field in ("max_total_tokens", "mem_fraction_static", "kv_cache_dtype") and not d.empty:
+        peak = float(_col(d, "token_usage").max())
+        if peak < 0.9 and ev.retractions.empty:
+            return f"KV was never short (token usage at most {peak:.2f}, no retractions)"
+    if field == "cuda_graph_max_bs" and not d.empty and isinstance(current, int):
+        top = int(_col(d, "running_req").max())
+        if top <= current:
+            return f"no decode batch exceeded it (largest {top})"
+    if (
+        field in ("chunked_prefill_size", "max_prefill_tokens")
+        and not d.empty
+        and float(_col(d, "queue_req").fillna(0).max()) == 0
+    ):
+        return "no request ever waited in the queue"
+    return None
+
+
+def rule_reference_diff(ev: Evidence) -> list[Finding]:
+    """Differences from the reference run the evidence cannot rule out, in diff rank order."""
+    if not ev.reference_args:
+        ev.skipped.append("reference_diff: no reference run given")
+        return []
+    if not ev.server_args:
+        ev.skipped.append("reference_diff: this run's server arguments are unknown")
+        return []
+    diff = diff_configs(
+        ev.server_args,
+        ev.reference_args,
+        hide_irrelevant=True,
+        current_startup=ev.startup,
+        reference_startup=ev.reference_startup,
+    )
+    context = {row["field"] for row in diff.attrs.get("context", [])}
+    label = ev.reference_label or "the reference"
+    out: list[Finding] = []
+    ruled: list[str] = []
+    minor: list[str] = []
+    automatic: list[str] = []
+    n = max(len(diff), 1)
+    for _, row in diff.iterrows():
+        field = row["field"]
+        if field in ("model_path", "tokenizer_path", "served_model_name"):
+            continue
+        why = _ruled_out(field, row["current"], row["reference"], ev)
+        if why:
+            ruled.append(f"{field} ({why})")
+            continue
+        if row["impact"] not in ("high", "medium"):
+            minor.append(f"{field}={row['current']!r} vs {row['reference']!r}")
+            continue
+        if row.get("automatic"):
+            automatic.append(f"{field}: {row['current']!r} here, {row['reference']!r} there")
+            continue
+        severity = (0.5 if row["impact"] == "high" else 0.35) - 0.1 * (int(row["rank"]) - 1) / n
+        ref_value = row["reference"]
+        try_it = (
+            row["flag"]
+            if isinstance(ref_value, bool) and ref_value
+            else f"{row['flag']} {ref_value}"
+        )
+        if isinstance(ref_value, bool) and not ref_value:
+            try_it = f"without {row['flag']}"
+        out.append(
+            Finding(
+                finding=f"differs from {label}: {field} = {row['current']!r} here, {ref_value!r} there",
+                evidence=f"diff rank {int(row['rank'])} ({row['impact']} impact): {row['rationale']}"
+                + (f" [{row['resolved']}]" if row.get("resolved") else "")
+                + "; not ruled out by this run's evidence",
+                suggestion=f"try {try_it} (one change at a time, same sweep)",
+                confidence=0.35,
+                rule="reference_diff",
+                severity=round(severity, 4),
+                covers=(field,),
+            )
+        )
+    if ruled:
+        out.append(
+            Finding(
+                finding=f"differences from {label} ruled out by the evidence",
+                evidence="; ".join(ruled),
+                suggestion="no action: kept for the record",
+                confidence=0.8,
+                rule="reference_diff_ruled_out",
+                severity=0.02,
+            )
+        )
+    if automatic:
+        out.append(
+            Finding(
+                finding=f"differences from {label} where one side was chosen automatically",
+                evidence="None means SGLang picks the value at start, so these may not differ in the "
+                "running servers: " + "; ".join(automatic),
+                suggestion="compare the resolved values in the two servers' server_args log lines; set "
+                "a flag explicitly only where the resolved values differ",
+                confidence=0.3,
+                rule="reference_diff_automatic",
+                severity=0.15,
+            )
+        )
+    if minor:
+        out.append(
+            Finding(
+                finding=f"minor differences from {label}",
+                evidence="low-impact arguments: "
+                + "; ".join(minor[:12])
+                + (" ..." if len(minor) > 12 else ""),
+                suggestion="unlikely to explain a throughput gap; align them last",
+                confidence=0.3,
+                rule="reference_diff_minor",
+                severity=0.1,
+            )
+        )
+    if "model_path" in context | set(diff["field"]):
+        for f in out:
+            if f.rule == "reference_diff":
+                f.evidence += (
+                    f" (the reference runs another model, {ev.reference_args.get('model_path')!r})"
+                )
+    return out

@@ -1,0 +1,217 @@
+"""Rules about throughput as load grows: saturation, idle GPUs, a load generator at its limit."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.diagnose.capacity import fitted_model
+from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
+from glm5lib.errors import ConfigError
+from glm5lib.levels import level_windows
+
+__all__ = ["rule_client_bound", "rule_gpu_underused", "rule_saturation"]
+
+
+def rule_saturation(ev: Evidence) -> list[Finding]:
+    """Throughput stopped growing with offered load though neither the cap nor KV was the limit.
+
+    The capacity model then says where the decode step's time goes: a large fixed part per step
+    (launches, all-reduce latency, scheduling) or a large part per running request (kernels).
+    """
+    s = ev.sweep_sorted()
+    if "output_throughput" in s:
+        # Levels that measured tokens: a duration-bound level counts the tokens its in-flight
+        # streams delivered, so it needs no completed request.
+        s = s[_col(s, "output_throughput").fillna(0) > 0].reset_index(drop=True)
+    if len(s) < 2 or "output_throughput" not in s:
+        ev.skipped.append("saturation: needs a sweep of at least two levels that measured throughput")
+        return []
+    thr = _col(s, "output_throughput")
+    conc = s["concurrency"]
+    hit = None
+    for i in range(len(s) - 1, 0, -1):
+        for j in range(i - 1, -1, -1):
+            if conc[i] >= 1.8 * conc[j]:
+                if thr[i] < 1.15 * thr[j]:
+                    hit = (j, i)
+                break
+        if hit:
+            break
+    if hit is None:
+        return []
+    j, i = hit
+    d = ev.active_decode()
+    cap, _ = ev.cap()
+    if not d.empty:
+        running = _col(d, "running_req")
+        queued = _col(d, "queue_req").fillna(0) > 0
+        if cap and float(((running >= cap - math.floor(0.03 * cap)) & queued).mean()) >= 0.2:
+            return []  # the concurrency cap explains it
+        if float(((_col(d, "token_usage") >= 0.85) & queued).mean()) >= 0.15:
+            return []  # the KV pool explains it
+    parts = [
+        f"from concurrency {int(conc[j])} to {int(conc[i])} output throughput moved only "
+        f"{_num(float(thr[j]))} -> {_num(float(thr[i]))} tok/s"
+    ]
+    if d.empty:
+        parts.append(
+            "no decode lines, so a running-request cap or a full KV pool could not be ruled out"
+        )
+    else:
+        parts.append(
+            f"#running-req reached {int(_col(d, 'running_req').max())}"
+            + (f" of a cap of {cap}" if cap else "")
+            + f", token usage at most {float(_col(d, 'token_usage').max()):.2f}"
+        )
+    suggestion = (
+        "the server is saturated below its cap and KV limits: the decode step itself is the limit; "
+        "profile one decode step (torch profiler / nsys) to split it into attention, MoE GEMMs, "
+        "all-reduce and scheduling"
+    )
+    model = fitted_model(ev)
+    if model is not None and model.per_request_ms > 0:
+        b = int(_col(d, "running_req").max())
+        step = float(model.step_ms(b))
+        fixed = model.intercept_ms / step if step > 0 else 0.0
+        parts.append(
+            f"{model.describe()}: at {b} running the fixed part is {_pct(fixed)} of a {step:.1f} ms step, "
+            f"and throughput cannot pass ~{_num(1000.0 / model.per_request_ms)} tok/s however many run"
+        )
+        if fixed >= 0.5:
+            suggestion = (
+                "most of each decode step does not depend on the batch: per-step overhead (kernel "
+                "launches without CUDA graphs, all-reduce latency over PCIe without P2P, scheduler CPU "
+                "time); try CUDA graphs at these batch sizes, GPU P2P for the custom all-reduce, and "
+                "check the overlap scheduler is on; " + suggestion.split(": ", 1)[1]
+            )
+        else:
+            suggestion = (
+                "most of each decode step grows with the batch: the kernels are the limit (MoE GEMMs, "
+                "attention, FP4 GEMM tactics); try other --moe-runner-backend / --attention-backend "
+                "choices, FlashInfer autotuning, fp8 KV cache; " + suggestion.split(": ", 1)[1]
+            )
+    return [
+        Finding(
+            finding="throughput saturated: more concurrent requests no longer help",
+            evidence="; ".join(parts),
+            suggestion=suggestion,
+            confidence=0.6 if not d.empty else 0.35,
+            rule="saturation",
+            severity=0.5,
+        )
+    ]
+
+
+def rule_gpu_underused(ev: Evidence) -> list[Finding]:
+    """At the throughput peak the GPUs draw far less than their power limit: the limit is elsewhere."""
+    s = ev.sweep_sorted()
+    g = ev.gpu
+    if s.empty or "output_throughput" not in s or g is None or g.empty or "power_w" not in g:
+        ev.skipped.append("gpu_underused: needs sweep.csv and gpu.csv")
+        return []
+    peak_i = int(_col(s, "output_throughput").idxmax())
+    peak = s.loc[peak_i]
+    try:
+        window = level_windows(s.loc[[peak_i]]).iloc[0]
+    except ConfigError:
+        window = {"start": np.nan, "end": np.nan}
+    a, b = float(window["start"]), float(window["end"])
+    times = _col(g, "time")
+    if math.isnan(a) or math.isnan(b):
+        ev.skipped.append("gpu_underused: the sweep has no level time windows")
+        return []
+    w = g[(times >= a) & (times <= b)]
+    if w.empty:
+        ev.skipped.append(
+            f"gpu_underused: no GPU samples inside the peak level's window ({a:.0f}-{b:.0f})"
+        )
+        return []
+    per_gpu = w.groupby("gpu").agg(
+        power=("power_w", lambda x: pd.to_numeric(x, errors="coerce").mean()),
+        limit=("power_limit_w", lambda x: pd.to_numeric(x, errors="coerce").max())
+        if "power_limit_w" in w
+        else ("power_w", lambda x: np.nan),
+        util=("gpu_util", lambda x: pd.to_numeric(x, errors="coerce").mean())
+        if "gpu_util" in w
+        else ("power_w", lambda x: np.nan),
+    )
+    power = float(per_gpu["power"].mean())
+    limit = float(per_gpu["limit"].mean())
+    util = float(per_gpu["util"].mean())
+    frac = power / limit if limit and not math.isnan(limit) else float("nan")
+    low_power = not math.isnan(frac) and frac < 0.5
+    low_util = not math.isnan(util) and util < 50
+    if not (low_power or low_util):
+        return []
+    n = len(per_gpu)
+    text = (
+        f"at concurrency {int(peak['concurrency'])}, the peak at {_num(float(peak['output_throughput']))} tok/s, "
+        f"the {n} GPUs drew {power:.0f} W"
+    )
+    if not math.isnan(frac):
+        text += f" of {limit:.0f} W on average ({_pct(frac)} of the limit, busiest GPU {per_gpu['power'].max():.0f} W)"
+    if not math.isnan(util):
+        text += f" at {util:.0f}% utilisation"
+    if low_power and not low_util and not math.isnan(util):
+        text += (
+            "; utilisation counts the time any kernel runs, so a busy-looking GPU at a small share of "
+            "its power limit is running small, latency-bound kernels"
+        )
+    if ev.environment and ev.environment.get("standin"):
+        text += " (simulated telemetry from the stand-in)"
+    suggestion = (
+        "the GPUs are far from their compute or power limit, so the limit is elsewhere: the scheduler (a running-request "
+        "cap, small batches), CPU launch overhead (CUDA graphs off), communication (all-reduce over PCIe "
+        "without P2P) or slow kernels; act on the other findings first, then profile one decode step "
+        "(torch profiler / nsys) to see where the time goes"
+    )
+    return [
+        Finding(
+            finding="GPUs under-used at the throughput peak",
+            evidence=text,
+            suggestion=suggestion,
+            confidence=0.7 if low_power and low_util else 0.55,
+            rule="gpu_underused",
+            severity=0.6,
+        )
+    ]
+
+
+def rule_client_bound(ev: Evidence) -> list[Finding]:
+    """Sweep levels the load generator flagged as limited by the client itself."""
+    s = ev.sweep_sorted()
+    if s.empty or "client_bound" not in s:
+        ev.skipped.append("client_bound: the sweep has no client_bound column")
+        return []
+    bound = s[_bool_col(s, "client_bound")]
+    if bound.empty:
+        return []
+    details = []
+    for _, row in bound.iterrows():
+        bits = []
+        if pd.notna(row.get("client_cpu_pct", np.nan)):
+            bits.append(f"client CPU {float(row['client_cpu_pct']):.0f}%")
+        if pd.notna(row.get("loop_lag_p99_ms", np.nan)):
+            bits.append(f"event-loop lag p99 {float(row['loop_lag_p99_ms']):.0f} ms")
+        details.append(
+            f"concurrency {int(row['concurrency'])}" + (f" ({', '.join(bits)})" if bits else "")
+        )
+    return [
+        Finding(
+            finding="load generator was the bottleneck at some levels",
+            evidence=f"{len(bound)} of {len(s)} levels flagged client-bound: " + "; ".join(details),
+            suggestion=(
+                "figures at those levels measure the client, not the server: run the load generator on "
+                "another machine or in more processes, raise the server's --stream-interval so fewer chunks "
+                "are sent, or cross-check with sglang.bench_serving"
+            ),
+            confidence=0.9,
+            rule="client_bound",
+            severity=0.75,
+        )
+    ]
+
+

@@ -1,0 +1,512 @@
+"""The chunked path: a log read a piece at a time, its frequent lines found by whole-buffer regexes.
+
+A busy server's log is mostly uvicorn access lines, then ``Prefill batch`` and ``Decode batch``
+lines. Here each piece of the file (whole lines, a few megabytes) is searched by one compiled
+regex per line shape, over the raw bytes, and the values land in column arrays: no Python
+object per line for those. Everything else (start-up, tracebacks, NCCL chatter, progress bars,
+lines of a shape not seen yet, anything odd) goes to the line-by-line parser, which stays the
+reference: the state it keeps (the clock, open tracebacks, a wrapped ``server_args`` line) is
+applied at each boundary between the two exactly as a line-by-line read would apply it, and
+tests check that both give the same tables.
+
+The regexes here only take lines that the line-by-line parser would read the same way: pure
+ASCII, no escape sequence, no ``[`` in an access line, no line-break character but the final
+newline, and scheduler values without spaces, commas, brackets or a final dot. Any other line
+is left to the line-by-line parser.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.logs.scheduler import _convert_column
+from glm5lib.logs.tables import to_timestamps
+from glm5lib.logs.text import _PREFIX_RE, split_chunk
+
+__all__ = ["feed_chunk", "typed_frame"]
+
+# What no line read here may hold: a line break (other than its final newline, which the
+# regexes look ahead to), an escape, a byte of a non-ASCII character, a "[" (so nothing is glued on).
+_NOT = rb"\n\r\x0b\x0c\x1c-\x1f\x1b\x80-\xff\["
+# One scheduler value, as glm5lib.logs.scheduler._FAST_VALUE but over ASCII bytes.
+_VALUE = rb"([^ \t," + _NOT + rb"()]*[^ \t,." + _NOT + rb"()])"
+_PREFIX = (
+    rb"\n\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*))?\] "
+)
+_LINE_END = rb"\.?(?:, ?)?\r?(?=\n)"
+# A uvicorn access line as the line-by-line fast path reads it (glm5lib.logs.text._UVICORN_RE
+# after "INFO:  "): client, method, path, status; the rest of the line is anything allowed.
+_NONSPACE = rb"[^ \t" + _NOT + rb"]"
+_ACCESS_RE = re.compile(
+    rb"\nINFO:  [ \t]*+(" + _NONSPACE + rb"+?):\d++ - \"(\w++) (" + _NONSPACE + rb"++) [^\"" + _NOT + rb"]*+\" (\d\d\d)"
+    rb"[^" + _NOT + rb"]*+\r?(?=\n)"
+)
+_ACCESS_HEAD = b"INFO:  "
+_BOOL_BYTES = (b"True", b"False", b"true", b"false")
+# Bytes a plain number may hold (numpy then reads it as int() or float() would); 0 pads.
+_NUMERIC = np.zeros(256, dtype=bool)
+_NUMERIC[list(b"0123456789.-")] = True
+_NUMERIC[0] = True
+# Lines whose prefixes the whole-file parse scans for the first dated time (as feed_bulk does).
+_FIRST_TIME_LINES = 1000
+
+
+_STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+_STAMP_SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord(" "), 13: ord(":"), 16: ord(":"), 19: ord(".")}
+
+
+def _stamps(block: np.ndarray) -> np.ndarray:
+    """Rows of bytes ``YYYY-MM-DD HH:MM:SS[.ffffff]`` -> datetime64[ns].
+
+    Plain digit arithmetic for the usual stamps (numpy's string parser takes five times as
+    long); anything unusual (out of range, another layout) goes to numpy's parser, which
+    decides as it always did."""
+    n, w = block.shape
+    if w == 19 or 21 <= w <= 26:
+        seps_ok = all((block[:, k] == c).all() for k, c in _STAMP_SEPARATORS.items() if k < w)
+        d = block[:, _STAMP_DIGITS + list(range(20, w))].astype(np.int64) - 48
+        if seps_ok and n and ((d >= 0) & (d <= 9)).all():
+            year = d[:, 0] * 1000 + d[:, 1] * 100 + d[:, 2] * 10 + d[:, 3]
+            month, day = d[:, 4] * 10 + d[:, 5], d[:, 6] * 10 + d[:, 7]
+            hour, minute, sec = d[:, 8] * 10 + d[:, 9], d[:, 10] * 10 + d[:, 11], d[:, 12] * 10 + d[:, 13]
+            if (
+                (year >= 1678).all() and (year <= 2261).all() and (month >= 1).all() and (month <= 12).all()
+                and (day >= 1).all() and (hour <= 23).all() and (minute <= 59).all() and (sec <= 59).all()
+            ):
+                # Days since 1970 of each distinct date, by numpy (which refuses 2025-02-30).
+                dates, inverse = np.unique(year * 10000 + month * 100 + day, return_inverse=True)
+                try:
+                    days = np.array(
+                        [f"{v // 10000:04d}-{v // 100 % 100:02d}-{v % 100:02d}" for v in dates.tolist()],
+                        dtype="datetime64[D]",
+                    ).astype(np.int64)
+                except ValueError:
+                    days = None
+                if days is not None:
+                    ns = (days[inverse.ravel()] * 86400 + hour * 3600 + minute * 60 + sec) * 1_000_000_000
+                    for k in range(14, d.shape[1]):  # the fraction of a second, digit by digit
+                        ns += d[:, k] * 10 ** (8 - (k - 14))
+                    return ns.view("datetime64[ns]")
+    return np.ascontiguousarray(block).view(f"S{w}").ravel().astype("datetime64[ns]")
+
+
+class _ChunkShape:
+    """A learned scheduler shape, as a regex over a chunk's bytes."""
+
+    __slots__ = ("follow", "has_iter", "needle", "regex", "shape")
+
+    def __init__(self, shape: Any, head: str, raw_keys: list[str], inner: int | None) -> None:
+        self.shape = shape
+        self.needle = head.encode("ascii")
+        keys = [re.escape(k.encode("ascii")) for k in raw_keys]
+        if inner is None:
+            body = b", ".join(k + b": " + _VALUE for k in keys)
+            pattern = _PREFIX + re.escape(self.needle) + rb"(?: \[(\d+)\])?[.,] " + body + _LINE_END
+            self.has_iter = True
+            self.follow = b" .,"
+        else:
+            inside = b", ".join(k + b": " + _VALUE for k in keys[:inner])
+            body = b", ".join(k + b": " + _VALUE for k in keys[inner:])
+            # "(?:(\[)(?!))?" never matches: the iteration group, None as on the other paths.
+            pattern = (
+                _PREFIX + re.escape(self.needle) + rb"(?:(\[)(?!))?\(mixed " + inside + rb"\)[.,] " + body + _LINE_END
+            )
+            self.has_iter = False
+            self.follow = b"("
+        self.regex = re.compile(pattern)
+
+
+def _chunk_shapes(parser: Any) -> list[_ChunkShape]:
+    """The parser's learned shapes as chunk regexes (compiled once, as they are learned)."""
+    shapes: list[_ChunkShape] = parser.__dict__.setdefault("_chunk_shapes", [])
+    for shape, head, raw_keys, inner in parser.learned[len(shapes) :]:
+        try:
+            shapes.append(_ChunkShape(shape, head, raw_keys, inner))
+        except UnicodeEncodeError:
+            shapes.append(None)  # a non-ASCII key: its lines go line by line
+    return [s for s in shapes if s is not None]
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while one chunk is parsed (a fraction of a second),
+    back to how it was after it, whatever happens.
+
+    A chunk makes a few hundred thousand small tuples and no cycles: collections would walk
+    them again and again for nothing (a third of the time). Between chunks it runs as usual."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
+    """Parse ``chunk`` (whole lines, ending with a newline) into ``parser`` (a SGLang parser)."""
+    if not chunk:
+        return
+    if not chunk.endswith(b"\n"):
+        raise ValueError("a chunk must end with a newline")
+    with _collector_paused():
+        _feed_chunk(parser, chunk, crs)
+
+
+def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
+    base = parser.lines
+    buf = b"\n" + chunk
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    nl = np.flatnonzero(arr == 10)  # nl[k] precedes line k; the last one ends the chunk
+    n = len(nl) - 1
+    if getattr(parser, "scan_first_time", False) and parser.first_time is None and base < _FIRST_TIME_LINES:
+        _scan_first_time(parser, buf, nl, _FIRST_TIME_LINES - base, crs)
+
+    # ---- find the lines of known shapes, in C
+    kind = np.zeros(n, dtype=np.int8)  # 0: line by line, 1: scheduler, 2: access, 3: access demoted
+    found: list[tuple[Any, np.ndarray, np.ndarray]] = []
+    if b"batch" in chunk:
+        shapes = _chunk_shapes(parser)
+        if shapes:
+            found = _scheduler_lines(parser, shapes, buf, arr, nl)
+            for _cs, idx, _table in found:
+                kind[idx] = 1
+    acc_idx, acc_rows = _access_lines(buf, arr, nl, n)
+    if len(acc_idx):
+        kind[acc_idx] = 2
+
+    # Scheduler lines in line order with their times: they set the clock.
+    if found:
+        sched_idx = np.concatenate([f[1] for f in found])
+        sched_time = np.concatenate([_times(f[2][:, 0]) for f in found])
+        order = np.argsort(sched_idx, kind="stable")
+        sched_idx, sched_time = sched_idx[order], sched_time[order]
+    else:
+        sched_idx = np.empty(0, dtype=np.int64)
+        sched_time = np.empty(0, dtype="datetime64[ns]")
+
+    nl_at = nl.tolist()
+    sched_at = sched_idx.tolist()
+
+    def settle(lo: int, hi: int, j: int) -> None:
+        """What lines lo..hi-1, all read in bulk, do to the line-by-line parser's state
+        (``j``: the index in sched_idx of the last scheduler line before ``hi``)."""
+        if parser._args_buffer is not None:
+            parser._try_finish_args(final=True)  # the first of them starts with "[" (see demote)
+        if parser._open_blocks:
+            parser._close_blocks()
+        if j >= 0 and sched_at[j] >= lo:
+            m = _PREFIX_STAMP.match(buf, nl_at[sched_at[j]] + 1)
+            parser._set_clock(m.group(1).decode("ascii"))
+
+    def demote(b: int, extra: int) -> int:
+        """Access lines after a wrapped ``server_args`` line belong to it (as line by line)."""
+        while parser._args_buffer is not None and b < n and kind[b] == 2:
+            parser._feed(split_chunk(buf[nl_at[b] + 1 : nl_at[b + 1] + 1], crs), base=base + b + extra)
+            kind[b] = 3
+            b += 1
+        return b
+
+    # ---- everything else, line by line, in runs between the lines read in bulk
+    gap = kind == 0
+    edges = np.diff(np.concatenate(([0], gap.view(np.int8), [0])))
+    gap_starts_a, gap_ends_a = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    last_sched = (np.searchsorted(sched_idx, gap_starts_a) - 1).tolist()  # before each run
+    gap_starts, gap_ends = gap_starts_a.tolist(), gap_ends_a.tolist()
+    clock_pos: list[int] = [-1]
+    clock_val: list[str | None] = [parser.last_time_str]
+    extra_pos: list[int] = []
+    extra_cum: list[int] = []
+    extra = 0
+    done = demote(0, 0)
+    if done:
+        clock_pos.append(done - 1)
+        clock_val.append(parser.last_time_str)
+    for a, b, j in zip(gap_starts, gap_ends, last_sched, strict=True):
+        if a > done:
+            settle(done, a, j)
+        lines = split_chunk(buf[nl_at[a] + 1 : nl_at[b] + 1], crs)
+        parser._feed(lines, base=base + a + extra)
+        extra += len(lines) - (b - a)
+        b = demote(b, extra)
+        clock_pos.append(b - 1)
+        clock_val.append(parser.last_time_str)
+        extra_pos.append(b - 1)
+        extra_cum.append(extra)
+        done = b
+    if done < n:
+        settle(done, n, len(sched_at) - 1)
+    parser.lines = base + n + extra
+
+    def real(idx: np.ndarray) -> np.ndarray:
+        """Line numbers of the whole log (runs split at a carriage return count more lines)."""
+        if not extra_pos:
+            return idx + base
+        k = np.searchsorted(np.array(extra_pos, dtype=np.int64), idx)
+        cum = np.concatenate(([0], np.array(extra_cum, dtype=np.int64)))
+        return idx + base + cum[k]
+
+    # ---- scheduler rows into the shapes' frames
+    for cs, idx, table in found:
+        cs.shape.raw.append(_raw_part(cs, real(idx), table))
+    del found
+
+    # ---- access rows: each takes the clock of the last line before it that set one
+    keep = kind[acc_idx] == 2 if len(acc_idx) else np.empty(0, dtype=bool)
+    if keep.any():
+        if not keep.all():
+            acc_rows = [g for g, k in zip(acc_rows, keep.tolist(), strict=True) if k]
+            acc_idx = acc_idx[keep]
+        gap_time = to_timestamps(pd.Series(clock_val, dtype=object)).to_numpy(dtype="datetime64[ns]")
+        pos = np.concatenate((np.array(clock_pos, dtype=np.int64), sched_idx))
+        val = np.concatenate((gap_time, sched_time))
+        order = np.argsort(pos, kind="stable")
+        pos, val = pos[order], val[order]
+        frame = _access_frame(acc_rows)
+        frame.insert(0, "time", val[np.searchsorted(pos, acc_idx, side="right") - 1])
+        frame.insert(0, "_order", real(acc_idx))
+        parser.http_frames.append(frame)
+
+
+_PREFIX_STAMP = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)")
+
+
+def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0) -> np.ndarray:
+    """Numbers of the lines that hold ``needle`` followed by one of the bytes ``follow``
+    (positions by numpy, no Python per line); the search starts from the needle's byte at
+    ``anchor`` (best a rare one)."""
+    at = np.flatnonzero(arr[anchor : len(arr) - len(needle) + anchor] == needle[anchor])
+    for k, c in enumerate(needle):
+        if k != anchor:
+            at = at[arr[at + k] == c]
+    if follow:
+        at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
+    lines = np.searchsorted(nl, at) - 1  # sorted: one entry per occurrence
+    return lines[np.concatenate(([True], lines[1:] != lines[:-1]))] if len(lines) else lines
+
+
+def _read_lines(
+    regex: re.Pattern[bytes], buf: bytes, starts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, list[Any]]:
+    """Which of the lines ``buf[starts[k]:ends[k]]`` ``regex`` takes, and its groups for them.
+
+    The lines are copied into a buffer of their own (a newline before each, the regex's
+    anchor); when the regex takes all of them, findall says everything at once, otherwise
+    finditer tells which."""
+    group = b"\n" + b"\n".join([buf[a:b] for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]) + b"\n"
+    rows = regex.findall(group)
+    if len(rows) == len(starts) or not rows:
+        return np.arange(len(rows)), rows
+    gnl = np.flatnonzero(np.frombuffer(group, dtype=np.uint8) == 10)
+    at: list[int] = []
+    rows = []
+    for m in regex.finditer(group):
+        at.append(m.start())
+        rows.append(m.groups(b""))  # b"" where a group took no part, as findall gives
+    return np.searchsorted(gnl, np.array(at, dtype=np.int64)), rows
+
+
+def _scheduler_lines(
+    parser: Any, shapes: list[_ChunkShape], buf: bytes, arr: np.ndarray, nl: np.ndarray
+) -> list[tuple[_ChunkShape, np.ndarray, np.ndarray]]:
+    """(shape, line numbers, rows as bytes) of the scheduler lines of learned shapes.
+
+    Lines holding a known head are grouped by their numbers of colons and commas (numpy, no
+    Python per line), which tells shapes apart; each group's lines are copied into a buffer of
+    their own and read by the regex of the shape that took that group before, so a regex is
+    tried only on lines that are almost surely its own."""
+    heads = sorted({(cs.needle, cs.follow) for cs in shapes})
+    holding = [_holding(arr, nl, b"] " + h, f) for h, f in heads]
+    head_of = np.concatenate([np.full(len(x), k, dtype=np.int64) for k, x in enumerate(holding)])
+    lines = np.concatenate(holding)
+    if not len(lines):
+        return []
+    starts, ends = nl[lines] + 1, nl[lines + 1]
+    if len(heads) == len(shapes):
+        sig = head_of  # one shape per head: the head tells them apart
+    else:
+        # A line's head and its numbers of colons and commas: lines of one shape share them.
+        colons, commas = np.flatnonzero(arr == 58), np.flatnonzero(arr == 44)
+        sig = (head_of << 40) | (np.searchsorted(colons, ends) - np.searchsorted(colons, starts)) << 20 | (
+            np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
+        )
+    order = np.argsort(sig, kind="stable")
+    uniq, first = np.unique(sig[order], return_index=True)
+    bounds = [*first.tolist(), len(order)]
+    memo: dict[int, _ChunkShape] = parser.__dict__.setdefault("_chunk_signatures", {})
+    taken: dict[int, tuple[_ChunkShape, list[np.ndarray], list[Any]]] = {}
+    for g, key in enumerate(uniq.tolist()):
+        pending = order[bounds[g] : bounds[g + 1]]
+        known = memo.get(key)
+        for cs in ([known] if known is not None else []) + [c for c in shapes if c is not known]:
+            at, rows = _read_lines(cs.regex, buf, starts[pending], ends[pending])
+            if not rows:
+                continue
+            hit = np.zeros(len(pending), dtype=bool)
+            hit[at] = True
+            took, pending = pending[hit], pending[~hit]
+            memo[key] = cs
+            entry = taken.setdefault(id(cs), (cs, [], []))
+            entry[1].append(lines[took])
+            entry[2].extend(rows)
+            if not len(pending):
+                break
+    found = []
+    for cs, idx_parts, rows in taken.values():
+        idx = np.concatenate(idx_parts)
+        table = np.array(rows, dtype="S")
+        if len(idx_parts) > 1:
+            back = np.argsort(idx, kind="stable")
+            idx, table = idx[back], table[back]
+        found.append((cs, idx, table))
+    return found
+
+
+def _access_lines(buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int) -> tuple[np.ndarray, list[tuple[bytes, ...]]]:
+    """Line numbers and (client, method, path, status) of the access lines of a chunk."""
+    if b"\n" + _ACCESS_HEAD not in buf:
+        return np.empty(0, dtype=np.int64), []
+    # Lines that start like one and hold ' - "', by numpy (no Python per line).
+    starts = nl[:-1] + 1
+    cand = np.ones(n, dtype=bool)
+    last = len(arr) - 1
+    for k, c in enumerate(_ACCESS_HEAD):
+        cand &= arr[np.minimum(starts + k, last)] == c
+    holds = np.zeros(n, dtype=bool)
+    holds[_holding(arr, nl, b' - "', b"", anchor=3)] = True
+    lines = np.flatnonzero(cand & holds)
+    if not len(lines):
+        return lines, []
+    rows = _ACCESS_RE.findall(buf)
+    if len(rows) == len(lines):
+        return lines, rows  # the regex takes only such lines: all of them, in order
+    at, rows = _read_lines(_ACCESS_RE, buf, nl[lines] + 1, nl[lines + 1])
+    return lines[at], rows
+
+
+def _access_frame(rows: list[tuple[bytes, ...]]) -> pd.DataFrame:
+    """(client, method, path, status) rows -> columns; a busy server's access lines repeat a
+    few distinct rows (the port is not kept), so each distinct one is decoded once."""
+    distinct = list(set(rows))
+    code = {row: i for i, row in enumerate(distinct)}
+    codes = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
+    client, method, path, status = (np.array(c, dtype=object) for c in zip(*distinct, strict=True))
+    return pd.DataFrame(
+        {
+            "client": _decoded(client)[codes],
+            "method": _decoded(method)[codes],
+            "path": _decoded(path)[codes],
+            "status": _statuses(tuple(status))[codes],
+        }
+    )
+
+
+def _decoded(values: np.ndarray) -> np.ndarray:
+    return np.array([v.decode("ascii") for v in values], dtype=object)
+
+
+def _scan_first_time(parser: Any, buf: bytes, nl: np.ndarray, count: int, crs: bool) -> None:
+    """The first dated prefix among the log's first lines (as the whole-file parse reads it)."""
+    end = nl[min(count, len(nl) - 1)]
+    for line in split_chunk(buf[1 : end + 1], crs)[:count]:
+        m = _PREFIX_RE.match(line)
+        if m is not None and m.group(1):
+            parser.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
+            return
+
+
+def _statuses(values: tuple[bytes, ...]) -> np.ndarray:
+    """Three-digit HTTP statuses (ASCII bytes) -> int64, by digit arithmetic."""
+    d = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(-1, 3).astype(np.int64) - 48
+    return d[:, 0] * 100 + d[:, 1] * 10 + d[:, 2]
+
+
+def _times(col: np.ndarray) -> np.ndarray:
+    """Prefix times (an array of ASCII bytes) -> datetime64[ns], as the line-by-line path types them."""
+    col = np.ascontiguousarray(col)
+    block = col.view(np.uint8).reshape(len(col), col.itemsize)
+    try:
+        if len(col) and (block[:, -1] != 0).all():
+            # Every stamp as wide as the widest (the usual case): digit arithmetic.
+            return _stamps(block)
+        return col.astype("datetime64[ns]")
+    except ValueError:
+        return to_timestamps(pd.Series(col.astype(str).astype(object))).to_numpy(dtype="datetime64[ns]")
+
+
+def _ranks(col: np.ndarray) -> np.ndarray:
+    """Rank labels (ASCII bytes, b"" for none) -> an object array of str."""
+    distinct, inverse = np.unique(col, return_inverse=True)
+    names = np.array([v.decode("ascii") for v in distinct], dtype=object)
+    return names[inverse.ravel()]
+
+
+def _column(col: np.ndarray) -> Any:
+    """Raw values of one column (bytes) -> the typed array the line-by-line path makes of them."""
+    col = np.ascontiguousarray(col)
+    sample = col[0]
+    if sample in _BOOL_BYTES:
+        trues = col == b"True"
+        if (trues | (col == b"False")).all():
+            return trues
+    elif not sample.endswith(b"%") and _NUMERIC[col.view(np.uint8)].all():
+        if b"." not in sample and b"e" not in sample:
+            try:
+                return col.astype(np.int64)
+            except (ValueError, OverflowError):
+                pass
+        try:
+            return col.astype(np.float64)
+        except (ValueError, OverflowError):
+            pass
+    return _convert_column(col.astype(str).astype(object))
+
+
+def _raw_part(cs: _ChunkShape, order: np.ndarray, table: np.ndarray) -> dict[str, Any]:
+    """A shape's rows of one chunk (an array of bytes: time, rank, iteration, values...), with
+    times and ranks typed and values kept as bytes until the shape's columns are typed."""
+    iters = table[:, 2]
+    return {
+        "_order": order,
+        "time": _times(table[:, 0]),
+        "rank": _ranks(table[:, 1]),
+        "iter": np.where(iters == b"", None, iters.astype(str).astype(object)) if (iters != b"").any() else None,
+        "values": [np.ascontiguousarray(table[:, k]) for k in range(3, table.shape[1])],
+    }
+
+
+def typed_frame(columns: tuple[str, ...], pieces: list[dict[str, Any]]) -> pd.DataFrame:
+    """Rows of one shape, read in bulk or line by line, as one typed table: each column is
+    typed over all its values at once, as a line-by-line read types it (a text value among
+    numbers keeps the whole column as text, wherever it was read)."""
+    n = [len(p["_order"]) for p in pieces]
+    cols: dict[str, Any] = {
+        "_order": np.concatenate([p["_order"] for p in pieces]),
+        "time": np.concatenate([p["time"] for p in pieces]),
+        "rank": np.concatenate([p["rank"] for p in pieces]),
+    }
+    if any(p["iter"] is not None for p in pieces):
+        cols["iter"] = _convert_column(np.concatenate([
+            p["iter"] if p["iter"] is not None else np.full(k, None, dtype=object) for p, k in zip(pieces, n, strict=True)
+        ]))
+    for k, name in enumerate(columns):
+        values = [p["values"][k] for p in pieces]
+        if all(v.dtype.kind == "S" for v in values):
+            cols[name] = _column(np.concatenate(values))
+        else:
+            cols[name] = _convert_column(
+                np.concatenate([v.astype(str).astype(object) if v.dtype.kind == "S" else v for v in values])
+            )
+    frame = pd.DataFrame(cols)
+    order = cols["_order"]
+    if len(pieces) > 1 and (np.diff(order) < 0).any():
+        # Lines read line by line fall between pieces read in bulk: back into log order.
+        frame = frame.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    return frame

@@ -1,0 +1,102 @@
+"""Which engine wrote a log, and the adapter that reads that engine's lines.
+
+Each engine (SGLang, vLLM...) brings one module under ``glm5lib.logs`` that defines
+``ENGINE = LogEngine(name, detect, new_parser)``:
+
+* ``detect(head)`` tells from the first lines of a log (up to :data:`DETECT_BYTES` of it)
+  whether that engine wrote it;
+* ``new_parser(date, incremental=...)`` returns a fresh parser with the :class:`LogParser`
+  methods, which fills :class:`glm5lib.logs.ServerLog`'s tables (the one evidence schema every
+  engine shares; see the package docstring for its columns).
+
+:data:`ENGINE_MODULES` names those modules, most specific first; an engine whose module is
+not installed yet is simply not offered. ``auto`` asks each engine's ``detect`` in that order
+and falls back to SGLang, the engine the workbook is about.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:  # the model imports nothing of this module: a type name only
+    from glm5lib.logs.model import ServerLog
+
+__all__ = ["DETECT_BYTES", "ENGINE_MODULES", "LogEngine", "LogParser", "available_engines", "detect_engine", "get_engine"]
+
+#: Engines and the modules holding their adapters; the first whose ``detect`` says yes wins.
+ENGINE_MODULES: dict[str, str] = {
+    "vllm": "glm5lib.logs.vllm",
+    "sglang": "glm5lib.logs.sglang",
+}
+#: The engine of a log no ``detect`` recognises.
+DEFAULT_ENGINE = "sglang"
+#: How much of a log's start ``detect`` sees.
+DETECT_BYTES = 1 << 16
+
+
+class LogParser(Protocol):
+    """What an engine's parser offers :func:`glm5lib.logs.parse_log` and the follower."""
+
+    def feed(self, lines: list[str], final: bool = True) -> None:
+        """Parse ``lines`` in order; with ``final`` the last one may be cut off (a file still
+        being written, a paste)."""
+
+    def feed_bulk(self, lines: list[str]) -> None:
+        """Parse complete lines of a whole file or of a large piece of one (may be ``feed``
+        with ``final=False``; the SGLang parser reads scheduler lines in bulk here)."""
+
+    def finish(self) -> None:
+        """The input has ended: close whatever is still open (a traceback, a wrapped line)."""
+
+    def build(self) -> ServerLog:
+        """The :class:`~glm5lib.logs.ServerLog` of everything parsed so far."""
+
+
+@dataclass(frozen=True)
+class LogEngine:
+    """One engine's log adapter: how to recognise its logs, and a parser for them."""
+
+    name: str
+    detect: Callable[[str], bool]
+    new_parser: Callable[..., LogParser]
+
+
+def available_engines() -> list[str]:
+    """Names of the engines whose adapters are installed, in detection order."""
+    return [name for name, module in ENGINE_MODULES.items() if importlib.util.find_spec(module) is not None]
+
+
+def get_engine(name: str) -> LogEngine:
+    """The adapter of engine ``name`` (``"sglang"``, ``"vllm"``...); ValueError naming the
+    valid values for anything else."""
+    valid = available_engines()
+    if name not in valid:
+        raise ValueError(f"unknown log engine {name!r}: valid values are 'auto', " + ", ".join(map(repr, valid)))
+    # Adapters are plugins found by name, so a new engine needs no change here.
+    return importlib.import_module(ENGINE_MODULES[name]).ENGINE
+
+
+def detect_engine(head: str) -> LogEngine:
+    """The engine that wrote a log starting with ``head``; SGLang when none says so."""
+    for name in available_engines():
+        if name == DEFAULT_ENGINE:
+            continue
+        engine = get_engine(name)
+        if engine.detect(head):
+            return engine
+    return get_engine(DEFAULT_ENGINE)
+
+
+def resolve_engine(engine: str, head: str | bytes) -> LogEngine:
+    """``engine`` (a name or ``"auto"``) -> its adapter, detected from ``head`` when auto."""
+    if not isinstance(engine, str):
+        raise TypeError(f"engine must be a name ('auto', 'sglang', 'vllm'), got {type(engine).__name__}")
+    if engine != "auto":
+        return get_engine(engine)
+    if isinstance(head, bytes):
+        head = head[:DETECT_BYTES].decode("utf-8", errors="replace")
+    return detect_engine(head[:DETECT_BYTES])

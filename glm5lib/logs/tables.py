@@ -1,0 +1,92 @@
+"""Rows into the tables of :class:`glm5lib.logs.ServerLog`: times, tracebacks, errors and http.
+
+Shared by every engine's parser, so that each fills the tables with the same columns and types.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.logs.fatal import classify_fatal
+from glm5lib.logs.text import _EXC_LINE_RE
+from glm5lib.masking import mask_text
+
+__all__ = ["ERROR_COLUMNS", "HTTP_COLUMNS", "block_row", "empty_frame", "errors_frame", "http_frame", "to_timestamps"]
+
+ERROR_COLUMNS = ("time", "rank", "kind", "message", "text")
+HTTP_COLUMNS = ("time", "client", "method", "path", "status")
+
+
+def empty_frame(columns: tuple[str, ...] | list[str]) -> pd.DataFrame:
+    """A table with no rows: ``time`` as datetime64, the other columns as object."""
+    return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in columns})
+
+
+def errors_frame(errors: list[dict[str, Any]]) -> pd.DataFrame:
+    """Error rows (dicts with the keys of :data:`ERROR_COLUMNS`) -> the ``errors`` table."""
+    if not errors:
+        return empty_frame(ERROR_COLUMNS)
+    frame = pd.DataFrame(errors, columns=list(ERROR_COLUMNS))
+    frame["time"] = to_timestamps(frame["time"])
+    return frame
+
+
+def http_frame(rows: list[tuple[Any, ...]]) -> pd.DataFrame:
+    """Access-line rows ``(time, client, method, path, status)`` -> the ``http`` table."""
+    if not rows:
+        return empty_frame(HTTP_COLUMNS)
+    frame = pd.DataFrame(rows, columns=list(HTTP_COLUMNS))
+    frame["time"] = to_timestamps(frame["time"])
+    return frame
+
+
+def block_row(block: dict[str, Any]) -> dict[str, Any]:
+    lines = [ln for ln in block["lines"]]
+    while lines and not lines[-1].strip():
+        lines.pop()
+    text = mask_text("\n".join(lines))
+    message = ""
+    for ln in reversed(lines):
+        if _EXC_LINE_RE.match(ln) and not ln.strip().startswith(("File ", "Traceback")):
+            message = ln.strip()
+            break
+    if not message:
+        # No exception line (the traceback was cut off): the head says most.
+        message = next((ln.strip() for ln in lines if ln.strip()), "")
+    kind = classify_fatal(text) or "other"
+    if kind == "other" and block.get("head"):
+        kind = block["head"]
+    return {"time": block["time"], "rank": block["rank"], "kind": kind, "message": mask_text(message), "text": text}
+
+
+def fill_hybrid(frame: pd.DataFrame) -> None:
+    """Hybrid (SWA / mamba) models log per-pool counts; fill the common columns as SGLang's
+    metrics do: the fuller pool counts."""
+    for col, parts in (("num_token", ("full_token", "swa_token")), ("token_usage", ("full_token_usage", "swa_token_usage"))):
+        present = [p for p in parts if p in frame.columns]
+        if not present:
+            continue
+        filled = pd.concat([pd.to_numeric(frame[p], errors="coerce") for p in present], axis=1).max(axis=1)
+        if col not in frame.columns:
+            frame[col] = filled
+        elif pd.api.types.is_numeric_dtype(frame[col].dtype):
+            frame[col] = frame[col].fillna(filled)
+
+
+def to_timestamps(values: Any) -> pd.Series:
+    """Time strings (or datetimes) -> datetime64[ns]; what cannot be read becomes NaT."""
+    series = pd.Series(values, dtype=object) if not isinstance(values, pd.Series) else values
+    if pd.api.types.is_datetime64_dtype(series.dtype):
+        return series if series.dtype == "datetime64[ns]" else series.astype("datetime64[ns]")
+    try:
+        return pd.Series(np.array(series.to_numpy(), dtype="datetime64[ns]"), index=series.index)
+    except (ValueError, TypeError):
+        pass
+    try:
+        parsed = pd.to_datetime(series, format="ISO8601")
+    except (ValueError, TypeError):
+        parsed = pd.to_datetime(series, errors="coerce", format="mixed")
+    return parsed.astype("datetime64[ns]")

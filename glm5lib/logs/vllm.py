@@ -1,0 +1,441 @@
+"""Read vLLM server logs into the same :class:`~glm5lib.logs.ServerLog` tables as SGLang's.
+
+vLLM prints its scheduler state every few seconds (``log_stats``), in one of these shapes:
+
+* V0 (``vllm/engine/metrics.py``, 0.4-0.10), with or without the bracket before the module and
+  the trailing period::
+
+    INFO 01-22 18:27:20 metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation
+    throughput: 41.7 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache
+    usage: 2.0%, CPU KV cache usage: 0.0%.
+
+* V1 (``vllm/v1/metrics/loggers.py``, 0.8 on), one line per engine (data-parallel rank)::
+
+    (APIServer pid=3646) INFO 05-19 10:13:11 [loggers.py:271] Engine 000: Avg prompt
+    throughput: 0.0 tokens/s, Avg generation throughput: 1055.3 tokens/s, Running: 18 reqs,
+    Waiting: 43 reqs, GPU KV cache usage: 95.9%, Prefix cache hit rate: 0.0%
+
+* either of them under a custom logging format (``VLLM_LOGGING_CONFIG_PATH``, or an
+  application that configures the ``vllm`` logger itself), e.g.
+  ``2025-07-08 17:24:00 - vllm.engine.metrics - INFO - Avg prompt throughput: ...``.
+
+The message is found wherever it sits in the line, and read key by key, so prefixes, container
+timestamps and keys added by later releases (``MM cache hit rate``, ``MFU``...) do not break
+it. Rows land in the ``decode`` table with SGLang's column names: ``running_req``,
+``queue_req`` (Waiting / Pending), ``token_usage`` (the KV pool in use, a 0-1 fraction: the GPU
+pool, or on CPU builds the CPU pool), ``gen_throughput``; vLLM's own quantities follow as extra
+columns (``prompt_throughput``, ``swapped_req``, ``cpu_token_usage``, ``cache_hit_rate`` as a
+fraction, ``mm_cache_hit_rate``, ``engine``).
+
+Preemption warnings (V0's ``Sequence group N is preempted by PreemptionMode.RECOMPUTE mode
+because there is not enough KV cache space ... total_num_cumulative_preemption=N``) land in the
+``retractions`` table, SGLang's word for the same event. Start-up facts: ``non-default args:
+{...}`` (or the older ``args: Namespace(...)``) become ``server_args``; ``max_num_seqs`` given
+there becomes ``startup["max_running_requests"]``; the KV cache size in tokens (``GPU KV cache
+size: 2,042,016 tokens``) becomes ``max_total_num_tokens``; ``Maximum concurrency for N tokens
+per request: X`` becomes ``max_concurrency`` (and ``context_len``); ``# GPU blocks: N`` becomes
+``num_gpu_blocks``. Fatal lines are classified as ``oom``, ``nccl`` or ``engine_dead``.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime as _dt
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.logs.engine import LogEngine
+from glm5lib.logs.model import ServerLog
+from glm5lib.logs.server_args import parse_server_args
+from glm5lib.masking import mask_text
+
+__all__ = ["ENGINE", "VLLM_ERROR_KINDS", "VllmParser", "classify_vllm_fatal", "looks_like_vllm"]
+
+#: error kinds a vLLM log can show, most specific first
+VLLM_ERROR_KINDS = ("oom", "nan", "nccl", "engine_dead")
+
+DECODE_COLUMNS = ("running_req", "num_token", "token_usage", "cuda_graph", "gen_throughput", "queue_req")
+RETRACT_COLUMNS = ("retracted_reqs", "new_token_ratio_before", "new_token_ratio_after")
+
+# The stats message starts here in every release (V1 puts "Engine NNN: " in front).
+_MAX_SKIPPED_EXAMPLES = 20
+_STATS_ANCHORS = ("Avg prompt throughput:", "Avg prefill throughput:")
+_ENGINE_RE = re.compile(r"Engine (\d+): $")
+_KEY_VALUE_RE = re.compile(r"([A-Za-z][A-Za-z ]*?): (-?[\d,]*\.?\d+)\s*(tokens/s|reqs|%)?")
+_STAT_KEYS = {
+    "Avg prompt throughput": "prompt_throughput",
+    "Avg prefill throughput": "prompt_throughput",
+    "Avg generation throughput": "gen_throughput",
+    "Avg decode throughput": "gen_throughput",
+    "Running": "running_req",
+    "Waiting": "queue_req",
+    "Pending": "queue_req",
+    "Swapped": "swapped_req",
+    "Preempted": "preempted_req",
+    "Preemptions": "preemptions",
+    "Deferred": "deferred_req",
+    "Corrupted": "corrupted_req",
+    "GPU KV cache usage": "gpu_token_usage",
+    "CPU KV cache usage": "cpu_token_usage",
+    "KV cache usage": "kv_token_usage",
+    "XPU KV cache usage": "kv_token_usage",
+    "Prefix cache hit rate": "cache_hit_rate",
+    "MM cache hit rate": "mm_cache_hit_rate",
+}
+_FRACTIONS = {"gpu_token_usage", "cpu_token_usage", "kv_token_usage", "cache_hit_rate", "mm_cache_hit_rate"}
+
+# vLLM's default format: "INFO 05-19 10:13:11 [loggers.py:271] " (0.8+) or "INFO 02-28 21:48:18
+# metrics.py:161] " (older); a custom format usually carries a full ISO date.
+_VLLM_STAMP_RE = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d:\d\d:\d\d)(?:\.\d+)? \[?[\w.]+\.py:\d+\] ")
+_ISO_STAMP_RE = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
+_PROC_RE = re.compile(r"^\((\w+)(?:_DP(\d+))? pid=\d+\)")
+
+_PREEMPT_RE = re.compile(
+    r"Sequence group (\S+) is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space"
+    r"(?:.*?total_(?:num_)?cumulative_preemption(?:_cnt)?=(\d+))?"
+)
+_PREFIX_HIT_V0_RE = re.compile(r"Prefix cache hit rate: GPU: ([\d.]+)%, CPU: ([\d.]+)%")
+_NON_DEFAULT_RE = re.compile(r"non-default args: (\{.*\})\s*$")
+_NAMESPACE_RE = re.compile(r"\bargs: Namespace\((.*)\)\s*$")
+_KV_TOKENS_RE = re.compile(r"(GPU|CPU|XPU|TPU|HPU)? ?KV cache size: ([\d,]+) tokens")
+_MAX_CONC_RE = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.,]+)x")
+_BLOCKS_RE = re.compile(r"# (GPU|CPU) blocks: (\d+)")
+_VERSION_RE = re.compile(r"vLLM API server version ([\w.+\-]+)|Initializing an? (?:V1 )?LLM engine \(v([\w.+\-]+)\)")
+_AVAILABLE_KV_RE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
+_KV_CACHE_SPACE_RE = re.compile(r"KV cache space (?:is|of) ([\d.]+) ?GiB|kv_cache_size=([\d.]+)GiB")
+_READY_RE = re.compile(r"Application startup complete|Uvicorn running on|Starting vLLM API server")
+_HTTP_RE = re.compile(r'INFO:\s+([\d.:\[\]a-f]+):\d+ - "(\w+) (\S+) HTTP/[\d.]+" (\d{3})')
+
+_FATAL_RES = (
+    ("oom", re.compile(r"OutOfMemoryError|CUDA out of memory|out of memory|CUBLAS_STATUS_ALLOC_FAILED|"
+                       r"No available memory for the cache blocks|Insufficient memory")),
+    ("nan", re.compile(r"\bNaN\b|nan in (?:logits|output)", re.IGNORECASE)),
+    ("nccl", re.compile(r"NCCL error|DistBackendError|ncclUnhandled|ncclSystemError|ncclInternalError|NCCL watchdog|"
+                        r"ProcessGroupNCCL.*(?:timeout|Timeout|error)")),
+    ("engine_dead", re.compile(r"EngineDeadError|EngineCore encountered an issue|Engine core initialization failed|"
+                               r"EngineCore failed to start|Engine loop is not running|Engine process failed to start|"
+                               r"Worker proc \S+ died unexpectedly|AsyncEngineDeadError")),
+)
+_FATAL_PRECHECK = ("rror", "memory", "NaN", "nan in", "died", "NCCL", "nccl", "ngine")
+_EXCEPTION_LINE_RE = re.compile(r"\b[\w.]*(?:Error|Exception)\b: ")
+_NOT_FATAL_RE = re.compile(r"NCCL (?:INFO|version)|NCCL_\w+=|If reserved but unallocated|gpu_memory_utilization|"
+                           r"Try increasing `gpu_memory_utilization`")
+
+
+def classify_vllm_fatal(line: str) -> str | None:
+    """The error kind a vLLM log line shows (``oom``, ``nan``, ``nccl``, ``engine_dead``), or None."""
+    if not any(word in line for word in _FATAL_PRECHECK):
+        return None
+    for kind, pattern in _FATAL_RES:
+        if pattern.search(line):
+            if kind != "engine_dead" and _NOT_FATAL_RE.search(line) and "Error" not in line:
+                continue
+            return kind
+    return None
+
+
+# Lines only vLLM prints (SGLang logs can carry vLLM's own "Automatically detected platform"
+# when SGLang imports vLLM kernels, so that one is not a mark).
+_VLLM_MARKS = (
+    "Avg prompt throughput:",
+    "vLLM API server version",
+    "non-default args:",
+    "[loggers.py:",
+    "(EngineCore",
+    "(APIServer pid=",
+    "vllm.entrypoints",
+    "Initializing a V1 LLM engine",
+    "Starting vLLM",
+    "vllm.engine.",
+)
+
+
+def looks_like_vllm(head: str) -> bool:
+    """True when the start of a log reads like a vLLM server's."""
+    return any(mark in head for mark in _VLLM_MARKS)
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", ""))
+
+
+def _literal_dict(text: str) -> dict[str, Any]:
+    try:
+        value = ast.literal_eval(text)
+        if isinstance(value, dict):
+            return {str(k): v for k, v in value.items()}
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        pass
+    # A value that is not a literal (an enum, an object repr): take each literal pair on its own.
+    out: dict[str, Any] = {}
+    for m in re.finditer(r"'(\w+)': ('(?:[^'\\]|\\.)*'|-?\d+(?:\.\d+)?|True|False|None|\[[^\]]*\])", text):
+        try:
+            out[m.group(1)] = ast.literal_eval(m.group(2))
+        except (ValueError, SyntaxError):
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+class VllmParser:
+    """Line-by-line reader of a vLLM log (the :class:`glm5lib.logs.LogParser` methods)."""
+
+    def __init__(self, date: str | None = None) -> None:
+        self.year = int(date[:4]) if date else _dt.date.today().year
+        self.decode_rows: list[dict[str, Any]] = []
+        self.retract_rows: list[dict[str, Any]] = []
+        self.errors: list[dict[str, Any]] = []
+        self.http_rows: list[list[Any]] = []
+        self.server_args: dict[str, Any] = {}
+        self.startup: dict[str, Any] = {"engine": "vllm"}
+        self.ready_at: pd.Timestamp | None = None
+        self.became_ready = False
+        self.lines = 0
+        self.skipped = 0
+        self.skipped_examples: list[str] = []
+        self.first_time: pd.Timestamp | None = None
+        self.last_time: pd.Timestamp | None = None
+
+    # -- lines ---------------------------------------------------------------------------------
+
+    def feed(self, lines: Iterable[str], final: bool = True) -> None:
+        for line in lines:
+            self.lines += 1
+            self._line(line.rstrip("\r\n"))
+
+    def feed_bulk(self, lines: list[str]) -> None:
+        self.feed(lines, final=False)
+
+    def finish(self) -> None:
+        """Nothing stays open between lines: every vLLM fact fits on one."""
+
+    def _stamp(self, line: str) -> tuple[pd.Timestamp | None, str]:
+        """The line's time and its message (the text after vLLM's prefix, or the whole line)."""
+        m = _VLLM_STAMP_RE.search(line)
+        if m:
+            iso = _ISO_STAMP_RE.search(line, 0, m.start())
+            year = iso.group(1)[:4] if iso else str(self.year)
+            stamp = pd.Timestamp(f"{year}-{m.group(2)}-{m.group(3)} {m.group(4)}")
+            return stamp, line[m.end():]
+        m = _ISO_STAMP_RE.search(line)
+        if m:
+            frac = f".{m.group(3)[:6]}" if m.group(3) else ""
+            return pd.Timestamp(f"{m.group(1)} {m.group(2)}{frac}"), line
+        return None, line
+
+    def _line(self, line: str) -> None:
+        if not line.strip():
+            return
+        stamp, msg = self._stamp(line)
+        if stamp is not None:
+            if self.first_time is None:
+                self.first_time = stamp
+            self.last_time = stamp
+        for anchor in _STATS_ANCHORS:
+            at = msg.find(anchor)
+            if at >= 0:
+                self._stats(msg, at, stamp)
+                return
+        if "Prefix cache hit rate: GPU:" in msg:
+            m = _PREFIX_HIT_V0_RE.search(msg)
+            if m and self.decode_rows:
+                self.decode_rows[-1]["cache_hit_rate"] = float(m.group(1)) / 100.0
+            return
+        if "is preempted by PreemptionMode" in msg:
+            m = _PREEMPT_RE.search(msg)
+            if m:
+                self.retract_rows.append({
+                    "time": stamp, "rank": "", "retracted_reqs": 1, "new_token_ratio_before": np.nan,
+                    "new_token_ratio_after": np.nan, "preemption_mode": m.group(2).lower(),
+                    "cumulative_preemptions": int(m.group(3)) if m.group(3) else np.nan,
+                })
+                return
+        kind = classify_vllm_fatal(line)
+        if kind is not None:
+            self._error(kind, msg.strip(), line, stamp)
+            return
+        if self._startup(msg):
+            if _READY_RE.search(msg) and "Application startup complete" in msg:
+                self.became_ready = True
+                # uvicorn's line carries no time: the last stamped line's is the nearest
+                self.ready_at = self.ready_at or stamp or self.last_time
+            return
+        m = _HTTP_RE.search(line)
+        if m:
+            self.http_rows.append([stamp, m.group(1), m.group(2), m.group(3), int(m.group(4))])
+            return
+        if stamp is None:
+            self.skipped += 1
+            if len(self.skipped_examples) < _MAX_SKIPPED_EXAMPLES:
+                self.skipped_examples.append(mask_text(line[:300]))
+
+    def _stats(self, msg: str, at: int, stamp: pd.Timestamp | None) -> None:
+        engine = _ENGINE_RE.search(msg[max(0, at - 16):at])
+        row: dict[str, Any] = {"time": stamp, "engine": int(engine.group(1)) if engine else np.nan}
+        for key, value, _unit in _KEY_VALUE_RE.findall(msg[at:]):
+            name = _STAT_KEYS.get(key.strip())
+            if name is None:
+                name = re.sub(r"[^0-9a-z]+", "_", key.strip().lower()).strip("_")
+            number = _number(value)
+            row[name] = number / 100.0 if name in _FRACTIONS else number
+        if "gpu_token_usage" in row:
+            row["token_usage"] = row.pop("gpu_token_usage")
+        elif "kv_token_usage" in row:
+            row["token_usage"] = row.pop("kv_token_usage")
+        elif "cpu_token_usage" in row:
+            # CPU builds of V1 keep their KV cache in host memory and name it so: it is the pool.
+            row["token_usage"] = row.pop("cpu_token_usage")
+        row.pop("kv_token_usage", None)
+        self.decode_rows.append(row)
+        if row.get("preemptions", 0) > 0:
+            # V1 counts preemptions per logging interval in the stats line (no line per event).
+            self.retract_rows.append({
+                "time": stamp, "rank": "", "retracted_reqs": int(row["preemptions"]), "new_token_ratio_before": np.nan,
+                "new_token_ratio_after": np.nan, "preemption_mode": "recompute", "cumulative_preemptions": np.nan,
+            })
+
+    def _error(self, kind: str, message: str, line: str, stamp: pd.Timestamp | None) -> None:
+        last = self.errors[-1] if self.errors else None
+        # One incident prints a traceback of many lines from several processes: a line of the
+        # same kind within a few seconds of the last belongs to it.
+        if last is not None and last["kind"] == kind and (
+                stamp is None or last["time"] is None or abs((stamp - last["time"]).total_seconds()) <= 5):
+            last["text"] += "\n" + mask_text(line)
+            if _EXCEPTION_LINE_RE.search(message) and not _EXCEPTION_LINE_RE.search(last["message"]):
+                last["message"] = mask_text(message)  # the exception line says more than the source line above it
+            return
+        self.errors.append({"time": stamp, "rank": "", "kind": kind, "message": mask_text(message), "text": mask_text(line)})
+
+    def _startup(self, msg: str) -> bool:
+        if "non-default args:" in msg:
+            m = _NON_DEFAULT_RE.search(msg)
+            if m:
+                self.server_args.update(_literal_dict(m.group(1)))
+                self._args_facts()
+                return True
+        if "args: Namespace(" in msg:
+            m = _NAMESPACE_RE.search(msg)
+            if m:
+                self.server_args.update(parse_server_args("ServerArgs(" + m.group(1) + ")"))
+                self._args_facts()
+                return True
+        found = False
+        m = _KV_TOKENS_RE.search(msg)
+        if m:
+            tokens = int(m.group(2).replace(",", ""))
+            self.startup.setdefault("max_total_num_tokens", tokens)
+            self.startup.setdefault("kv_cache_tokens", tokens)
+            found = True
+        # 0.32 prints both on one line: "CPU KV cache size: N tokens, Maximum concurrency for ..."
+        m = _MAX_CONC_RE.search(msg)
+        if m:
+            self.startup.setdefault("context_len", int(m.group(1).replace(",", "")))
+            self.startup.setdefault("max_concurrency", _number(m.group(2)))
+            found = True
+        if found:
+            return True
+        if "# GPU blocks:" in msg or "# CPU blocks:" in msg:
+            for device, blocks in _BLOCKS_RE.findall(msg):
+                self.startup.setdefault(f"num_{device.lower()}_blocks", int(blocks))
+            return True
+        m = _VERSION_RE.search(msg)
+        if m:
+            self.startup.setdefault("engine_version", m.group(1) or m.group(2))
+            return True
+        m = _AVAILABLE_KV_RE.search(msg) or _KV_CACHE_SPACE_RE.search(msg)
+        if m:
+            value = next(g for g in m.groups() if g)
+            self.startup.setdefault("kv_cache_size_gb", float(value))
+            return True
+        return bool(_READY_RE.search(msg))
+
+    def _args_facts(self) -> None:
+        args = self.server_args
+        if isinstance(args.get("max_num_seqs"), int):
+            self.startup["max_running_requests"] = args["max_num_seqs"]
+            self.startup["max_num_seqs"] = args["max_num_seqs"]
+        if isinstance(args.get("max_num_batched_tokens"), int):
+            self.startup["max_num_batched_tokens"] = args["max_num_batched_tokens"]
+        model = args.get("model") or args.get("model_tag")
+        if isinstance(model, str):
+            self.startup.setdefault("model", model)
+
+    # -- tables --------------------------------------------------------------------------------
+
+    def build(self) -> ServerLog:
+        startup = dict(self.startup)
+        if "max_total_num_tokens" not in startup and "num_gpu_blocks" in startup:
+            block = self.server_args.get("block_size")
+            startup["max_total_num_tokens"] = startup["num_gpu_blocks"] * (block if isinstance(block, int) else 16)
+        return ServerLog(
+            server_args=dict(self.server_args),
+            startup=startup,
+            ready_at=self.ready_at,
+            decode=self._decode_frame(),
+            prefill=_empty(("new_seq", "new_token", "cached_token", "token_usage", "running_req", "queue_req")),
+            retractions=_frame(self.retract_rows, RETRACT_COLUMNS),
+            errors=self._errors_frame(),
+            http=self._http_frame(),
+            skipped=self.skipped,
+            skipped_examples=list(self.skipped_examples),
+            became_ready=self.became_ready,
+            lines=self.lines,
+            first_time=self.first_time,
+            last_time=self.last_time,
+        )
+
+    def _decode_frame(self) -> pd.DataFrame:
+        frame = _frame(self.decode_rows, DECODE_COLUMNS)
+        if frame.empty:
+            return frame
+        engines = frame["engine"].dropna()
+        if len(engines) and engines.max() > 0:
+            # Several engines (data parallel): each row is one engine's, labelled as SGLang labels DP ranks.
+            frame["rank"] = ["" if pd.isna(e) else f"DP{int(e)}" for e in frame["engine"]]
+        frame["cuda_graph"] = pd.array([pd.NA] * len(frame), dtype="boolean")
+        return frame
+
+    def _errors_frame(self) -> pd.DataFrame:
+        cols = ["time", "rank", "kind", "message", "text"]
+        if not self.errors:
+            return _empty(("kind", "message", "text"))
+        frame = pd.DataFrame(self.errors, columns=cols)
+        frame["time"] = pd.to_datetime(frame["time"])
+        return frame
+
+    def _http_frame(self) -> pd.DataFrame:
+        cols = ["time", "client", "method", "path", "status"]
+        if not self.http_rows:
+            return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in cols})
+        frame = pd.DataFrame(self.http_rows, columns=cols)
+        frame["time"] = pd.to_datetime(frame["time"])
+        return frame
+
+
+def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in ("time", "rank", *columns)})
+
+
+def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame:
+    if not rows:
+        return _empty(columns)
+    frame = pd.DataFrame(rows)
+    frame["time"] = pd.to_datetime(frame["time"])
+    if "rank" not in frame.columns:
+        frame["rank"] = ""
+    for c in columns:
+        if c not in frame.columns:
+            frame[c] = np.nan
+    base = ["time", "rank", *columns]
+    extras = [c for c in frame.columns if c not in base]
+    return frame[base + extras].reset_index(drop=True)
+
+
+def _new_parser(date: str | None = None, *, incremental: bool = True) -> VllmParser:
+    return VllmParser(date=date)
+
+
+ENGINE = LogEngine(name="vllm", detect=looks_like_vllm, new_parser=_new_parser)

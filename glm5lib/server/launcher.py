@@ -1,0 +1,247 @@
+"""Launching SGLang or the stand-in from a :class:`~glm5lib.config.ServerConfig`, and readiness.
+
+:func:`launch` starts ``python -m sglang.launch_server`` (``backend="sglang"``) or the stand-in
+``python -m glm5lib.sim`` (``backend="sim"``) as an argv list and returns a :class:`Server` once
+``/health`` answers 200 and the readiness line has been logged. A server that dies or logs an
+OOM/NaN/NCCL error while starting makes :func:`launch` raise
+:class:`~glm5lib.errors.ServerLaunchError` at once, with the cause and the lines that show it; an
+interrupt or any other exception while launching stops the half-started server before it
+propagates.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from glm5lib import http
+from glm5lib.config import ServerConfig
+from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.masking import mask_argv
+from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
+from glm5lib.server.process import (
+    READY_LINE,
+    ServerProcess,
+    child_env,
+    next_restart_log,
+    prepare_log_path,
+    signals_deferred,
+)
+
+__all__ = ["BACKENDS", "Server", "launch", "launch_error", "start_server", "wait_ready"]
+
+logger = logging.getLogger(__name__)
+
+#: backend -> module run with ``python -m``
+BACKENDS = {"sglang": "sglang.launch_server", "sim": "glm5lib.sim"}
+# After a fatal line, how long to keep reading before deciding: the traceback that names the
+# specific cause (and the process exit) usually follows within a second.
+_FATAL_SETTLE_S = 3.0
+_QUIET_LEVELS = ("warning", "error", "critical")
+
+S = TypeVar("S", bound=ServerProcess)
+
+
+class Server(ServerProcess):
+    """A server process :func:`launch` started; stop it with :meth:`stop` or a ``with`` block."""
+
+    def restart(self, *, log_path: str | os.PathLike[str] | None = None, ready_timeout: float | None = None, **changes: Any) -> Server:
+        """Stop this server and launch it again with ``changes`` applied to its config.
+
+        Same backend, environment and extra arguments; a new log file (``log_path``, or this
+        log's name with ``-restartN``); the same port when it was chosen explicitly.
+        """
+        config = self.config.with_changes(**changes) if changes else self.config
+        self.stop()
+        options = dict(self._launch_options)
+        if log_path is None:
+            log_path = next_restart_log(self.log_path, options)
+        if not options.get("port_explicit"):
+            config = config.without("port")
+        return launch(
+            config,
+            backend=self.backend,
+            log_path=log_path,
+            env=self._env_overrides,
+            ready_timeout=ready_timeout if ready_timeout is not None else options.get("ready_timeout", 600.0),
+            port=config.port if options.get("port_explicit") else None,
+            extra_args=options.get("extra_args", ()),
+            python=options.get("python"),
+            _restarts=options.get("restarts", 0),
+        )
+
+    def __enter__(self) -> Server:
+        return self
+
+
+def _as_config(config: ServerConfig | str | os.PathLike[str] | Sequence[str]) -> ServerConfig:
+    if isinstance(config, ServerConfig):
+        return config
+    if isinstance(config, (str, os.PathLike)):
+        return ServerConfig.load(config)
+    if isinstance(config, Sequence):
+        return ServerConfig.from_argv(list(config))
+    raise ConfigError(
+        f"launch needs a ServerConfig, a config name/path or an argv list, got {type(config).__name__}",
+        field="config",
+    )
+
+
+def sglang_installed(python: str) -> bool:
+    """Whether ``python`` can import SGLang."""
+    if Path(python).resolve() == Path(sys.executable).resolve():
+        return importlib.util.find_spec("sglang") is not None
+    done = subprocess.run(
+        [python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 3)"],
+        capture_output=True,
+        timeout=60,
+    )
+    return done.returncode == 0
+
+
+def launch(
+    config: ServerConfig | str | os.PathLike[str] | Sequence[str],
+    backend: str = "sglang",
+    log_path: str | os.PathLike[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    ready_timeout: float = 600.0,
+    port: int | None = None,
+    extra_args: Sequence[str] = (),
+    *,
+    python: str | None = None,
+    poll_interval: float = 0.1,
+    _restarts: int = 0,
+) -> Server:
+    """Start a server and return it once it is ready.
+
+    ``config`` is a ServerConfig, a shipped config name or JSON path, or an argv list.
+    ``backend``: ``"sglang"`` (``python -m sglang.launch_server``) or ``"sim"`` (the stand-in).
+    ``port``: the port to serve on; when None, the config's explicit port, else a free one.
+    ``log_path``: where stdout+stderr go (default: a new temporary folder). ``env``: extra
+    environment variables. ``extra_args``: appended to the argv (``["--sim-fault", "oom-at-start"]``).
+    ``python``: the interpreter to run (default: this one).
+
+    Raises ConfigError for a bad config or backend, ServerLaunchError (``cause`` oom, nan, nccl,
+    port_in_use, timeout, exited, sglang_not_installed, ...) when the server does not come up.
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}", field="backend", valid=list(BACKENDS))
+    config = _as_config(config)
+    config.validate(require_model=backend == "sglang")
+    python = python or sys.executable
+
+    if backend == "sglang" and not sglang_installed(python):
+        raise ServerLaunchError(
+            f"SGLang is not installed for {python}: install it on a GPU host with "
+            "pip install 'glm5lib[sglang]', point python= at the interpreter that has it, "
+            "or use backend='sim' for the stand-in",
+            cause="sglang_not_installed",
+        )
+
+    host = config.host or LOOPBACK
+    port_explicit = port is not None or "port" in config.explicit
+    if port is None:
+        port = config.port if "port" in config.explicit else find_free_port(LOOPBACK)
+    config = config.with_changes(port=int(port), host=host)
+    require_free_port(host, int(port))
+    log_path = prepare_log_path(log_path)
+    argv = [python, "-m", BACKENDS[backend], *config.to_argv(), *[str(a) for a in extra_args]]
+    env_overrides, whole_env, secrets = child_env(env, (config.api_key, config.admin_api_key))
+    base_url = f"http://{connect_host(host)}:{port}"
+    # SGLang logs its readiness line at INFO: above that level only /health can tell
+    quiet = str(config.get("log_level") or "info").lower() in _QUIET_LEVELS
+
+    logger.info("launching %s server: %s (log %s)", backend, " ".join(mask_argv(argv, secrets)), log_path)
+    server = start_server(
+        lambda: Server(
+            argv=argv,
+            env=whole_env,
+            config=config,
+            backend=backend,
+            base_url=base_url,
+            log_path=log_path,
+            env_overrides=env_overrides,
+            secrets=secrets,
+            launch_options={
+                "port_explicit": port_explicit,
+                "extra_args": list(extra_args),
+                "python": python,
+                "ready_timeout": ready_timeout,
+                "restarts": _restarts,
+            },
+            ready_line=None if quiet else READY_LINE,
+        ),
+        ready_timeout,
+        poll_interval,
+    )
+    logger.info("%s server ready at %s after %.1f s", backend, base_url, server.ready_at - server.started_at)
+    return server
+
+
+def start_server(make: Callable[[], S], ready_timeout: float, poll_interval: float) -> S:
+    """``make()`` (which spawns and registers a server) with interrupts held back until it is
+    registered, then :func:`wait_ready`; an interrupt, a launch error or anything else on the
+    way stops the half-started server before it propagates."""
+    server: S | None = None
+    try:
+        with signals_deferred():
+            server = make()
+        wait_ready(server, ready_timeout, poll_interval)
+    except BaseException:
+        if server is not None:
+            server.stop(grace=5.0)
+        raise
+    server.ready_at = time.time()
+    return server
+
+
+def launch_error(server: ServerProcess, cause: str, message: str) -> ServerLaunchError:
+    """The ServerLaunchError for ``server``: cause, exit status, the fatal lines and the log's tail."""
+    fatal = server.fatal_lines()
+    tail = server.tail()
+    lines = fatal[:10] + [line for line in tail[-15:] if line not in fatal[:10]] if fatal else tail[-25:]
+    return ServerLaunchError(
+        f"{server.backend} server did not start ({cause}): {message}; log: {server.log_path}",
+        cause=cause,
+        exit_code=server.returncode,
+        log_lines=lines,
+        log_path=str(server.log_path),
+    )
+
+
+def wait_ready(server: ServerProcess, ready_timeout: float, poll_interval: float) -> None:
+    """Return once ``server`` is ready; raise ServerLaunchError when it exits, logs a fatal line or times out."""
+    deadline = time.monotonic() + ready_timeout
+    ready_line = server.ready_line
+    path = server.ready_path
+    while True:
+        code = server.returncode
+        if code is not None:
+            server.join_output()  # read what it printed before dying
+            cause = server.crash_cause() or "exited"
+            raise launch_error(server, cause, f"the process exited with status {code} before it was ready")
+        first_fatal = server.first_fatal_at()
+        if first_fatal is not None and (time.monotonic() - first_fatal > _FATAL_SETTLE_S or not server.alive()):
+            cause = server.crash_cause() or "exited"
+            server.stop(grace=5.0)
+            raise launch_error(server, cause, "it logged a fatal error while starting")
+        if (first_fatal is None and (ready_line is None or server.ready_logged())
+                and http.get(server.base_url, path, api_key=server.api_key, timeout=2.0).ok):
+            return
+        if time.monotonic() > deadline:
+            raise launch_error(
+                server, "timeout",
+                f"not ready after {ready_timeout:.0f} s ("
+                + ("" if ready_line is None else
+                   f"readiness line {'seen' if server.ready_logged() else 'not seen'}, ")
+                + f"{path} not answering 200)",
+            )
+        if ready_line is None or server.ready_logged(timeout=poll_interval):
+            time.sleep(poll_interval)

@@ -1,0 +1,203 @@
+"""Server metrics: :class:`MetricsScraper` scrapes a server's Prometheus ``/metrics`` into ``metrics.csv``.
+
+Parsed with prometheus-client's parser into a long frame of ``time, metric, labels, value``
+(labels as a JSON object string, keys sorted); :func:`metric_series` picks one metric out of it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
+
+from glm5lib import http
+from glm5lib.errors import ConfigError, TelemetryError
+from glm5lib.telemetry._common import _CsvSink
+
+__all__ = ["METRICS_COLUMNS", "MetricsScraper", "load_metrics_csv", "metric_series"]
+
+log = logging.getLogger(__name__)
+
+METRICS_COLUMNS = ["time", "metric", "labels", "value"]
+
+
+class MetricsScraper:
+    """Scrapes a server's Prometheus ``/metrics`` every ``interval`` seconds in the background.
+
+    ``.enabled`` is False (and ``.reason`` says why) when ``/metrics`` answers 404, which SGLang
+    does when started without ``--enable-metrics``. ``.frame()`` has one row per sample:
+    ``time, metric, labels, value`` (labels as a JSON object string, keys sorted).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        interval: float = 1.0,
+        out: str | Path | None = None,
+        api_key: str | None = None,
+        *,
+        timeout: float = 5.0,
+    ):
+        if not base_url or not str(base_url).startswith(("http://", "https://")):
+            raise ConfigError(f"base_url={base_url!r} must be an http(s) URL such as http://127.0.0.1:30000",
+                              field="base_url")
+        try:
+            interval = float(interval)
+        except (TypeError, ValueError):
+            raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
+        if not math.isfinite(interval) or interval <= 0:
+            raise ConfigError(f"interval={interval!r} must be a positive number of seconds, e.g. 1.0", field="interval")
+        self.base_url = str(base_url).rstrip("/")
+        self.url = self.base_url + "/metrics"
+        self.interval = interval
+        self.out = Path(out) if out is not None else None
+        self.timeout = timeout
+        self._api_key = api_key
+        self.enabled: bool | None = None
+        self.reason: str | None = None
+        self.scrapes = 0
+        self.errors = 0
+        self._rows: list[tuple] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._sink: _CsvSink | None = None
+
+    def __repr__(self) -> str:
+        return (f"MetricsScraper({self.url!r}, enabled={self.enabled}, scrapes={self.scrapes}"
+                + (f", reason={self.reason!r})" if self.reason else ")"))
+
+    def _parse(self, text: str, stamp: float) -> list[tuple]:
+        rows = []
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = json.dumps(dict(sorted(sample.labels.items())), separators=(",", ":"))
+                rows.append((stamp, sample.name, labels, float(sample.value)))
+        return rows
+
+    def scrape_once(self) -> pd.DataFrame:
+        """Scrape now and return this scrape's rows (also kept in ``.frame()`` and ``out``)."""
+        t0 = time.time()
+        response = http.get(self.url, api_key=self._api_key, timeout=self.timeout)
+        status, body = response.status, response.body
+        if not response.reached:
+            self.errors += 1
+            if not self.enabled:
+                self.enabled = False
+                self.reason = f"{self.url} could not be reached ({response.error})"
+            return pd.DataFrame(columns=METRICS_COLUMNS)
+        stamp = (t0 + time.time()) / 2.0
+        if status == 404:
+            self.enabled = False
+            self.reason = (f"{self.url} answered 404: the server was started without --enable-metrics "
+                           "(restart it with --enable-metrics to record its queue and running-request gauges)")
+            return pd.DataFrame(columns=METRICS_COLUMNS)
+        if status in (401, 403):
+            self.enabled = False
+            self.errors += 1
+            self.reason = f"{self.url} answered HTTP {status}: pass the server's api_key"
+            return pd.DataFrame(columns=METRICS_COLUMNS)
+        if status != 200:
+            self.errors += 1
+            self.reason = f"{self.url} answered HTTP {status}"
+            return pd.DataFrame(columns=METRICS_COLUMNS)
+        try:
+            rows = self._parse(body.decode("utf-8", "replace"), stamp)
+        except Exception as exc:  # the parser raises ValueError and friends on malformed text
+            self.errors += 1
+            self.reason = f"{self.url} returned text that is not Prometheus exposition format ({exc})"
+            return pd.DataFrame(columns=METRICS_COLUMNS)
+        self.enabled, self.reason = True, None
+        self.scrapes += 1
+        with self._lock:
+            self._rows.extend(rows)
+        if self._sink is not None:
+            self._sink.write(rows)
+        return pd.DataFrame(rows, columns=METRICS_COLUMNS)
+
+    def start(self) -> MetricsScraper:
+        """Scrape once now (so ``.enabled`` is known), then keep scraping in the background.
+
+        When ``/metrics`` answers 404 no thread is started: the server has no metrics to give.
+        """
+        if self._thread is not None:
+            return self
+        if self.out is not None and self._sink is None:
+            self._sink = _CsvSink(self.out, METRICS_COLUMNS)
+        self.scrape_once()
+        if self.enabled is False and self.reason and "404" in self.reason:
+            log.warning("%s", self.reason)
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="glm5-metrics", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        start = time.monotonic()
+        k = 1
+        while not self._stop.wait(max(0.0, start + k * self.interval - time.monotonic())):
+            self.scrape_once()
+            k = max(k + 1, math.floor((time.monotonic() - start) / self.interval) + 1)
+            if self.enabled is False and self.reason and "404" in self.reason:
+                return
+
+    def stop(self) -> pd.DataFrame:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(timeout=self.timeout + 2 * self.interval)
+            self._thread = None
+        if self._sink is not None:
+            self._sink.close()
+            self._sink = None
+        return self.frame()
+
+    def __enter__(self) -> MetricsScraper:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def frame(self) -> pd.DataFrame:
+        with self._lock:
+            rows = list(self._rows)
+        return pd.DataFrame(rows, columns=METRICS_COLUMNS).astype(
+            {"time": "float64", "metric": "object", "labels": "object", "value": "float64"}
+        )
+
+
+def load_metrics_csv(path: str | Path) -> pd.DataFrame:
+    """Read a ``metrics.csv`` written by :class:`MetricsScraper`."""
+    path = Path(path)
+    if not path.exists():
+        raise TelemetryError(f"{path} does not exist: no /metrics scrapes were recorded there")
+    frame = pd.read_csv(path, dtype={"metric": str, "labels": str})
+    missing = [c for c in METRICS_COLUMNS if c not in frame.columns]
+    if missing:
+        raise TelemetryError(f"{path} lacks columns {missing}; expected {METRICS_COLUMNS}")
+    return frame[METRICS_COLUMNS]
+
+
+def metric_series(frame: pd.DataFrame, metric: str, agg: str = "sum", **labels: str) -> pd.Series:
+    """One metric as a time series: samples matching ``labels`` combined per scrape with ``agg``.
+
+    ``sum`` suits SGLang's gauges (each data-parallel rank reports its own running and queued
+    requests); use ``agg="mean"`` or a ``tp_rank="0"`` filter where ranks repeat one value.
+    """
+    rows = frame[frame["metric"] == metric]
+    if rows.empty:
+        known = sorted(frame["metric"].unique())
+        close = [m for m in known if metric.split(":")[-1] in m][:5]
+        hint = f"; similar: {close}" if close else ""
+        raise TelemetryError(f"metric {metric!r} is not in the scrapes ({len(known)} metrics){hint}")
+    if labels:
+        parsed = rows["labels"].map(json.loads)
+        mask = parsed.map(lambda d: all(str(d.get(k)) == str(v) for k, v in labels.items()))
+        rows = rows[mask]
+    return rows.groupby("time")["value"].agg(agg).rename(metric)

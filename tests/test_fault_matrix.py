@@ -1,0 +1,178 @@
+"""Each stand-in fault at each phase: a classified error naming the cause and quoting the log,
+every record kept, a rerun that resumes, and no process left behind.
+
+Start-up faults make :func:`glm5lib.server.launch` raise; faults during a sweep make
+:func:`glm5lib.loadgen.run_sweep` raise :class:`~glm5lib.errors.SweepAbortedError` with the rows of
+the finished levels already in sweep.csv and every request record in requests.jsonl whole.
+Levels are small (short prompts, 1.5 s or 4 requests each) to keep the matrix fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from glm5lib import server as srv
+from glm5lib.errors import ConfigError, ServerLaunchError, SweepAbortedError
+from glm5lib.loadgen import load_sweep, run_sweep
+from glm5lib.sim import parse_faults
+
+LEVELS = [2, 4, 8, 16]
+# The stand-in decodes about 20 steps a second at these batch sizes (each step is modelled
+# time), so a first level of 1.5 s takes at most ~30 steps: 45 fires in a later level, and
+# in time unless the machine runs the stand-in at under a third of its speed.
+STEPS = 45
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(no_leftover_processes):
+    yield
+
+
+def _standin(tmp_path, *faults, name="server.log", **kw):
+    extra = ["--decode-log-interval", "5"]
+    for fault in faults:
+        extra += ["--sim-fault", fault]
+    kw.setdefault("ready_timeout", 60)
+    return srv.launch(["--max-running-requests", "64"], backend="sim", log_path=tmp_path / name,
+                      extra_args=extra, **kw)
+
+
+def _sweep(server, run_dir, levels=LEVELS, **kw):
+    options = {"duration": 1.5, "input_len": 16, "output_len": 4096, "health_interval": 0.5, "health_timeout": 1.0}
+    options.update(kw)
+    return run_sweep(server.base_url, levels, run_dir=run_dir, server=server, progress=False, warmup=0, **options)
+
+
+def _records(run_dir):
+    """Every line of requests.jsonl parsed: a half-written record fails here."""
+    path = run_dir / "requests.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _check_kept_and_resume(tmp_path, run_dir, err, levels=LEVELS, **kw):
+    """sweep.csv holds exactly the finished levels; requests.jsonl is whole; a rerun against a
+    healthy server resumes: the finished levels are kept as they were, the rest measured."""
+    kept = load_sweep(run_dir)
+    assert list(kept["concurrency"]) == list(err.completed_levels)
+    assert err.level not in list(kept["concurrency"])
+    records = _records(run_dir)
+    for row in kept.itertuples():
+        sent = sum(1 for r in records if r["level"] == row.concurrency and not r["warmup"])
+        assert sent == row.completed + row.failed + row.cancelled  # every request of the level
+    with _standin(tmp_path, name="rerun.log") as healthy:
+        again = _sweep(healthy, run_dir, levels, **kw)
+    assert list(again["concurrency"]) == list(levels)
+    if len(kept):
+        before = kept.set_index("concurrency")["start_time"]
+        after = again.set_index("concurrency")["start_time"]
+        for conc in kept["concurrency"]:
+            assert after[conc] == pytest.approx(before[conc])  # kept, not measured again
+    assert len(_records(run_dir)) >= len(records)
+
+
+# --------------------------------------------------------------------------- at start
+
+
+@pytest.mark.parametrize(
+    ("fault", "cause", "quoted"),
+    [
+        ("oom-at-start", "oom", "Not enough memory"),
+        ("nccl-at-start", "nccl", "NCCL"),
+        ("slow-start=60", "timeout", None),
+        ("hang-after=0", "timeout", None),
+    ],
+)
+def test_fault_at_start(tmp_path, fault, cause, quoted):
+    with pytest.raises(ServerLaunchError) as info:
+        _standin(tmp_path, fault, ready_timeout=20 if cause != "timeout" else 4)
+    err = info.value
+    assert err.cause == cause
+    assert f"({cause})" in str(err) and err.log_path == str(tmp_path / "server.log")
+    assert err.log_lines  # the log is quoted
+    if quoted:
+        assert any(quoted in line for line in err.log_lines)
+    assert not srv.live_servers()
+
+
+# --------------------------------------------------------------------------- mid-sweep
+
+
+def test_nan_after_finished_requests_mid_sweep(tmp_path):
+    run_dir = tmp_path / "run"
+    with _standin(tmp_path, "nan-after=4") as server, pytest.raises(SweepAbortedError) as info:
+        _sweep(server, run_dir, [2, 4], duration=None, requests_per_level=4, output_len=8)
+    err = info.value
+    assert err.level == 4 and err.completed_levels == [2]
+    assert "(nan, exit status -9, killed by SIGKILL)" in str(err)
+    assert any("NaN in the logits" in line for line in err.log_lines)
+    assert server.crash_cause() == "nan"
+    assert len(_records(run_dir)) >= 4
+    _check_kept_and_resume(tmp_path, run_dir, err, [2, 4], duration=None, requests_per_level=4, output_len=8)
+
+
+@pytest.mark.parametrize("fault", [f"nan-after-steps={STEPS}", "nan-after-s=2.5"])
+def test_nan_in_duration_bound_levels(tmp_path, fault):
+    """No request finishes in these levels (cancelled at the deadline): the trigger counts
+    decode steps or seconds, so the crash still comes."""
+    run_dir = tmp_path / "run"
+    with _standin(tmp_path, fault) as server, pytest.raises(SweepAbortedError) as info:
+        _sweep(server, run_dir)
+    err = info.value
+    assert "nan" in str(err) and any("NaN in the logits" in line for line in err.log_lines)
+    if "steps" in fault:
+        assert err.completed_levels and err.completed_levels[0] == LEVELS[0]
+    kept = load_sweep(run_dir)
+    assert (kept["completed"] == 0).all() and (kept["cancelled"] == kept["concurrency"]).all()
+    _check_kept_and_resume(tmp_path, run_dir, err)
+
+
+def test_hang_mid_sweep_is_named(tmp_path):
+    """A hung server answers nothing, /health included: the level's requests never end, and
+    three unanswered probes end the sweep with the word for it."""
+    run_dir = tmp_path / "run"
+    options = {"duration": None, "requests_per_level": 4, "output_len": 8, "health_timeout": 0.5}
+    with _standin(tmp_path, "hang-after=4") as server, pytest.raises(SweepAbortedError) as info:
+        _sweep(server, run_dir, [2, 4], **options)
+    err = info.value
+    assert err.level == 4 and err.completed_levels == [2]
+    assert "hung" in str(err) and "/health did not answer" in str(err)
+    _check_kept_and_resume(tmp_path, run_dir, err, [2, 4], **options)
+
+
+def test_server_killed_mid_level(tmp_path):
+    run_dir = tmp_path / "run"
+    server = _standin(tmp_path)
+
+    def kill_in_second_level(event):
+        if event.get("event") == "level_start" and event.get("level") == LEVELS[1]:
+            os.kill(server.pid, signal.SIGKILL)
+
+    with server, pytest.raises(SweepAbortedError) as info:
+        _sweep(server, run_dir, callback=kill_in_second_level)
+    err = info.value
+    assert err.level == LEVELS[1] and err.completed_levels == [LEVELS[0]]
+    assert "exit status -9, killed by SIGKILL" in str(err) and str(server.log_path) in str(err)
+    _check_kept_and_resume(tmp_path, run_dir, err)
+
+
+# --------------------------------------------------------------------------- the triggers
+
+
+def test_fault_triggers_parse_and_fire_at_the_first_reached():
+    faults = parse_faults(["nan-after=100,nan-after-steps=10", "hang-after-s=2.5"])
+    assert faults.specs() == ["nan-after=100", "nan-after-steps=10", "hang-after-s=2.5"]
+    assert not faults.nan_due(finished=5, steps=9, seconds=100.0)
+    assert faults.nan_due(finished=5, steps=10, seconds=0.0)
+    assert faults.nan_due(finished=100, steps=0, seconds=0.0)
+    assert not faults.hang_due(finished=10**6, steps=10**6, seconds=2.4)
+    assert faults.hang_due(finished=0, steps=0, seconds=2.5)
+    for bad in ("nan-after-s=-1", "nan-after-steps=1.5", "hang-after-s=inf", "nan-after-steps"):
+        with pytest.raises(ConfigError) as info:
+            parse_faults([bad])
+        assert info.value.field == "sim_fault" and "nan-after-s=SECONDS" in info.value.valid

@@ -1,0 +1,287 @@
+"""Tests for glm5lib.logs.chunked and the piecewise read of parse_log.
+
+The chunked path (whole-buffer regexes over pieces of a file) must give the tables the
+line-by-line parser gives, on realistic mixes with odd lines among them, and a parse cut into
+pieces anywhere must give the tables of one whole read. The line-by-line parser is the
+reference: each line through the SGLang parser's state machine, in order.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from glm5lib import logs
+from glm5lib.logs import parse as log_parse
+from glm5lib.logs import sglang
+from glm5lib.logs.text import split_bytes
+
+FIX = Path(__file__).parent / "fixtures" / "logs"
+TABLES = ("decode", "prefill", "retractions", "errors", "http")
+
+
+def line_by_line(raw: bytes, date: str | None = None) -> logs.ServerLog:
+    """The reference: every line through the state machine, one at a time."""
+    lines = split_bytes(raw)
+    cut = bool(lines) and lines[-1] != ""
+    if not cut:
+        lines.pop()
+    parser = sglang._Parser(date=date)
+    for index, line in enumerate(lines):
+        parser._slow(line, index, cut=cut and index == len(lines) - 1)
+    parser.lines = len(lines)
+    parser.finish()
+    return parser.build()
+
+
+def assert_same(a: logs.ServerLog, b: logs.ServerLog, what: str = "") -> None:
+    for name in TABLES:
+        pd.testing.assert_frame_equal(
+            getattr(a, name).reset_index(drop=True), getattr(b, name).reset_index(drop=True),
+            check_dtype=False, obj=f"{what} {name}",
+        )
+    for attr in ("server_args", "server_args_incomplete", "startup", "ready_at", "skipped", "skipped_examples",
+                 "lines", "standin", "became_ready", "last_time"):
+        assert getattr(a, attr) == getattr(b, attr), f"{what} {attr}"
+
+
+STANDIN_ACCESS = 'INFO:     127.0.0.1:{port} - "POST /generate HTTP/1.1" 200 OK'
+STANDIN_PREFILL = ("[2026-12-01 04:04:{s:02d} TP0] Prefill batch, #new-seq: {n}, #new-token: {n}, #cached-token: {c}, "
+                   "token usage: 0.00, #running-req: {r}, #queue-req: 0, ")
+STANDIN_DECODE = ("[2026-12-01 04:04:{s:02d} TP0] Decode batch, #running-req: {r}, #token: {c}, token usage: 0.01, "
+                  "cuda graph: True, gen throughput (token/s): {g}.85, #queue-req: 0, ")
+
+# Lines that the whole-buffer regexes must leave to the line-by-line parser, or read as it does.
+ODD_LINES = [
+    '\x1b[32mINFO\x1b[0m:     127.0.0.1:5000 - "\x1b[1mPOST /generate HTTP/1.1\x1b[0m" \x1b[32m200 OK\x1b[0m',
+    'INFO:     127.0.0.1:5001 - "GET /health HTTP/1.1" 200 OK[2026-12-01 04:05:00] The server is fired up and ready to roll!',
+    'INFO:     [::1]:5002 - "GET /get_server_info HTTP/1.1" 200 OK',
+    'INFO:     ::1:5003 - "GET /metrics HTTP/1.1" 200 OK',
+    'INFO:     127.0.0.1:5004 - "GET /caf\u00e9 HTTP/1.1" 404 Not Found',
+    'INFO:     127.0.0.1:5005 - "POST /generate HTTP/1.1" 200 OK \u2014 slow',
+    'WARNING:  127.0.0.1:5006 - "POST /generate HTTP/1.1" 429 Too Many Requests',
+    'INFO:     Started server process [19713]',
+    'INFO:     127.0.0.1:5007 - "POST /generate HTTP/1.1" 200',
+    'INFO:  \t127.0.0.1:5008 - "POST /generate HTTP/1.1" 503 Service Unavailable',
+    "[2026-12-01 04:05:01 TP0] Decode batch, #running-req: 3., #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:02 TP0] Decode batch, #running-req: x y, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:03 TP0] Decode batch, #running-req: 1:2, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:04 TP0] Decode batch, #running-req: , #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:05 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, nan",
+    "[2026-02-30 04:05:06 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:07.250 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:08,250 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[04:05:09 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:10 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: \u00fcber, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "[2026-12-01 04:05:11 TP0] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, "
+    "#running-req: 0, #queue-req: 0, \x0b",
+    "[2026-12-01 04:05:12 TP0] Prefill batch, #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, "
+    "#running-req: 0, #queue-req: 0, \u2028[2026-12-01 04:05:12 TP0] Prefill batch, #new-seq: 2",
+    "Capturing batches (bs=8 avail_mem=17.40 GB): 100%|\u2588\u2588| 8/8 [00:05<00:00,  1.52it/s]\r"
+    "[2026-12-01 04:05:13 TP0] Decode batch, #running-req: 4, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0, ",
+    "node-1:1234:1234 [0] NCCL INFO Channel 00/02 : 0 1 2 3 4 5 6 7",
+    "[2026-12-01 04:05:14 TP0] KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.4000 -> 0.9000",
+    "",
+    "some garbage line that no parser understands",
+]
+# Blocks whose lines act on each other: a traceback, a wrapped server_args line, both
+# followed by lines the regexes take.
+ODD_BLOCKS = [
+    [
+        "[2026-12-01 04:05:20 TP3] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2570, in run_scheduler_process',
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+        STANDIN_ACCESS.format(port=6000),
+        STANDIN_DECODE.format(s=21, r=3, c=300, g=10),
+    ],
+    [
+        "[2026-12-01 04:05:22 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "x.py", line 1, in f',
+        "RuntimeError: NCCL error: unhandled system error",
+        STANDIN_DECODE.format(s=23, r=3, c=300, g=10),
+    ],
+    [
+        "[2026-12-01 04:05:24] server_args=ServerArgs(model_path='zai-org/GLM-5', tp_size=8, ",
+        STANDIN_ACCESS.format(port=6001),
+        STANDIN_ACCESS.format(port=6002),
+        "max_running_requests=64, api_key='sk-not-a-real-key-0123456789')",
+        STANDIN_ACCESS.format(port=6003),
+    ],
+    [
+        "[2026-12-01 04:05:26] server_args=ServerArgs(model_path='zai-org/GLM-5', tp_size=8, ",
+        STANDIN_PREFILL.format(s=27, n=1, c=0, r=0),
+        STANDIN_ACCESS.format(port=6004),
+    ],
+]
+
+
+def fixture_blocks() -> list[list[str]]:
+    return [
+        p.read_text().rstrip("\n").splitlines()
+        for p in sorted(FIX.glob("*.log"))
+    ]
+
+
+# Scheduler values that are not numbers: a table built once types the column as text, one built
+# again and again (a follower) types each batch on its own.
+TEXT_VALUES = ("#running-req: x y", "#running-req: 1:2", "cuda graph: \u00fcber")
+# Line breaks of str.splitlines that are breaks only in a file holding a carriage return, which
+# a follower cannot know of a file still growing: it decides for each piece it reads.
+BREAKS = ("\x0b", "\u2028")
+
+
+def realistic_mix(n_blocks: int, seed: int, odd: float = 0.1, text_values: bool = True, breaks: bool = True) -> str:
+    """A busy server's log: mostly access lines, prefill and decode lines of the stand-in's
+    format, with real SGLang excerpts of every generation and odd lines among them."""
+    rng = random.Random(seed)
+    fixtures = fixture_blocks()
+    odd_lines = [
+        line for line in ODD_LINES
+        if (text_values or not any(t in line for t in TEXT_VALUES)) and (breaks or not any(c in line for c in BREAKS))
+    ]
+    out: list[str] = []
+    for i in range(n_blocks):
+        r = rng.random()
+        if r < odd:
+            out.extend(rng.choice(ODD_BLOCKS) if rng.random() < 0.3 else [rng.choice(odd_lines)])
+        elif r < odd + 0.1:
+            out.extend(rng.choice(fixtures))
+        else:
+            s = i % 60
+            out.append(STANDIN_PREFILL.format(s=s, n=rng.randint(1, 40), c=rng.randint(0, 2000), r=rng.randint(0, 60)))
+            out.extend(STANDIN_ACCESS.format(port=rng.randint(1024, 65535)) for _ in range(rng.randint(1, 8)))
+            if rng.random() < 0.2:
+                out.append(STANDIN_DECODE.format(s=s, r=rng.randint(0, 64), c=rng.randint(0, 9999), g=rng.randint(0, 999)))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_chunked_parse_equals_line_by_line_on_realistic_mixes(seed, monkeypatch):
+    text = realistic_mix(2500, seed)
+    raw = text.encode()
+    reference = line_by_line(raw)
+    assert len(reference.http) > 3000 and len(reference.prefill) > 1000 and len(reference.decode) > 200
+    assert len(reference.errors) > 5 and reference.skipped > 5
+    assert_same(logs.parse_log(raw), reference, "whole")
+    # Small pieces: boundaries fall everywhere, shapes are learned in one piece and used in the next.
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 4093)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_BYTES", 1021)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_LINES", 5)
+    assert_same(logs.parse_log(raw), reference, "pieces")
+
+
+def test_carriage_returns_anywhere_split_lines_as_the_whole_text():
+    # One "\r" in the file makes every line break that str.splitlines knows a line break.
+    text = realistic_mix(800, 3, odd=0.3).replace("\n", "\r\n", 50)
+    raw = text.encode()
+    assert_same(logs.parse_log(raw), line_by_line(raw), "crlf")
+    assert_same(logs.parse_log(text), line_by_line(raw), "crlf text")
+
+
+def test_the_first_time_is_the_first_dated_line_as_before():
+    text = "[10:00:00 TP0] Load weight begin. avail mem=93.12 GB\n" + realistic_mix(50, 4)
+    assert logs.parse_log(text).first_time == pd.Timestamp("2026-12-01 04:04:00")
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(0, len(ODD_LINES) + len(ODD_BLOCKS) + 2), min_size=1, max_size=60),
+       st.integers(1, 400), st.booleans())
+def test_any_mix_of_odd_lines_cut_anywhere_reads_as_line_by_line(picks, piece, newline_at_end):
+    lines: list[str] = []
+    for k in picks:
+        if k < len(ODD_LINES):
+            lines.append(ODD_LINES[k])
+        elif k < len(ODD_LINES) + len(ODD_BLOCKS):
+            lines.extend(ODD_BLOCKS[k - len(ODD_LINES)])
+        else:
+            lines += [STANDIN_PREFILL.format(s=k, n=1, c=2, r=3), STANDIN_ACCESS.format(port=k)]
+    text = "\n".join([STANDIN_PREFILL.format(s=0, n=1, c=2, r=3), STANDIN_DECODE.format(s=0, r=1, c=2, g=3), *lines])
+    raw = (text + ("\n" if newline_at_end else "")).encode()
+    reference = line_by_line(raw)
+    # Feed the chunked path directly, cut after any newline.
+    parser = sglang._new_parser(None, incremental=False)
+    crs = b"\r" in raw
+    body, tail = raw[: raw.rfind(b"\n") + 1], raw[raw.rfind(b"\n") + 1 :]
+    start = 0
+    while start < len(body):
+        end = body.find(b"\n", start + piece - 1) + 1 or len(body)
+        parser.feed_chunk(body[start:end], crs)
+        start = end
+    if tail:
+        tail_lines = split_bytes(tail)
+        parser.feed_bulk(tail_lines[:-1]) if tail_lines[-1] == "" else parser.feed(tail_lines, final=True)
+    parser.finish()
+    assert_same(parser.build(), reference, "chunks")
+
+
+def test_follower_reads_appended_pieces_as_one_whole_read(tmp_path):
+    text = realistic_mix(600, 5, text_values=False, breaks=False)
+    path = tmp_path / "server.log"
+    follower = logs.follow_log(path)
+    rng = random.Random(5)
+    at = 0
+    with path.open("w") as fh:
+        while at < len(text):
+            step = rng.randint(1, 20000)
+            fh.write(text[at : at + step])  # cut anywhere, mid-line too
+            fh.flush()
+            at += step
+            follower.update()
+    assert_same(follower.finish(), line_by_line(text.encode()), "followed")
+
+
+def test_a_large_file_is_read_in_pieces_with_a_progress_bar(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "server.log"
+    path.write_text(realistic_mix(400, 6))
+    reads: list[int] = []
+    real_open = Path.open
+
+    def spy_open(self, *args, **kw):
+        fh = real_open(self, *args, **kw)
+        if self == path:
+            read = fh.read
+            fh = _Spy(fh, lambda n=-1: reads.append(n) or read(n))
+        return fh
+
+    monkeypatch.setattr(Path, "open", spy_open)
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_BYTES", 4096)
+    monkeypatch.setattr(log_parse, "PROGRESS_BYTES", 1)
+    slog = logs.parse_log(path)
+    size = path.stat().st_size
+    assert size > 150_000 and len(reads) >= size // 8192  # in pieces
+    assert -1 not in reads and max(reads) <= log_parse.DETECT_BYTES < size  # never the whole file at once
+    assert "parsing log" in capsys.readouterr().err
+    assert_same(slog, line_by_line(path.read_bytes()), "spied")
+    logs.parse_log(path, progress=False)
+    assert "parsing log" not in capsys.readouterr().err
+
+
+class _Spy:
+    def __init__(self, fh, read):
+        self._fh, self.read = fh, read
+
+    def __getattr__(self, name):
+        return getattr(self._fh, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._fh.close()

@@ -1,0 +1,97 @@
+"""Tests for glm5lib.logs.engine: a log is handed to the adapter of the engine that wrote it.
+
+A toy engine, written to a module on sys.path the way a new engine's adapter would be, shows
+that an engine plugs in by name alone and fills the same ServerLog tables.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from glm5lib import logs
+from glm5lib.logs import engine as log_engine
+
+FIX = Path(__file__).parent / "fixtures" / "logs"
+
+TOY_MODULE = '''
+import pandas as pd
+
+from glm5lib.logs import ServerLog
+from glm5lib.logs.engine import LogEngine
+from glm5lib.logs.tables import errors_frame, http_frame
+
+
+class ToyParser:
+    def __init__(self, date=None, *, incremental=True):
+        self.rows = []
+        self.lines = 0
+
+    def feed(self, lines, final=True):
+        for line in lines:
+            self.lines += 1
+            if line.startswith("step "):
+                fields = dict(part.split("=") for part in line.split()[1:])
+                self.rows.append({"running_req": int(fields["running"]), "token_usage": float(fields["kv"])})
+
+    def feed_bulk(self, lines):
+        self.feed(lines, final=False)
+
+    def finish(self):
+        pass
+
+    def build(self):
+        return ServerLog(decode=pd.DataFrame(self.rows), errors=errors_frame([]), http=http_frame([]), lines=self.lines)
+
+
+ENGINE = LogEngine(name="toy", detect=lambda head: "TOY ENGINE" in head, new_parser=ToyParser)
+'''
+
+
+@pytest.fixture
+def toy_engine(tmp_path, monkeypatch):
+    (tmp_path / "toy_log_engine.py").write_text(textwrap.dedent(TOY_MODULE))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    modules = {"toy": "toy_log_engine", **log_engine.ENGINE_MODULES}
+    monkeypatch.setattr(log_engine, "ENGINE_MODULES", modules)
+    return "toy"
+
+
+TOY_LOG = "TOY ENGINE v1 starting\nstep running=3 kv=0.25\nstep running=5 kv=0.5\n"
+
+
+def test_auto_hands_a_log_to_the_engine_that_wrote_it(toy_engine, tmp_path):
+    assert "toy" in logs.available_engines() and "sglang" in logs.available_engines()
+    slog = logs.parse_log(TOY_LOG)
+    assert slog.decode["running_req"].tolist() == [3, 5]
+    assert slog.decode["token_usage"].tolist() == [0.25, 0.5]
+    # An SGLang log still goes to the SGLang adapter, auto or named.
+    sglang_text = (FIX / "sglang-0.5.log").read_text()
+    auto, named = logs.parse_log(sglang_text), logs.parse_log(sglang_text, engine="sglang")
+    assert len(auto.decode) == 7
+    pd.testing.assert_frame_equal(auto.decode, named.decode)
+    # Naming an engine overrides detection: the toy parser reads no SGLang line.
+    assert logs.parse_log(sglang_text, engine="toy").decode.empty
+    # The follower detects from the first lines it reads.
+    path = tmp_path / "toy.log"
+    follower = logs.follow_log(path)
+    assert follower.update().decode.empty  # nothing written yet
+    path.write_text(TOY_LOG)
+    assert follower.update().decode["running_req"].tolist() == [3, 5]
+
+
+def test_unknown_engine_is_refused_with_the_valid_names(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown log engine 'tgi'.*'auto', 'vllm', 'sglang'"):
+        logs.parse_log("[2025-01-01 00:00:00] x\n", engine="tgi")
+    with pytest.raises(ValueError, match="unknown log engine"):
+        logs.follow_log(tmp_path / "server.log", engine="tgi")
+
+
+def test_an_engine_whose_adapter_is_not_installed_is_not_offered(monkeypatch):
+    modules = {"absent": "glm5lib.logs.no_such_engine_module", **log_engine.ENGINE_MODULES}
+    monkeypatch.setattr(log_engine, "ENGINE_MODULES", modules)
+    assert "absent" not in logs.available_engines()
+    assert logs.parse_log((FIX / "sglang-0.5.log").read_text()).decode.shape[0] == 7

@@ -1,0 +1,89 @@
+"""The workbook runner's progress lines, read from a run folder a real sweep is writing."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from glm5lib import rundir
+from glm5lib.progress import RunProgress, format_level_line
+
+
+def test_format_level_line_names_cut_requests_and_leaves_out_what_is_unknown():
+    row = {"concurrency": 256, "output_throughput": 880.4, "median_ttft_ms": 1234.0, "median_tpot_ms": 72.25,
+           "completed": 0, "cancelled": 256, "failed": 0}
+    line = format_level_line("baseline", row, running=(64.0, 192.0), power=(83.2, 600.0))
+    assert line == ("baseline C=256: 880 tok/s, TTFT 1,234 ms, TPOT 72.2 ms, running 64 (queued up to 192), "
+                    "GPU 83 W of 600 W (0 finished, 256 cut at deadline)")
+    bare = format_level_line("fix", {"concurrency": 1, "output_throughput": float("nan"), "completed": 3,
+                                     "failed": 1})
+    assert bare == "fix C=1: n/a tok/s, TTFT n/a ms, TPOT n/a ms (3 finished, 1 failed)"
+
+
+def test_progress_prints_a_line_per_level_and_live_lines_during_a_real_sweep(tmp_path):
+    from glm5lib import telemetry
+    from glm5lib.loadgen import run_sweep
+    from glm5lib.sim.testing import run_standin
+
+    run = tmp_path / "run"
+    folder = rundir.phase_dir(run, "baseline")
+    out = io.StringIO()
+    with (
+        run_standin("--max-running-requests", "64", log_path=folder / rundir.SERVER_LOG) as srv,
+        telemetry.GpuSampler(interval=0.2, base_url=srv.base_url, out=folder / rundir.GPU),
+        RunProgress(run, stream=out, interval=0.2, live_every=0.0),
+    ):
+        run_sweep(srv.base_url, [1, 16], input_len=32, output_len=4000, duration=3.0, warmup=0,
+                  run_dir=folder, progress=False)
+    text = out.getvalue()
+    levels = [ln for ln in text.splitlines() if ln.startswith("baseline C=")]
+    assert [ln.split(":")[0] for ln in levels] == ["baseline C=1", "baseline C=16"], text
+    for ln in levels:
+        assert re.search(r": [\d,]+ tok/s, TTFT [\d,]+ ms, TPOT [\d.]+ ms, ", ln), ln
+        assert re.search(r"GPU \d+ W of 600 W", ln) and "cut at deadline" in ln, ln
+    assert "running 16" in levels[1], levels[1]
+    live = [ln for ln in text.splitlines() if ln.startswith("  ... baseline (0 levels done), now: ")]
+    assert live and any("GPU" in ln for ln in live), text
+    assert "\r" not in text  # not a terminal: whole lines only
+
+
+def test_notebook_lines_follow_the_runners_record(tmp_path):
+    import json
+
+    status = tmp_path / "notebooks.json"
+    status.write_text(json.dumps([{"name": "01-check-environment.ipynb", "status": "ok", "seconds": 8.0}]))
+    out = io.StringIO()
+    progress = RunProgress(tmp_path, stream=out)
+    assert progress.poll() == []  # what was there before the run is not news
+    status.write_text(json.dumps([{"name": "01-check-environment.ipynb", "status": "ok", "seconds": 8.0},
+                                  {"name": "02-measure-baseline.ipynb", "status": "running", "started": 1.0}]))
+    assert progress.poll() == ["notebook 02-measure-baseline.ipynb: running"]
+    status.write_text(json.dumps([{"name": "01-check-environment.ipynb", "status": "ok", "seconds": 8.0},
+                                  {"name": "02-measure-baseline.ipynb", "status": "failed", "started": 1.0,
+                                   "seconds": 3.2, "error": "SweepAbortedError: server died"}]))
+    assert progress.poll() == ["notebook 02-measure-baseline.ipynb: failed (SweepAbortedError: server died)"]
+    assert out.getvalue().count("\n") == 2
+
+
+def test_glm5_workbook_run_prints_a_line_per_notebook_and_per_level(tmp_path, capsys):
+    import nbformat
+
+    from glm5lib import cli
+
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    params = nbformat.v4.new_code_cell("RUN_DIR = 'unset'")
+    params.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[params, nbformat.v4.new_code_cell(
+        "import pathlib, pandas as pd\n"
+        "d = pathlib.Path(RUN_DIR, 'baseline'); d.mkdir(exist_ok=True)\n"
+        "pd.DataFrame({'concurrency': [64], 'output_throughput': [880.0], 'median_ttft_ms': [720.0],"
+        " 'completed': [0], 'cancelled': [64]}).to_csv(d / 'sweep.csv', index=False)")])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, nbs / "01-measure.ipynb")
+    assert cli.main(["workbook", "run", "--notebooks", str(nbs), "--run-dir", str(tmp_path / "run")]) == 0
+    err = capsys.readouterr().err
+    assert "notebook 01-measure.ipynb: running\n" in err
+    assert "baseline C=64: 880 tok/s, TTFT 720 ms, TPOT n/a ms (0 finished, 64 cut at deadline)\n" in err
+    assert re.search(r"notebook 01-measure.ipynb: ok in \d+ s\n", err)
+    assert "Executing:" not in err  # papermill's cell counter is replaced by these lines
