@@ -39,6 +39,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from glm5lib.config.sglang_parser import from_parser_dump
+
 OUT_DEFAULT = Path(__file__).resolve().parent.parent / "glm5lib" / "_sglang_flags.py"
 _UNRESOLVED = object()
 
@@ -362,75 +365,13 @@ FIELDS_WITHOUT_FLAG = {no_flag}
 '''
 
 
-_KIND_ACTION = {
-    "_StoreTrueAction": "store_true", "_StoreFalseAction": "store_false",
-    "BooleanOptionalAction": "boolean_optional", "DeprecatedStoreTrueAction": "store_true",
-    "DeprecatedAction": "DeprecatedAction", "DeprecatedStoreConstAction": "store_const",
-    "LoRAPathAction": "LoRAPathAction", "_StoreAction": None,
-}
-_TYPE_VALUE = {"int": "int", "float": "float", "loads": "json", "json_list_type": "json",
-               "parse_cuda_graph_config_arg": "json", "human_readable_int": "int"}
-
-
-def from_parser_dump(dump: dict[str, Any]) -> list[dict[str, Any]]:
-    """Catalogue entries from dump_parser.py's output (SGLang's own parser and ServerArgs)."""
-    fields = dump["fields"]
-    entries: dict[str, dict[str, Any]] = {}
-    for name, info in fields.items():
-        entries[name] = {
-            "field": name, "annotation": info["annotation"], "value_type": None,
-            "default": info["default"], "default_expr": info["default_expr"], "required": False,
-            "flags": [], "action": None, "nargs": None, "choices": None, "help": "",
-            "deprecated": False, "in_server_args": True,
-        }
-    flag_only: dict[str, dict[str, Any]] = {}
-    for action in dump["actions"]:
-        dest = action["dest"]
-        entry = entries.get(dest)
-        if entry is None:
-            entry = flag_only.setdefault(dest, {
-                "field": dest, "annotation": None, "value_type": None, "default": action["default"],
-                "default_expr": action["default_repr"], "required": False, "flags": [],
-                "action": None, "nargs": None, "choices": None, "help": "", "deprecated": False,
-                "in_server_args": False,
-            })
-        if entry["flags"]:
-            entry.setdefault("alias_flags", []).extend(action["flags"])
-            continue
-        kind = action["kind"]
-        act = _KIND_ACTION.get(kind, kind)
-        nargs = action["nargs"] if action["nargs"] not in ("0", 0) else None
-        if act in ("store_true", "store_false", "boolean_optional", "store_const"):
-            value_type = "bool"
-        elif act == "DeprecatedAction":
-            value_type = "none"
-        elif nargs in ("+", "*"):
-            value_type = "list"
-            entry["item_type"] = _TYPE_VALUE.get(action["type"] or "", "str")
-        else:
-            value_type = _TYPE_VALUE.get(action["type"] or "", "str")
-        help_text = first_sentence(action["help"])
-        entry.update(
-            flags=action["flags"], action=act, nargs=nargs, choices=action["choices"],
-            help=help_text, value_type=value_type,
-            deprecated=kind.startswith("Deprecated") or help_text.lower().startswith("deprecated"),
-            required=action["required"],
-        )
-        if action["type"]:
-            entry["cli_type"] = action["type"]
-    for entry in entries.values():
-        if entry["value_type"] is None:  # a field no flag sets
-            settle_value_type(entry)
-    return list(entries.values()) + sorted(flag_only.values(), key=lambda e: e["field"])
-
-
 def main_from_parser(args: argparse.Namespace) -> int:
-    dumper = Path(__file__).resolve().parent / "sglang_env" / "dump_parser.py"
+    dumper = Path(__file__).resolve().parent.parent / "glm5lib" / "config" / "sglang_parser.py"
     done = subprocess.run([args.python, str(dumper)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"{args.python} {dumper} failed:\n{done.stderr[-3000:]}")
     dump = json.loads(done.stdout)
-    catalogue = from_parser_dump(dump)
+    catalogue = from_parser_dump(dump)  # the same conversion glm5lib uses at run time
     version = args.version or dump["version"]
     source = {
         "version": version,

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from glm5lib import config as cfgmod
+from glm5lib.cli import config as cli_config
 from glm5lib.config import (
     SGLANG_FLAGS,
     SGLANG_SOURCE,
@@ -360,7 +361,7 @@ def test_to_frame_lists_explicit_fields():
 def _run_cli(capsys, *argv: str) -> tuple[int, str]:
     """Run ``glm5 config ...`` through this module's own sub-command registration."""
     parser = argparse.ArgumentParser(prog="glm5")
-    cfgmod.register_cli(parser.add_subparsers(dest="command"))
+    cli_config.register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(list(argv))
     try:
         code = args.func(args)
