@@ -64,7 +64,7 @@ def _run_in(release: str, script: str, stdin: str = "") -> str:
 def test_shipped_configs_parse_with_the_release_own_parser(release):
     configs = [ServerConfig.load(name, release=release) for name in SGLANG_CONFIGS]
     results = json.loads(_run_in(release, _PARSE, json.dumps([c.to_argv() for c in configs])))
-    for name, config, result in zip(SGLANG_CONFIGS, configs, results):
+    for name, config, result in zip(SGLANG_CONFIGS, configs, results, strict=True):
         noisy = [w for w in result["warnings"] if "deprecat" in w.lower()]
         assert not noisy and "deprecat" not in result["output"].lower(), (name, release, noisy, result["output"])
         parsed = result["values"]
