@@ -274,7 +274,8 @@ def test_from_server_args_keeps_only_non_defaults_and_extras():
     assert "moe_runner_backend" not in cfg.explicit and cfg.moe_runner_backend == "auto"
     assert "api_key" not in cfg.explicit
     assert cfg.extras == {"max_total_num_tokens": 123456, "version": "0.5.9"}
-    assert cfg.diff(ServerConfig.load("k2-thinking-reference")).keys() == {"model_path"}
+    # the shipped reference also runs with --enable-metrics, which this log did not
+    assert cfg.diff(ServerConfig.load("k2-thinking-reference")).keys() == {"model_path", "enable_metrics"}
 
 
 def test_from_server_args_strict_rejects_unknown_keys():
