@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test workbook lint clean-notebooks vllm
+.PHONY: setup test workbook lint clean-notebooks vllm browser-deps sglang-envs
 
 setup: $(VENV)/.installed
 
@@ -26,6 +26,16 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest $(ARGS)
 
+# Chromium for the browser test (tests/test_browser.py), from Debian's packages; where they cannot
+# be installed (no root, no apt, no network) the test skips and says why.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
+browser-deps:
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then :; \
+	elif command -v apt-get >/dev/null && timeout 900 $(SUDO) apt-get update -qq \
+	  && timeout 900 $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	     chromium chromium-driver >/dev/null; then echo "installed chromium and chromium-driver"; \
+	else echo "chromium not installed: tests/test_browser.py will skip"; fi
+
 clean-notebooks: setup
 	$(BIN)/python scripts/strip_notebooks.py
 
@@ -34,3 +44,7 @@ clean-notebooks: setup
 ENGINES ?= .engines
 vllm:
 	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/vllm/install.sh
+
+# One CPU environment per supported SGLang release under .engines/ (for tests/contract/)
+sglang-envs:
+	$(PYTHON) scripts/sglang_envs.py --root $(ENGINES)

@@ -448,7 +448,6 @@ def environment_tables(env: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
             "memory (GiB)": None if _missing(mem) else round(mem / _GIB, 1),
             "power limit (W)": None if _missing(g.get("power_limit_w")) else round(g["power_limit_w"]),
             "max SM clock (MHz)": g.get("sm_clock_max_mhz"),
-            "max memory clock (MHz)": g.get("mem_clock_max_mhz"),
             "PCIe gen": _pair(g.get("pcie_gen_current"), g.get("pcie_gen_max")),
             "PCIe width": _pair(g.get("pcie_width_current"), g.get("pcie_width_max")),
             "persistence": _yes_no(g.get("persistence_mode")),
@@ -456,7 +455,7 @@ def environment_tables(env: Mapping[str, Any]) -> dict[str, pd.DataFrame]:
         })
     gpu_frame = pd.DataFrame(rows, columns=[
         "GPU", "name", "compute capability", "memory (GiB)", "power limit (W)", "max SM clock (MHz)",
-        "max memory clock (MHz)", "PCIe gen", "PCIe width", "persistence", "MIG",
+        "PCIe gen", "PCIe width", "persistence", "MIG",
     ]).set_index("GPU")
     package_frame = pd.DataFrame(
         [(k, v or "not installed") for k, v in packages.items()], columns=["package", "version"]
@@ -567,7 +566,8 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
     base, fix = phases.get("baseline"), phases.get("fix")
     if base and base.get("peak"):
         at256 = _value_at(summary, "baseline", 256)
-        extra = f"; {_fmt(at256)} tok/s at 256 concurrent requests" if at256 is not None else ""
+        extra = (f"; {_fmt(at256)} tok/s at 256 concurrent requests"
+                 if at256 is not None and base["peak"]["concurrency"] != 256 else "")
         lines.append(
             f"- **Baseline**: peak {_fmt(base['peak']['output_throughput'])} tok/s at "
             f"{_fmt(base['peak']['concurrency'])} concurrent requests{extra} "

@@ -112,6 +112,10 @@ class ServerPanel:
         self.placeholder = widgets.HTML(
             value="<i>No sweep yet: press Launch, then Sweep; the throughput plot appears here.</i>")
         self.plot = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        # Stable hooks for the page (browser tests, user CSS).
+        self.status.add_class("glm5-panel-status")
+        self.placeholder.add_class("glm5-panel-placeholder")
+        self.plot.add_class("glm5-panel-plot")
         self.bar = tqdm(total=0, desc="sweep", unit="level", display=False, leave=True, disable=False)
         self.launch_button.on_click(lambda _b: self._guard(self.launch))
         self.stop_button.on_click(lambda _b: self._guard(self.stop))
@@ -187,14 +191,15 @@ class ServerPanel:
                 self._thread.join(timeout=30.0)
         srv, self.server = self.server, None
         srv.stop()
-        self._say(self._stopped_text() if sweeping else "server stopped")
+        self._say(self._stopped_text(server_stopped=True) if sweeping else "server stopped")
         self._buttons()
 
-    def _stopped_text(self) -> str:
+    def _stopped_text(self, server_stopped: bool = False) -> str:
         done = len(self._rows)
         where = f" during level {self._level}" if self._level is not None else ""
-        return (f"<b>sweep stopped by the user</b>{where} ({done} level{'s' if done != 1 else ''} "
-                f"measured, kept in {self.folder / rundir.SWEEP}); server stopped")
+        kept = (f"{done} level{'s' if done != 1 else ''} measured, kept in {self.folder / rundir.SWEEP}"
+                if done else "no level finished")
+        return f"<b>sweep stopped by the user</b>{where} ({kept})" + ("; server stopped" if server_stopped else "")
 
     def start_sweep(self, *, wait: bool = False) -> threading.Thread:
         """Run a sweep with the panel's settings in a background thread (``wait`` joins it)."""
@@ -210,6 +215,10 @@ class ServerPanel:
         self._user_stop.clear()
         self.bar.reset(total=len(levels))
         self.bar.set_description("sweep")
+        self.bar.set_postfix_str("")
+        self.plot.layout.display = "none"  # the last sweep's plot would pass for this one's
+        self.placeholder.value = "<i>Sweep running: the plot fills in as the levels report.</i>"
+        self.placeholder.layout.display = None
         self._active = True
         self._say(f"sweeping levels {', '.join(map(str, levels))} ...")
         self._thread = threading.Thread(target=self._run, args=(levels,), name="glm5-panel-sweep", daemon=True)
@@ -238,7 +247,7 @@ class ServerPanel:
             result = measure_phase(
                 srv, self.run_dir, folder.name, concurrencies=levels, input_len=self.input_len.value,
                 output_len=self.output_len.value, duration=float(self.duration.value), api_key=self.api_key,
-                gpu_interval=0.5, progress=False, callback=self._on_event, stop_event=self._user_stop,
+                gpu_interval=0.5, metrics=False, progress=False, callback=self._on_event, stop_event=self._user_stop,
                 sweep_options={"resume": False}, keep_running=True,
             )
             self.sweep = result.sweep
@@ -313,6 +322,10 @@ class ServerPanel:
             frames[label] = pd.DataFrame(
                 {"concurrency": list(self._live), "output_throughput": list(self._live.values())})
         if not frames:
+            if final == "stopped":
+                self.placeholder.value = "<i>Sweep stopped by the user before any level reported.</i>"
+            elif final == "failed":
+                self.placeholder.value = "<i>The sweep failed before any level reported: see the status line.</i>"
             return
         state = {None: "(live)", "done": "", "stopped": "(stopped by the user)", "failed": "(sweep failed)"}[final]
         try:

@@ -164,3 +164,17 @@ def test_there_are_at_least_ten_scenarios_each_with_its_own_leading_finding():
     assert len(SCENARIOS) + len(START_FAULTS) >= 10
     expected = [s.expect for s in SCENARIOS if s.expect] + [e for _, e in START_FAULTS]
     assert len({e[0] for e in expected}) == len(expected)
+
+
+def test_real_vllm_run_capped_by_max_num_seqs_leads_with_the_cap_in_vllms_flag(tmp_path):
+    # vLLM 0.32.0 on CPU with --max-num-seqs 4 under a closed loop up to 64 (tests/fixtures/vllm):
+    # the same rules, fed by the vLLM log adapter, name vLLM's own flag.
+    phase = tmp_path / "run"
+    phase.mkdir()
+    log = Path(__file__).parent / "fixtures" / "vllm" / "cpu-capped.log"
+    (phase / "server.log").write_text(log.read_text())
+    frame = dg.diagnose(phase, write=False)
+    top = frame.iloc[0]
+    assert top["rule"] == "concurrency_cap", frame[["rule", "finding"]].to_string()
+    assert "at most 4 requests" in top["finding"] and "#queue-req averaged" in top["evidence"]
+    assert "--max-num-seqs" in top["suggestion"] and "--max-running-requests" not in top["suggestion"]

@@ -34,6 +34,7 @@ def test_panel_launches_sweeps_twice_and_stops_a_sweep_on_a_real_stand_in(tmp_pa
             panel.sweep_button.click()
             assert panel.sweep_button.disabled and not panel.stop_button.disabled
             assert panel.status.value.startswith("sweeping levels 1, 4")
+            assert panel.plot.layout.display == "none", "no plot of the last sweep while this one starts"
             sweep = panel.wait(timeout=60)
             assert panel.error is None, panel.status.value
             assert list(sweep["concurrency"]) == [1, 4]
@@ -61,7 +62,7 @@ def test_panel_launches_sweeps_twice_and_stops_a_sweep_on_a_real_stand_in(tmp_pa
     assert "sweep stopped by the user" in panel.status.value and "during level 1" in panel.status.value
     panel.wait(timeout=30)
     assert not panel.sweeping and panel.error is None
-    assert panel.status.value.startswith("<b>sweep stopped by the user</b> during level 1 (0 levels measured")
+    assert panel.status.value.startswith("<b>sweep stopped by the user</b> during level 1 (no level finished)")
     assert "server stopped" in panel.status.value
     assert panel.bar.container.children[1].bar_style == "danger"
     assert "stopped by the user" in panel.bar.desc

@@ -117,7 +117,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
         suggestion = f"{remedy('raise_running_cap', ev.engine, current=cap, value=rec.value)}: {rec.reason}"
     else:
         suggestion = (
-            remedy("raise_running_cap", ev.engine, current=cap, value="as far as the KV pool allows")
+            remedy("raise_running_cap", ev.engine, current=cap, value="as many as the KV pool holds")
             + " (check token usage stays below ~0.95 with no retractions after the change)"
         )
         if rec is not None and rec.reason:

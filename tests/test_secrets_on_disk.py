@@ -1,0 +1,59 @@
+"""Secrets never reach the disk: a phase measured with an API key leaves it in no file.
+
+The stand-in runs with ``--api-key``, the load generator sends the key, ``GLM5_API_KEY`` holds it
+in the environment, and the report is written; then every file of the run folder (server log,
+config, server info, sweep, request records, telemetry, report) is searched for the key's bytes.
+The key looks like nothing in particular, so only masking by its value can hide it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from glm5lib.config import ServerConfig
+from glm5lib.phase import measure_phase
+from glm5lib.report import write_report
+
+KEY = "open-sesame-4217-glm5"
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers(no_leftover_processes):
+    yield
+
+
+# An engine that prints its key, as vLLM prints its non-default args and many engines their
+# environment, before it becomes the stand-in (so the phase has a real server to measure).
+LOUD_ENGINE = (
+    "import os, sys; "
+    "print(\"non-default args: {'api_key': '%s'}\" % sys.argv[sys.argv.index('--api-key') + 1]); "
+    "print('GLM5_API_KEY=' + os.environ['GLM5_API_KEY'], flush=True); "
+    "os.execv(sys.executable, [sys.executable, '-m', 'glm5lib.sim', *sys.argv[1:]])"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["sim", "command"])
+def test_a_phase_with_an_api_key_leaves_it_in_no_file(tmp_path, monkeypatch, backend):
+    monkeypatch.setenv("GLM5_API_KEY", KEY)
+    run_dir = tmp_path / "run"
+    if backend == "sim":
+        server = {"server": ServerConfig.load("glm5-baseline").with_changes(api_key=KEY)}
+    else:
+        server = {"server": None, "command": ["{python}", "-c", LOUD_ENGINE, "--host", "{host}", "--port", "{port}",
+                                              "--api-key", KEY]}
+    result = measure_phase(
+        **server, run_dir=run_dir, phase="baseline", backend=backend, api_key=KEY, concurrencies=[2, 4],
+        requests_per_level=4, input_len=16, output_len=8, warmup=1, progress=False,
+        gpu_interval=0.2, metrics_interval=0.5,
+    )
+    assert list(result.sweep["completed"]) == [4, 4]  # the key was accepted: requests went through
+    report = write_report(run_dir)
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    names = {p.name for p in files}
+    assert {"server.log", "sweep.csv", "requests.jsonl"} <= names and report in files
+    log = (run_dir / "baseline" / "server.log").read_text()
+    if backend == "command":
+        assert "non-default args: {'api_key': '***'}" in log and "GLM5_API_KEY=***" in log
+    leaked = [str(p.relative_to(run_dir)) for p in files if KEY.encode() in p.read_bytes()]
+    assert not leaked, f"the API key is written in {leaked}"
