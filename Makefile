@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test workbook lint clean-notebooks vllm browser-deps
+.PHONY: setup test workbook lint clean-notebooks vllm browser-deps sglang-envs
 
 setup: $(VENV)/.installed
 
@@ -44,3 +44,7 @@ clean-notebooks: setup
 ENGINES ?= .engines
 vllm:
 	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/vllm/install.sh
+
+# One CPU environment per supported SGLang release under .engines/ (for tests/contract/)
+sglang-envs:
+	$(PYTHON) scripts/sglang_envs.py --root $(ENGINES)

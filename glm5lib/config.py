@@ -349,9 +349,10 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def shipped_configs() -> dict[str, Path]:
-    """Name -> path of the configs shipped in ``data/configs/``."""
+    """Name -> path of the SGLang configs shipped in ``data/configs/`` (``vllm-*.json`` are vLLM's:
+    :mod:`glm5lib.engines.vllm`)."""
     folder = data_dir() / "configs"
-    return {p.stem: p for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+    return {p.stem: p for p in sorted(folder.glob("*.json")) if not p.stem.startswith("vllm-")} if folder.is_dir() else {}
 
 
 _LAUNCHER_TOKENS = ("sglang.launch_server", "glm5lib.sim", "launch_server")

@@ -52,6 +52,17 @@ DEFAULT_GAUGES = (
 
 _GENERATION_COUNTERS = ("sglang:generation_tokens_total", "sglang:generation_tokens")
 
+#: Other engines' /metrics names -> SGLang's, so every engine's gauges land in the same columns
+#: (vLLM's KV usage gauges are 0-1 fractions despite the name, like SGLang's token_usage).
+METRIC_ALIASES = {
+    "vllm:num_requests_running": "sglang:num_running_reqs",
+    "vllm:num_requests_waiting": "sglang:num_queue_reqs",
+    "vllm:kv_cache_usage_perc": "sglang:token_usage",
+    "vllm:gpu_cache_usage_perc": "sglang:token_usage",
+    "vllm:num_preemptions_total": "sglang:num_retracted_reqs",
+    "vllm:generation_tokens_total": "sglang:generation_tokens_total",
+}
+
 
 def _numeric(sweep: pd.DataFrame, column: str) -> pd.Series:
     return pd.to_numeric(sweep[column], errors="coerce").astype(float)
@@ -208,6 +219,8 @@ def _per_scrape(metrics_frame: pd.DataFrame, names: Sequence[str]) -> dict[str, 
     aggregations and label filters)."""
     if metrics_frame.empty:
         return {}
+    if metrics_frame["metric"].isin(list(METRIC_ALIASES)).any():
+        metrics_frame = metrics_frame.assign(metric=metrics_frame["metric"].replace(METRIC_ALIASES))
     rows = metrics_frame[metrics_frame["metric"].isin(list(names))]
     return {str(name): group.groupby("time")["value"].sum().rename(name)
             for name, group in rows.groupby("metric", sort=False)}

@@ -66,7 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: Values of a notebook's ``BACKEND`` parameter, besides an http(s) URL to attach to.
-BACKENDS = ("sim", "sglang", "command")
+BACKENDS = ("sim", "sglang", "vllm", "command")
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,7 +77,7 @@ def _check_backend(backend: str) -> str:
         return backend
     raise ConfigError(
         f"BACKEND {backend!r} is not valid: use 'sim' (the stand-in), 'sglang' (launch SGLang here), "
-        f"'command' (launch any engine from ENGINE_COMMAND) or the http(s) URL of a running server to attach to",
+        f"'vllm' (launch vLLM here from a vLLM config, e.g. CONFIG 'vllm-capped'), 'command' (launch any engine from ENGINE_COMMAND) or the http(s) URL of a running server to attach to",
         field="BACKEND",
         valid=[*BACKENDS, "http://HOST:PORT"],
     )
@@ -131,6 +131,16 @@ def start_server(
             [*command, *extra_args], model=model or None, log_path=folder / rundir.SERVER_LOG,
             ready_timeout=ready_timeout, api_key=api_key, changes=command_changes,
         )
+        (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
+    elif backend == "vllm":
+        from glm5lib.engines.vllm import VllmConfig, launch_vllm
+
+        if not isinstance(config, VllmConfig):
+            raise ConfigError("BACKEND 'vllm' needs a vLLM config: CONFIG names one in data/configs/vllm-*.json "
+                              f"(e.g. 'vllm-capped'), not {type(config).__name__}", field="CONFIG")
+        srv = launch_vllm(config, log_path=folder / rundir.SERVER_LOG, ready_timeout=ready_timeout, api_key=api_key,
+                          extra_args=list(extra_args))
+        config.save(folder / rundir.CONFIG)
         (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
     elif backend in BACKENDS:
         if config is None:
@@ -353,7 +363,7 @@ def measure_phase(
     folder = rundir.phase_dir(run_dir, phase)
     launched = not _is_running_server(server)
     if launched:
-        if server is not None and not isinstance(server, ServerConfig):
+        if server is not None and not isinstance(server, ServerConfig) and getattr(server, "engine", None) != "vllm":
             raise ConfigError(
                 f"server={server!r} is neither a ServerConfig to launch nor a running server",
                 field="server", valid=["ServerConfig", "a glm5lib.server object", "None (command or URL backend)"])

@@ -247,7 +247,7 @@ class ServerPanel:
             result = measure_phase(
                 srv, self.run_dir, folder.name, concurrencies=levels, input_len=self.input_len.value,
                 output_len=self.output_len.value, duration=float(self.duration.value), api_key=self.api_key,
-                gpu_interval=0.5, progress=False, callback=self._on_event, stop_event=self._user_stop,
+                gpu_interval=0.5, metrics=False, progress=False, callback=self._on_event, stop_event=self._user_stop,
                 sweep_options={"resume": False}, keep_running=True,
             )
             self.sweep = result.sweep

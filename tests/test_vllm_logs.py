@@ -173,3 +173,23 @@ def test_garbage_never_raises_and_a_follower_reads_a_growing_log(tmp_path):
         fh.write("".join(text[5:]))
     final = follower.finish()
     assert len(final.decode) > len(first.decode) and final.startup["max_running_requests"] == 4
+
+
+def test_stopping_the_server_is_not_an_engine_death():
+    """vLLM's API server reports EngineDeadError while it shuts down on SIGTERM: not a crash."""
+    slog = logs.parse_log(FIXTURES / "cpu-raised.log")
+    assert "EngineDeadError" in (FIXTURES / "cpu-raised.log").read_text()
+    assert slog.errors.empty and slog.crash_cause() is None
+    assert slog.decode["running_req"].max() > 4 and slog.startup["max_running_requests"] == 256
+
+
+def test_vllm_metrics_land_in_sglangs_gauge_columns():
+    from glm5lib.levels import metrics_per_level
+
+    metrics = pd.read_csv(FIXTURES / "cpu-capped-metrics.csv")
+    sweep = pd.read_csv(FIXTURES / "cpu-capped-sweep.csv")
+    per_level = metrics_per_level(metrics, sweep).set_index("concurrency")
+    assert per_level.loc[64, "max_num_running_reqs"] == 4  # vllm:num_requests_running, at the cap
+    assert per_level.loc[64, "max_num_queue_reqs"] >= 50  # vllm:num_requests_waiting
+    assert 0 <= per_level.loc[64, "max_token_usage"] < 0.01  # vllm:kv_cache_usage_perc, a fraction
+    assert per_level.loc[64, "generation_tokens_per_s"] > 0  # vllm:generation_tokens_total

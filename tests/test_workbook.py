@@ -128,8 +128,8 @@ def test_resolve_run_dir_takes_names_under_runs_and_paths(tmp_path, monkeypatch)
 
 
 def test_start_server_rejects_unknown_backends_before_starting_anything(tmp_path):
-    with pytest.raises(ConfigError, match="BACKEND 'vllm' is not valid") as exc:
-        workbook.start_server("vllm", None, tmp_path)
+    with pytest.raises(ConfigError, match="BACKEND 'tgi' is not valid") as exc:
+        workbook.start_server("tgi", None, tmp_path)
     assert "http://HOST:PORT" in exc.value.valid
     assert not any(tmp_path.iterdir())
 

@@ -17,6 +17,7 @@ from glm5lib.paths import data_dir
 __all__ = [
     "IMPACT_ORDER",
     "is_context_field",
+    "load_engine_knobs",
     "load_impact",
     "load_incompatibilities",
     "load_remedies",
@@ -52,6 +53,11 @@ def load_impact(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
     fields = data.get("fields")
     if not isinstance(fields, dict):
         raise DiagnosisError(f"impact table {path or 'impact.json'} has no 'fields' object")
+    if path is None:
+        # Other engines' knobs rank like the SGLang fields they play the part of (engines.json).
+        extra = {f: {k: v for k, v in knob.items() if k in ("impact", "weight", "rationale")}
+                 for knobs in load_engine_knobs().values() for f, knob in knobs.items() if f not in fields}
+        fields = {**fields, **extra}
     for name, entry in fields.items():
         if entry.get("impact") not in _IMPACT_ORDER:
             raise DiagnosisError(
@@ -99,7 +105,28 @@ def is_context_field(field: str, path: str | Path | None = None) -> bool:
     """True for identity and plumbing fields (model, paths, ports, seeds, logging): context in a
     diff, not a setting to change (``context`` and ``context_patterns`` of ``impact.json``)."""
     names, patterns = _context_rules(str(path or _knowledge_path("impact.json")))
+    if path is None and field in _engine_context():
+        return True
     return field in names or any(p.search(field) for p in patterns)
+
+
+def _engines() -> dict[str, Any]:
+    data = _load_json(str(_knowledge_path("engines.json")))
+    engines = data.get("engines")
+    if not isinstance(engines, dict):
+        raise DiagnosisError("engines.json has no 'engines' object")
+    return engines
+
+
+def load_engine_knobs() -> dict[str, dict[str, dict[str, Any]]]:
+    """Other engines' knobs (``engines.json``): engine -> {its field -> {"sglang" (the SGLang field it
+    plays the part of), "flag", "impact", "weight", "rationale"}}; ranks a diff of that engine's configs."""
+    return {name: dict(entry.get("knobs") or {}) for name, entry in _engines().items()}
+
+
+@functools.lru_cache(maxsize=1)
+def _engine_context() -> frozenset[str]:
+    return frozenset(f for entry in _engines().values() for f in entry.get("context") or ())
 
 
 def load_remedies(path: str | Path | None = None) -> dict[str, dict[str, str | None]]:

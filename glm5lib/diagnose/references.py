@@ -119,7 +119,8 @@ def _config_names() -> list[str]:
 
 def _args_from_json_file(path: Path) -> dict[str, Any]:
     try:
-        return dict(ServerConfig.load(path).to_dict())
+        if '"engine": "vllm"' not in path.read_text():  # another engine's config: its own names
+            return dict(ServerConfig.load(path).to_dict())
     except (ConfigError, ValueError, TypeError) as exc:
         # Fields of another SGLang release, say: a diff should still show them.
         logger.warning("reading %s as plain JSON: %s", path, exc)

@@ -51,6 +51,7 @@ import pandas as pd
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import parse_server_args
+from glm5lib.logs.text import strip_ansi
 from glm5lib.masking import mask_text
 
 __all__ = ["ENGINE", "VLLM_ERROR_KINDS", "VllmParser", "classify_vllm_fatal", "looks_like_vllm"]
@@ -196,6 +197,7 @@ class VllmParser:
         self.lines = 0
         self.skipped = 0
         self.skipped_examples: list[str] = []
+        self.stopping = False
         self.first_time: pd.Timestamp | None = None
         self.last_time: pd.Timestamp | None = None
 
@@ -227,6 +229,8 @@ class VllmParser:
         return None, line
 
     def _line(self, line: str) -> None:
+        if "\x1b" in line:  # vLLM colours its prefix when it thinks it writes to a terminal
+            line = strip_ansi(line)
         if not line.strip():
             return
         stamp, msg = self._stamp(line)
@@ -253,8 +257,12 @@ class VllmParser:
                     "cumulative_preemptions": int(m.group(3)) if m.group(3) else np.nan,
                 })
                 return
+        if "[shutdown]" in msg and ("trigger received signal" in msg or "shutdown triggered" in msg):
+            self.stopping = True
         kind = classify_vllm_fatal(line)
         if kind is not None:
+            if self.stopping and kind == "engine_dead":
+                return  # stopped on purpose: the API server reports its engine gone as it shuts down
             self._error(kind, msg.strip(), line, stamp)
             return
         if self._startup(msg):

