@@ -566,7 +566,8 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
     base, fix = phases.get("baseline"), phases.get("fix")
     if base and base.get("peak"):
         at256 = _value_at(summary, "baseline", 256)
-        extra = f"; {_fmt(at256)} tok/s at 256 concurrent requests" if at256 is not None else ""
+        extra = (f"; {_fmt(at256)} tok/s at 256 concurrent requests"
+                 if at256 is not None and base["peak"]["concurrency"] != 256 else "")
         lines.append(
             f"- **Baseline**: peak {_fmt(base['peak']['output_throughput'])} tok/s at "
             f"{_fmt(base['peak']['concurrency'])} concurrent requests{extra} "

@@ -240,3 +240,13 @@ def test_a_recommendation_the_model_predicts_slower_says_so():
     assert r.value == 88 and r.predicted_throughput < r.current_throughput
     assert "predicts this cap to be slower than what runs now" in r.reason
     assert "below the 120 requests that already ran at once" in r.reason
+
+
+def test_a_vllm_diff_ranks_max_num_seqs_first_and_resolves_it_from_the_start_up_facts():
+    cur = {"model": "m", "max_num_seqs": 4, "enforce_eager": False, "port": 8000}
+    ref = {"model": "m", "max_num_seqs": None, "enforce_eager": True, "port": 8001}
+    diff = dg.diff_configs(cur, ref, hide_irrelevant=True, reference_startup={"max_running_requests": 256})
+    top = diff.iloc[0]
+    assert top["field"] == "max_num_seqs" and (top["current"], top["reference"]) == (4, 256)
+    assert "signature of a cap" in top["rationale"] and "resolved at start" in top["resolved"]
+    assert list(diff["field"]) == ["max_num_seqs", "enforce_eager"]

@@ -47,6 +47,8 @@ DIFF_COLUMNS = [
 # Settings that bound how much work runs at once; one far below the other side's is a cap.
 CAPACITY_FIELDS = (
     "max_running_requests",
+    "max_num_seqs",
+    "max_num_batched_tokens",
     "max_total_tokens",
     "chunked_prefill_size",
     "max_prefill_tokens",
@@ -58,6 +60,9 @@ _CAP_SIGNATURE_RATIO = 0.25
 # field -> the start-up fact SGLang logs with the value it resolved at start.
 _STARTUP_KEYS = {
     "max_running_requests": "max_running_requests",
+    "max_num_seqs": "max_running_requests",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "max_model_len": "context_len",
     "max_total_tokens": "max_total_num_tokens",
     "chunked_prefill_size": "chunked_prefill_size",
     "max_prefill_tokens": "max_prefill_tokens",
