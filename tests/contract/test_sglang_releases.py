@@ -116,3 +116,34 @@ def test_release_only_flags_of_0_5_23():
     assert config.enable_tf32_matmul is True
     assert "--cuda-graph-max-bs-decode" in config.to_argv()
     assert catalogue("0.5.23").source["wheel_sha256"]
+
+
+def _site(release: str) -> Path:
+    python = _env(release)
+    found = sorted(python.parent.parent.glob("lib/python3*/site-packages"))
+    assert found, python
+    return found[0]
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_patch_step_per_release(release, tmp_path):
+    from glm5lib.patching import SourcePatch
+
+    site = _site(release)
+    check = SourcePatch("sglang-flashinfer-cutlass-moe-autotune", root=site)
+    check.check()  # a dry run: the installed release is not touched
+    assert check.record.package_version == release
+    if release == "0.5.23":
+        assert check.record.status == "upstream"
+        assert "sglang/srt/model_executor/runner/flashinfer_autotune.py" in check.record.note
+        return
+    assert check.record.status == "checked"
+    # apply and revert on a copy of the file it edits
+    rel = "sglang/srt/model_executor/model_runner.py"
+    copy = tmp_path / rel
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes((site / rel).read_bytes())
+    patch = SourcePatch("sglang-flashinfer-cutlass-moe-autotune", root=tmp_path)
+    with patch:
+        assert '            "flashinfer_cutlass",\n' in copy.read_text()
+    assert copy.read_bytes() == (site / rel).read_bytes()
