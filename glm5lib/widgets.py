@@ -4,9 +4,10 @@
 JSON path), the backend (``sim``, ``sglang`` or a URL to attach to), the sweep settings, Launch /
 Stop / Sweep buttons, a tqdm progress bar, a status line and a throughput plot redrawn while the
 sweep runs. The sweep runs in a background thread, so the notebook stays responsive and Stop
-works mid-sweep (the sweep ends at once, "stopped by the user"); GPU telemetry is sampled while
-it runs; results go to ``<run_dir>/<phase>/`` (``sweep.csv``, ``requests.jsonl``, ``gpu.csv``)
-like the notebooks' own. Sweep again as often as you like: each sweep replaces the last.
+works mid-sweep (the sweep ends at once, "stopped by the user"). Each sweep is one
+:func:`glm5lib.phase.measure_phase` on the running server, GPU telemetry included; results go to
+``<run_dir>/<phase>/`` (``sweep.csv``, ``requests.jsonl``, ``gpu.csv``, ``power.csv``) like the
+notebooks' own. Sweep again as often as you like: each sweep replaces the last.
 
 Every button has a method doing the same (:meth:`ServerPanel.launch`, :meth:`~ServerPanel.stop`,
 :meth:`~ServerPanel.start_sweep`), so the panel works, and is tested, without a browser.

@@ -15,6 +15,7 @@ import signal
 
 import pytest
 
+from glm5lib import patching
 from glm5lib import server as srv
 from glm5lib.errors import ConfigError, ServerLaunchError, SweepAbortedError
 from glm5lib.loadgen import load_sweep, run_sweep
@@ -176,3 +177,57 @@ def test_fault_triggers_parse_and_fire_at_the_first_reached():
         with pytest.raises(ConfigError) as info:
             parse_faults([bad])
         assert info.value.field == "sim_fault" and "nan-after-s=SECONDS" in info.value.valid
+
+
+# --------------------------------------------------------------------------- with a patch applied
+
+PATCH = "sglang-flashinfer-cutlass-moe-autotune"
+# The shape of the function the shipped diff edits (as in tests/test_patching.py).
+MODEL_RUNNER = '''class ModelRunner:
+    def _should_run_flashinfer_autotune(self) -> bool:
+        """Check if flashinfer autotune should be run."""
+        if self.server_args.disable_flashinfer_autotune:
+            return False
+
+        backend_str = self.server_args.moe_runner_backend
+        if backend_str not in [
+            "flashinfer_trtllm",
+            "flashinfer_mxfp4",
+            # TODO: flashinfer_cutlass will cause some flashinfer compilation errors. To be fixed.
+            # "flashinfer_cutlass",
+        ]:
+            return False
+
+        return True
+'''
+
+
+@pytest.mark.parametrize("fault", ["nan", "ctrl-c"])
+def test_fault_during_the_patched_phase_reverts_the_patch(tmp_path, fault):
+    """Notebook 4's step: the fix measured with a source patch applied. A crash or a Ctrl-C in
+    the middle of its sweep leaves the installation as it was and no server running."""
+    site = tmp_path / "site-packages"
+    target = site / "sglang" / "srt" / "model_executor" / "model_runner.py"
+    target.parent.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    target.write_text(MODEL_RUNNER)
+    run_dir = tmp_path / "run" / "fix"
+    faults = ("nan-after=4",) if fault == "nan" else ()
+    expected = SweepAbortedError if fault == "nan" else KeyboardInterrupt
+
+    def interrupt_in_second_level(event):
+        if fault == "ctrl-c" and event.get("event") == "level_start" and event.get("level") == 4:
+            os.kill(os.getpid(), signal.SIGINT)
+
+    with (
+        pytest.raises(expected),
+        patching.SourcePatch(PATCH, root=site, record_dir=run_dir) as patch,
+        _standin(tmp_path, *faults) as server,
+    ):
+        assert patch.applied and target.read_text() != MODEL_RUNNER
+        _sweep(server, run_dir, [2, 4], duration=None, requests_per_level=4, output_len=8,
+               callback=interrupt_in_second_level)
+    assert target.read_text() == MODEL_RUNNER
+    assert json.loads((run_dir / patching.PATCH_RECORD).read_text())["status"] == "reverted"
+    assert not server.alive() and not srv.live_servers()
+    assert list(load_sweep(run_dir)["concurrency"]) == [2]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import re
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -194,6 +195,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
 
     nl_at = nl.tolist()
     sched_at = sched_idx.tolist()
+    clock_start = parser.last_time_str
 
     def settle(lo: int, hi: int, j: int) -> None:
         """What lines lo..hi-1, all read in bulk, do to the line-by-line parser's state
@@ -206,6 +208,28 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             m = _PREFIX_STAMP.match(buf, nl_at[sched_at[j]] + 1)
             parser._set_clock(m.group(1).decode("ascii"))
 
+    # ---- everything else, line by line
+    if _one_line_per_newline(chunk, crs) and parser._args_buffer is None and not _ARGS_RE.search(chunk):
+        # All at once: no line here can hold a wrapped server_args line open across the lines
+        # read in bulk, and each newline ends exactly one line.
+        gaps = np.flatnonzero(kind == 0).tolist()
+        marks: list[tuple[int, str | None]] = []
+        parser._feed(_Lines(buf, nl_at, kind, sched_at, gaps, crs), gaps, base=base, marks=marks)
+        clock_pos = [-1, *(m[0] for m in marks)]
+        clock_val = [clock_start, *(m[1] for m in marks)]
+        extra_pos, extra_cum, extra = [], [], 0
+    else:
+        clock_pos, clock_val, extra_pos, extra_cum, extra = _runs(
+            parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle
+        )
+    parser.lines = base + n + extra
+    _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time, clock_pos, clock_val,
+                  extra_pos, extra_cum, base)
+
+
+def _runs(parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle):
+    """The lines not read in bulk, run by run, when a run may leave the parser's state open."""
+
     def demote(b: int, extra: int) -> int:
         """Access lines after a wrapped ``server_args`` line belong to it (as line by line)."""
         while parser._args_buffer is not None and b < n and kind[b] == 2:
@@ -214,7 +238,6 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             b += 1
         return b
 
-    # ---- everything else, line by line, in runs between the lines read in bulk
     gap = kind == 0
     edges = np.diff(np.concatenate(([0], gap.view(np.int8), [0])))
     gap_starts_a, gap_ends_a = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
@@ -243,7 +266,12 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
         done = b
     if done < n:
         settle(done, n, len(sched_at) - 1)
-    parser.lines = base + n + extra
+    return clock_pos, clock_val, extra_pos, extra_cum, extra
+
+
+def _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time, clock_pos, clock_val,
+                  extra_pos, extra_cum, base) -> None:
+    """Rows read in bulk into the parser's tables, at their places in the whole log."""
 
     def real(idx: np.ndarray) -> np.ndarray:
         """Line numbers of the whole log (runs split at a carriage return count more lines)."""
@@ -276,6 +304,46 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
 
 
 _PREFIX_STAMP = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)")
+# What may start a server_args line (which may be wrapped and hold lines after it).
+_ARGS_RE = re.compile(rb"server_args=|ServerArgs\(")
+# Characters other than "\n" at which str.splitlines breaks, in UTF-8.
+_OTHER_BREAKS = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
+
+
+def _one_line_per_newline(chunk: bytes, crs: bool) -> bool:
+    """Whether each newline of ``chunk`` ends exactly one line (no other break counts, or none
+    is there but the carriage return of a CRLF)."""
+    if not crs:
+        return True
+    return chunk.count(b"\r") == chunk.count(b"\r\n") and not any(b in chunk for b in _OTHER_BREAKS)
+
+
+class _Lines:
+    """The lines of a chunk as the line-by-line parser asks for them: a line left to it,
+    decoded; a line read in bulk, the scheduler line whose time it leaves on the clock (the
+    last one since the line-by-line parser's previous line), or ""."""
+
+    __slots__ = ("buf", "crs", "gaps", "kind", "nl", "sched")
+
+    def __init__(self, buf: bytes, nl: list[int], kind: np.ndarray, sched: list[int], gaps: list[int], crs: bool):
+        self.buf, self.nl, self.kind, self.sched, self.gaps, self.crs = buf, nl, kind, sched, gaps, crs
+
+    def __len__(self) -> int:
+        return len(self.nl) - 1
+
+    def __getitem__(self, i: int) -> str:
+        if i < 0:
+            i += len(self)
+        if self.kind[i] == 0:
+            line = self.buf[self.nl[i] + 1 : self.nl[i + 1]].decode("utf-8", errors="replace")
+            return line[:-1] if self.crs and line.endswith("\r") else line
+        j = bisect_right(self.sched, i) - 1
+        if j < 0:
+            return ""
+        g = bisect_left(self.gaps, i) - 1
+        if g >= 0 and self.gaps[g] > self.sched[j]:
+            return ""  # a line read line by line came after it and set the clock itself
+        return self.buf[self.nl[self.sched[j]] + 1 : self.nl[self.sched[j] + 1]].decode("ascii")
 
 
 def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0) -> np.ndarray:
@@ -456,7 +524,21 @@ def _column(col: np.ndarray) -> Any:
         trues = col == b"True"
         if (trues | (col == b"False")).all():
             return trues
-    elif not sample.endswith(b"%") and _NUMERIC[col.view(np.uint8)].all():
+    elif sample.endswith(b"%"):
+        # "12.50%" -> 0.125 (as a fraction), when every value is a plain number and a "%".
+        width = col.itemsize
+        block = col.view(np.uint8).reshape(len(col), width)
+        ends = width - 1 - np.argmax(block[:, ::-1] != 0, axis=1)  # the last byte of each value
+        if (block[np.arange(len(col)), ends] == ord("%")).all():
+            block = block.copy()
+            block[np.arange(len(col)), ends] = 0
+            stripped = block.view(f"S{width}").ravel()
+            if _NUMERIC[block].all():
+                try:
+                    return stripped.astype(np.float64) / 100.0
+                except (ValueError, OverflowError):
+                    pass
+    elif _NUMERIC[col.view(np.uint8)].all():
         if b"." not in sample and b"e" not in sample:
             try:
                 return col.astype(np.int64)

@@ -156,8 +156,13 @@ class _Parser:
             log.debug("could not parse line %r: %s", line[:200], exc)
             self._skip(line)
 
-    def _feed(self, lines: list[str], indices: list[int] | None = None, base: int | None = None) -> None:
-        """Parse ``lines`` (or only those at ``indices``, the others having been parsed in bulk)."""
+    def _feed(
+        self, lines: list[str], indices: list[int] | None = None, base: int | None = None,
+        marks: list[tuple[int, str | None]] | None = None,
+    ) -> None:
+        """Parse ``lines`` (or only those at ``indices``, the others having been parsed in bulk;
+        ``lines[k]`` of such a line is the line whose time it leaves on the clock, or "").
+        ``marks`` gets (index, clock) at the end of each run of lines parsed here."""
         if base is None:
             base = self.lines
         fast = self._fast
@@ -170,6 +175,10 @@ class _Parser:
             line = lines[i]
             if indices is not None and i != prev + 1 and i > 0:
                 # Lines parsed in bulk came in between: they set the clock and end tracebacks.
+                if marks is not None and prev >= 0:
+                    if timed_line is not None:
+                        self._sync_clock(timed_line)
+                    marks.append((prev, self.last_time_str))
                 timed_line = lines[i - 1]
                 if blocks_open:
                     self._close_blocks()
@@ -226,6 +235,11 @@ class _Parser:
             self._slow(line, base + i)
             args_open = self._args_buffer is not None
             blocks_open = bool(self._open_blocks)
+        if marks is not None and prev >= 0:
+            if timed_line is not None:
+                self._sync_clock(timed_line)
+                timed_line = None
+            marks.append((prev, self.last_time_str))
         if indices is not None and prev != len(lines) - 1 and lines:
             timed_line = lines[-1]
             if blocks_open:
