@@ -33,7 +33,7 @@ def test_progress_prints_a_line_per_level_and_live_lines_during_a_real_sweep(tmp
         telemetry.GpuSampler(interval=0.2, base_url=srv.base_url, out=folder / rundir.GPU),
         RunProgress(run, stream=out, interval=0.2, live_every=0.0),
     ):
-        run_sweep(srv.base_url, [1, 16], input_len=32, output_len=4000, duration=3.0, warmup=0,
+        run_sweep(srv.base_url, [1, 16], input_len=32, output_len=4000, duration=5.0, warmup=0,
                   run_dir=folder, progress=False)
     text = out.getvalue()
     levels = [ln for ln in text.splitlines() if ln.startswith("baseline C=")]
@@ -41,7 +41,9 @@ def test_progress_prints_a_line_per_level_and_live_lines_during_a_real_sweep(tmp
     for ln in levels:
         assert re.search(r": [\d,]+ tok/s, TTFT [\d,]+ ms, TPOT [\d.]+ ms, ", ln), ln
         assert re.search(r"GPU \d+ W of 600 W", ln) and "cut at deadline" in ln, ln
-    assert "running 16" in levels[1], levels[1]
+    # the server log's running requests over the level (its decode lines are seconds apart)
+    running = re.search(r"running (\d+) \(queued up to \d+\)", levels[1])
+    assert running and 1 <= int(running.group(1)) <= 16, levels[1]
     live = [ln for ln in text.splitlines() if ln.startswith("  ... baseline (0 levels done), now: ")]
     assert live and any("GPU" in ln for ln in live), text
     assert "\r" not in text  # not a terminal: whole lines only
@@ -87,3 +89,28 @@ def test_glm5_workbook_run_prints_a_line_per_notebook_and_per_level(tmp_path, ca
     assert "baseline C=64: 880 tok/s, TTFT 720 ms, TPOT n/a ms (0 finished, 64 cut at deadline)\n" in err
     assert re.search(r"notebook 01-measure.ipynb: ok in \d+ s\n", err)
     assert "Executing:" not in err  # papermill's cell counter is replaced by these lines
+
+
+def test_on_a_terminal_the_live_line_is_rewritten_in_place_and_cleared_for_a_level_line(tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    folder = rundir.phase_dir(tmp_path, "baseline")
+    (folder / rundir.SERVER_LOG).write_text("")  # a phase: its server has started
+    (folder / rundir.GPU).write_text("time,gpu,power_w,power_limit_w\n100.0,0,80.0,600.0\n100.5,0,90.0,600.0\n")
+    out = Terminal()
+    progress = RunProgress(tmp_path, stream=out)
+    now = (folder / rundir.GPU).stat().st_mtime
+    assert progress.poll(now=now) == []
+    assert out.getvalue() == "\r  ... baseline (0 levels done), now: GPU 85 W"
+    (folder / rundir.SWEEP).write_text("concurrency,output_throughput,completed,cancelled,start_time,end_time\n"
+                                       "1,19.0,0,1,99.0,101.0\n")
+    assert progress.poll(now=now) == ["baseline C=1: 19 tok/s, TTFT n/a ms, TPOT n/a ms, GPU 85 W of 600 W "
+                                      "(0 finished, 1 cut at deadline)"]
+    text = out.getvalue()
+    blank = "\r" + " " * len("  ... baseline (0 levels done), now: GPU 85 W") + "\r"
+    assert blank + "baseline C=1: 19 tok/s" in text
+    assert text.endswith("\r  ... baseline (1 level done), now: GPU 85 W")
+    progress.stop()  # leaves the terminal line clean
+    assert out.getvalue().endswith("\r" + " " * len("  ... baseline (1 level done), now: GPU 85 W") + "\r")

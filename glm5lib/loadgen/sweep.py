@@ -243,6 +243,8 @@ class _Sweep:
                     f"the server process is running but /health did not answer within "
                     f"{self.settings.health_timeout:g} s (3 tries): hung{where}"
                 )
+                if not await asyncio.to_thread(self.server.alive):  # it died while we probed
+                    why = f"the server process is gone{_exit_details(self.server)}{where}"
             lines: list[str] = []
             with contextlib.suppress(Exception):
                 lines = list(await asyncio.to_thread(self.server.fatal_lines))
