@@ -16,6 +16,12 @@ Diffs use ``a/``/``b/`` prefixes relative to the folder that *holds* the package
 e.g. ``--- a/sglang/srt/model_executor/model_runner.py``, as ``git diff`` writes them.
 Shipped diffs live in ``data/patches/``; :func:`shipped_patch` finds one by name.
 
+Releases move code and take changes upstream. Where a diff does not apply, the check looks for
+its hunks in the whole package: when the added lines are already there (with most of their
+context, and without the removed ones) the record says the change is upstream, in which
+release and file, and :meth:`SourcePatch.apply` goes on without changing anything (status
+``"upstream"``); when the original code is found in another file, the error says where it went.
+
 On the stand-in (backend ``sim``) nothing is installed to patch: the stand-in models the autotune
 as a profile setting, and :func:`record_modelled` writes the same record with status
 ``"modelled"`` so the report says the patch was modelled, not applied.
@@ -69,7 +75,7 @@ class PatchRecord:
     root: str | None
     files: list[str]
     diff_sha256: str
-    status: str  # "checked" | "applied" | "reverted" | "modelled" | "failed"
+    status: str  # "checked" | "applied" | "reverted" | "modelled" | "upstream" | "failed"
     note: str = ""
     checked_at: str | None = None
     applied_at: str | None = None
@@ -148,6 +154,81 @@ def patched_files(diff: str) -> list[str]:
     return files
 
 
+def _hunks(diff: str) -> list[tuple[list[str], list[str], list[str]]]:
+    """(context, removed, added) lines of each hunk, stripped, blank lines left out."""
+    hunks: list[tuple[list[str], list[str], list[str]]] = []
+    for line in diff.splitlines():
+        if line.startswith("@@"):
+            hunks.append(([], [], []))
+        elif hunks and line[:1] in (" ", "-", "+") and not line.startswith(("---", "+++")):
+            text = line[1:].strip()
+            if text:
+                hunks[-1][" -+".index(line[0])].append(text)
+    return hunks
+
+
+def _best_window(lines: list[str], wanted: list[str], absent: list[str], span: int = 12) -> tuple[int, int]:
+    """(matches, line number) of the window of ``lines`` holding most of ``wanted`` and none of ``absent``."""
+    best = (0, 0)
+    stripped = [ln.strip() for ln in lines]
+    anchors = [i for i, ln in enumerate(stripped) if ln == wanted[-1]] if wanted else []
+    for i in anchors:
+        window = stripped[max(0, i - span) : i + span]
+        if any(a in window for a in absent):
+            continue
+        score = sum(1 for w in set(wanted) if w in window)
+        if score > best[0]:
+            best = (score, i + 1)
+    return best
+
+
+def locate(diff: str, root: Path, package: str = "sglang") -> dict[str, tuple[str, int]]:
+    """Where a diff's change already is (``"upstream"``) or its original code went (``"moved"``).
+
+    Searches every ``.py`` of ``package`` under ``root`` for each hunk: ``upstream`` needs the
+    added lines with most of the context and none of the removed lines near them; ``moved``
+    needs the removed lines with most of the context. Values are (path relative to root, line).
+    """
+    hunks = _hunks(diff)
+    if not hunks:
+        return {}
+    files = sorted((root / package.split(".")[0]).rglob("*.py"))
+    found: dict[str, tuple[str, int]] = {}
+    for kind in ("upstream", "moved"):
+        places = []
+        for context, removed, added in hunks:
+            changed, absent = (added, removed) if kind == "upstream" else (removed, added)
+            if not changed:
+                continue
+            wanted = context + changed
+            best: tuple[int, int, str] = (0, 0, "")
+            for path in files:
+                try:
+                    text = path.read_text(errors="replace")
+                except OSError:
+                    continue
+                if changed[-1] not in text:
+                    continue
+                score, line = _best_window(text.splitlines(), context + changed, absent)
+                if score > best[0]:
+                    best = (score, line, path.relative_to(root).as_posix())
+            if best[0] * 2 <= len(set(wanted)):
+                break
+            places.append((best[2], best[1]))
+        else:
+            if places:
+                found[kind] = places[0]
+    return found
+
+
+def installed_version(root: Path, package: str = "sglang") -> str | None:
+    """The version of ``package`` installed in the site-packages folder ``root`` (from its dist-info)."""
+    top = package.split(".")[0]
+    for info in sorted(root.glob(f"{top}-*.dist-info")):
+        return info.name[len(top) + 1 : -len(".dist-info")]
+    return None
+
+
 def _patch_binary() -> str:
     exe = shutil.which("patch")
     if exe is None:
@@ -183,10 +264,12 @@ class SourcePatch:
         self.files = patched_files(self.diff)
         self.root = Path(root).resolve() if root is not None else package_root(package)
         self.record_dir = Path(record_dir) if record_dir is not None else None
-        try:
-            version = importlib.metadata.version(package.split(".")[0])
-        except importlib.metadata.PackageNotFoundError:
-            version = None
+        version = installed_version(self.root, package)
+        if version is None and root is None:
+            try:
+                version = importlib.metadata.version(package.split(".")[0])
+            except importlib.metadata.PackageNotFoundError:
+                version = None
         self.record = PatchRecord(
             name=self.name,
             package=package,
@@ -218,14 +301,41 @@ class SourcePatch:
     def applied(self) -> bool:
         return self.record.status == "applied"
 
+    @property
+    def upstream(self) -> bool:
+        """Whether the check found the change already in the installed release."""
+        return self.record.status == "upstream"
+
+    def _not_applicable(self, why: str) -> str:
+        """The diff does not apply: say upstream (and go on) or where the code went (and raise)."""
+        release = self.record.package_version or "this release"
+        found = locate(self.diff, self.root, self.package)
+        if "upstream" in found:
+            where, line = found["upstream"]
+            self.record.status = "upstream"
+            self.record.note = f"already upstream in {self.package} {release}: {where}:{line}"
+            self.record.checked_at = _now()
+            log.info("%s: %s; nothing to apply", self.name, self.record.note)
+            self._write_record()
+            return self.record.note
+        if "moved" in found and found["moved"][0] not in self.files:
+            where, line = found["moved"]
+            raise PatchError(
+                f"{self.name}: in {self.package} {release} the code this diff changes moved to "
+                f"{where}:{line}; the diff targets {', '.join(self.files)} and needs updating ({why})"
+            )
+        raise PatchError(
+            f"{self.name} does not apply cleanly to {self.package} {release} at {self.root}, and "
+            f"neither the change nor the code it changes is elsewhere in the package; the diff was "
+            f"written for another version:\n{why}"
+        )
+
     def check(self) -> str:
-        """Dry run: raise :class:`PatchError` unless the diff applies cleanly; return patch's output."""
+        """Dry run: return patch's output when the diff applies cleanly, or a note when the
+        change is already upstream (status ``"upstream"``); raise :class:`PatchError` otherwise."""
         missing = [rel for rel in self.files if not (self.root / rel).exists()]
         if missing:
-            raise PatchError(
-                f"{self.name}: {self.package} at {self.root} has no {missing}; "
-                f"the diff was written for another version (installed: {self.record.package_version})"
-            )
+            return self._not_applicable(f"{self.package} at {self.root} has no {', '.join(missing)}")
         result = self._run("--dry-run")
         output = (result.stdout + result.stderr).strip()
         self.record.dry_run_output = output
@@ -237,10 +347,7 @@ class SourcePatch:
                     f"{self.name} is already applied to {self.package} at {self.root}; "
                     f"revert it first (patch -R) or leave it as it is"
                 )
-            raise PatchError(
-                f"{self.name} does not apply cleanly to {self.package} "
-                f"{self.record.package_version or ''} at {self.root}:\n{output}"
-            )
+            return self._not_applicable(output or "GNU patch failed")
         if "fuzz" in output:
             raise PatchError(f"{self.name} applies only with fuzz, refusing to guess:\n{output}")
         if "offset" in output:
@@ -254,6 +361,8 @@ class SourcePatch:
         if self.applied:
             return self.record
         self.check()
+        if self.upstream:
+            return self.record
         for rel in self.files:
             path = self.root / rel
             if not path.stat().st_mode & 0o200:

@@ -307,6 +307,9 @@ class RunProgress:
         for row in new:
             window = _window(row)
             running = _running(decode, *window) if window else None
+            whole = _window({k: row.get(k) for k in ("start_time", "end_time")})
+            if running is None and whole:  # decode lines are seconds apart: the whole level then
+                running = _running(decode, *whole)
             power = _power(gpu, *window) if window else None
             line = format_level_line(phase.folder.name, row, running=running, power=power)
             self._emit(line)

@@ -10,6 +10,13 @@ their annotations and defaults, and the ``parser.add_argument`` calls of
 Usage::
 
     python scripts/build_sglang_flags.py PATH [--version V] [--commit C] [-o OUT]
+    python scripts/build_sglang_flags.py --python .engines/sglang-0.5.23/bin/python \
+        --wheel-sha256 SHA -o glm5lib/_sglang_flags_0_5_23.py
+
+The second form is the truth where SGLang imports: it runs ``scripts/sglang_env/dump_parser.py``
+with that interpreter (an environment built by ``scripts/sglang_envs.py``), which calls
+``ServerArgs.add_cli_args`` on a fresh argparse parser and reads ``ServerArgs``' own fields
+(a dataclass, or a msgspec Struct from the 0.5.1x releases on); no source reading involved.
 
 PATH is a SGLang git checkout, an unpacked sglang wheel or sdist (the folder holding
 ``sglang/``), or ``server_args.py`` itself. The SGLang version and commit are taken from the
@@ -24,12 +31,16 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
+import json
 import pprint
 import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from glm5lib.config.sglang_parser import from_parser_dump
 
 OUT_DEFAULT = Path(__file__).resolve().parent.parent / "glm5lib" / "_sglang_flags.py"
 _UNRESOLVED = object()
@@ -354,15 +365,47 @@ FIELDS_WITHOUT_FLAG = {no_flag}
 '''
 
 
+def main_from_parser(args: argparse.Namespace) -> int:
+    dumper = Path(__file__).resolve().parent.parent / "glm5lib" / "config" / "sglang_parser.py"
+    done = subprocess.run([args.python, str(dumper)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.exit(f"{args.python} {dumper} failed:\n{done.stderr[-3000:]}")
+    dump = json.loads(done.stdout)
+    catalogue = from_parser_dump(dump)  # the same conversion glm5lib uses at run time
+    version = args.version or dump["version"]
+    source = {
+        "version": version,
+        "commit": args.commit,
+        "origin": args.origin or f"PyPI wheel sglang-{version}, read from its own parser (ServerArgs.add_cli_args)",
+        "file": "python/sglang/srt/server_args.py",
+        "wheel_sha256": args.wheel_sha256,
+    }
+    no_flag = [e["field"] for e in catalogue if e["in_server_args"] and not e["flags"]]
+    text = HEADER.format(
+        source=", ".join(f"{k} {v}" for k, v in source.items() if v and k != "file"),
+        source_dict=pprint.pformat(source, width=100, sort_dicts=False),
+        flags=pprint.pformat(catalogue, width=100, sort_dicts=False),
+        no_flag=pprint.pformat(no_flag, width=100),
+    ).replace("(source: ", "(read from the installed package's own parser; source: ")
+    args.out.write_text(text)
+    print(f"wrote {args.out}: {len(catalogue)} entries, {len(no_flag)} fields without a flag")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("path", type=Path, help="SGLang checkout, unpacked wheel, or server_args.py")
+    parser.add_argument("path", type=Path, nargs="?", help="SGLang checkout, unpacked wheel, or server_args.py")
+    parser.add_argument("--python", help="interpreter of an environment with SGLang installed: read its parser")
+    parser.add_argument("--wheel-sha256", help="sha256 of the sglang wheel installed there, recorded")
     parser.add_argument("--version", help="SGLang version to record (default: from the checkout)")
     parser.add_argument("--commit", help="SGLang commit to record (default: from the checkout)")
     parser.add_argument("--origin", default=None, help="where the source came from, recorded verbatim")
     parser.add_argument("-o", "--out", type=Path, default=OUT_DEFAULT)
     args = parser.parse_args(argv)
-
+    if args.python:
+        return main_from_parser(args)
+    if args.path is None:
+        parser.error("give PATH or --python")
     server_args = find_server_args(args.path)
     identity = source_identity(server_args)
     if args.version:

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from glm5lib import config as cfgmod
+from glm5lib.cli import config as cli_config
 from glm5lib.config import (
     SGLANG_FLAGS,
     SGLANG_SOURCE,
@@ -273,7 +274,8 @@ def test_from_server_args_keeps_only_non_defaults_and_extras():
     assert "moe_runner_backend" not in cfg.explicit and cfg.moe_runner_backend == "auto"
     assert "api_key" not in cfg.explicit
     assert cfg.extras == {"max_total_num_tokens": 123456, "version": "0.5.9"}
-    assert cfg.diff(ServerConfig.load("k2-thinking-reference")).keys() == {"model_path"}
+    # the shipped reference also runs with --enable-metrics, which this log did not
+    assert cfg.diff(ServerConfig.load("k2-thinking-reference")).keys() == {"model_path", "enable_metrics"}
 
 
 def test_from_server_args_strict_rejects_unknown_keys():
@@ -360,7 +362,7 @@ def test_to_frame_lists_explicit_fields():
 def _run_cli(capsys, *argv: str) -> tuple[int, str]:
     """Run ``glm5 config ...`` through this module's own sub-command registration."""
     parser = argparse.ArgumentParser(prog="glm5")
-    cfgmod.register_cli(parser.add_subparsers(dest="command"))
+    cli_config.register_cli(parser.add_subparsers(dest="command"))
     args = parser.parse_args(list(argv))
     try:
         code = args.func(args)

@@ -123,3 +123,42 @@ def test_record_modelled_says_not_applied(tmp_path):
     assert record.status == saved["status"] == "modelled"
     assert "stand-in" in saved["note"]
     assert saved["files"] == ["sglang/srt/model_executor/model_runner.py"]
+
+
+def _release(site, version):
+    (site / f"sglang-{version}.dist-info").mkdir()
+
+
+def test_change_already_upstream_is_reported_and_nothing_is_applied(site, tmp_path):
+    # as in 0.5.23: the function moved to runner/flashinfer_autotune.py and lists the backend
+    (site / "sglang/srt/model_executor/model_runner.py").write_text("class ModelRunner:\n    pass\n")
+    moved = site / "sglang/srt/model_executor/runner/flashinfer_autotune.py"
+    moved.parent.mkdir()
+    moved.write_text(
+        "def should_run_flashinfer_autotune(backend_str):\n"
+        "    moe_needs_autotune = backend_str in [\n"
+        '        "flashinfer_trtllm",\n        "flashinfer_trtllm_routed",\n'
+        '        "flashinfer_mxfp4",\n        "flashinfer_cutlass",\n    ]\n'
+        "    if not moe_needs_autotune:\n        return False\n    return True\n"
+    )
+    _release(site, "0.5.23")
+    before = moved.read_text()
+    p = patching.SourcePatch(SHIPPED, root=site, record_dir=tmp_path / "rec")
+    record = p.apply()
+    assert record.status == "upstream" and p.upstream
+    assert "0.5.23" in record.note
+    assert "sglang/srt/model_executor/runner/flashinfer_autotune.py:6" in record.note
+    assert moved.read_text() == before
+    assert json.loads((tmp_path / "rec" / "patch.json").read_text())["status"] == "upstream"
+    p.revert()  # nothing to undo
+    assert moved.read_text() == before
+
+
+def test_code_that_moved_is_found_and_named(site):
+    (site / "sglang/srt/model_executor/model_runner.py").write_text("class ModelRunner:\n    pass\n")
+    moved = site / "sglang/srt/model_executor/autotune.py"
+    moved.write_text(MODEL_RUNNER)
+    _release(site, "0.5.99")
+    with pytest.raises(PatchError, match=r"0\.5\.99 the code this diff changes moved to sglang/srt/model_executor/autotune\.py:\d+"):
+        patching.SourcePatch(SHIPPED, root=site).check()
+    assert moved.read_text() == MODEL_RUNNER

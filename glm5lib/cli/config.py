@@ -1,7 +1,122 @@
-"""``glm5 ...``: the command line of :mod:`glm5lib.config`."""
+"""``glm5 config``: list, show, diff and turn into argv SGLang server configs."""
 
 from __future__ import annotations
 
-from glm5lib.config import register_cli
+import argparse
+import json
+
+from glm5lib.config import (
+    SGLANG_FLAGS,
+    SGLANG_SOURCE,
+    ServerConfig,
+    _parse_assignment,
+    _type_name,
+    mask_value,
+    shipped_configs,
+)
+from glm5lib.errors import ConfigError
 
 __all__ = ["register_cli"]
+
+
+def _resolve_config(text: str) -> ServerConfig:
+    return ServerConfig.load(text)
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    action = args.config_command
+    if action == "list":
+        for name, path in shipped_configs().items():
+            config = ServerConfig.load(path)
+            print(f"{name:28s} {config.meta.get('description', '')}")
+        return 0
+    if action == "flags":
+        pattern = (args.pattern or "").lower().replace("-", "_")
+        print(f"# SGLang {SGLANG_SOURCE.get('version')} ({SGLANG_SOURCE.get('origin') or SGLANG_SOURCE.get('commit')})")
+        for spec in SGLANG_FLAGS.values():
+            if pattern and pattern not in spec.field and pattern not in " ".join(spec.flags).replace("-", "_"):
+                continue
+            choices = f" choices={list(spec.choices)}" if spec.choices else ""
+            default = spec.default if spec.default_expr is None else spec.default_expr
+            print(f"{spec.field:40s} {' '.join(spec.flags):45s} {_type_name(spec):14s} default={default!r}{choices}")
+        return 0
+    if action == "check":
+        argv = list(args.argv)
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        config = ServerConfig.from_argv(argv)
+        config.validate(require_model=False)
+        print(json.dumps(config.to_dict(mask=True), indent=2))
+        return 0
+    config = _resolve_config(args.config)
+    changes = dict(_parse_assignment(item) for item in (args.set or []))
+    if changes:
+        config = config.with_changes(**changes)
+    if action == "show":
+        data = config.to_dict(full=args.all, mask=True)
+        if args.json:
+            print(json.dumps(data, indent=2))
+        else:
+            if config.meta.get("description"):
+                print(f"# {config.meta['description']}")
+            for name, value in data.items():
+                marker = "" if name in config.explicit else "  (default)"
+                print(f"{name:40s} {value!r}{marker}")
+        return 0
+    if action == "argv":
+        if args.json:
+            masked = ServerConfig._make({k: mask_value(k, v) for k, v in config.explicit.items()})
+            print(json.dumps(masked.to_argv()))
+        else:
+            print(config.to_shell(module=args.module))
+        return 0
+    if action == "diff":
+        other = _resolve_config(args.other)
+        differences = config.diff(other)
+        if args.json:
+            print(json.dumps({k: [mask_value(k, a), mask_value(k, b)] for k, (a, b) in differences.items()}, indent=2))
+            return 0
+        if not differences:
+            print("no differences")
+            return 0
+        left, right = config.name or args.config, other.name or args.other
+        print(f"{'field':40s} {left:>24s} {right:>24s}")
+        for name, (mine, theirs) in differences.items():
+            print(f"{name:40s} {mask_value(name, mine)!r:>24} {mask_value(name, theirs)!r:>24}")
+        return 1 if args.exit_code else 0
+    raise ConfigError(f"unknown config action {action!r}", valid=["list", "flags", "check", "show", "argv", "diff"])
+
+
+def register_cli(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``glm5 config`` (list/show/argv/diff/flags/check)."""
+    parser = subparsers.add_parser(
+        "config",
+        help="show, diff and turn into argv SGLang server configs",
+        description="Work with SGLang server configs: shipped ones by name (see 'glm5 config list') or JSON files.",
+    )
+    sub = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
+    sub.add_parser("list", help="list the shipped configs")
+    flags = sub.add_parser("flags", help="search the catalogue of SGLang flags")
+    flags.add_argument("pattern", nargs="?", help="substring of a field or flag name")
+    check = sub.add_parser(
+        "check", help="validate sglang.launch_server arguments (after '--')",
+        description="Validate launch_server arguments: glm5 config check -- --model-path M --tp 8",
+    )
+    check.add_argument("argv", nargs=argparse.REMAINDER, help="the launch_server arguments")
+    for name, text in (
+        ("show", "show a config's fields (secrets masked)"),
+        ("argv", "print the launch command for a config"),
+        ("diff", "fields that differ between two configs"),
+    ):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("config", help="shipped config name or JSON file")
+        if name == "diff":
+            p.add_argument("other", help="shipped config name or JSON file to compare with")
+            p.add_argument("--exit-code", action="store_true", help="exit 1 when the configs differ")
+        if name == "show":
+            p.add_argument("--all", action="store_true", help="include every field with its default")
+        if name == "argv":
+            p.add_argument("--module", default="sglang.launch_server", help="module to run (e.g. glm5lib.sim)")
+        p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a field first (repeatable)")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(func=_cmd_config)

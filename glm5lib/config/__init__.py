@@ -20,113 +20,58 @@ them, but are written as ``"***"`` by :meth:`ServerConfig.save`, ``repr`` and th
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import json
 import logging
 import math
-import re
 import shlex
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from glm5lib._sglang_flags import FLAGS as _RAW_FLAGS
-from glm5lib._sglang_flags import SOURCE as _RAW_SOURCE
+from glm5lib.config.releases import (
+    DEFAULT_RELEASE,
+    NEWEST_RELEASE,
+    RENAMED,
+    Catalogue,
+    FlagSpec,
+    catalogue,
+    guess_release,
+)
 from glm5lib.errors import ConfigError
+from glm5lib.masking import MASK, is_secret_name
 from glm5lib.paths import data_dir
 
 __all__ = [
+    "DEFAULT_RELEASE",
     "MASK",
+    "NEWEST_RELEASE",
+    "RENAMED",
     "SECRET_FIELDS",
     "SGLANG_FLAGS",
     "SGLANG_SOURCE",
     "FlagSpec",
     "ServerConfig",
+    "catalogue",
     "field_for",
     "flag_for",
     "mask_value",
-    "register_cli",
     "shipped_configs",
 ]
 
 logger = logging.getLogger(__name__)
 
-MASK = "***"
 #: Fields whose values are credentials; never written or shown in clear.
 SECRET_FIELDS = frozenset({"api_key", "admin_api_key"})
-_SECRET_NAME = re.compile(r"(api_key|secret|password|passwd|hf_token|auth_token|access_token)", re.I)
 
 CONFIG_FORMAT = "glm5lib.server_config/1"
 
 
-@dataclass(frozen=True)
-class FlagSpec:
-    """One ``sglang.launch_server`` flag, as read from SGLang's ``server_args.py``."""
-
-    field: str
-    flags: tuple[str, ...]
-    value_type: str  # int | float | bool | str | list | json | none (deprecated, takes no value)
-    default: Any
-    annotation: str | None = None
-    item_type: str | None = None
-    default_expr: str | None = None
-    required: bool = False
-    action: str | None = None
-    nargs: str | None = None
-    choices: tuple[Any, ...] | None = None
-    help: str = ""
-    deprecated: bool = False
-    in_server_args: bool = True
-
-    @property
-    def flag(self) -> str:
-        """The canonical spelling (the first one SGLang registers)."""
-        return self.flags[0]
-
-    @property
-    def nullable(self) -> bool:
-        """Whether ``None`` is a legal value (SGLang's 'unset, decide automatically')."""
-        return self.default is None or bool(self.annotation and "Optional" in self.annotation)
-
-    @property
-    def takes_value(self) -> bool:
-        return self.value_type not in ("bool", "none")
-
-
-def _load_catalogue() -> dict[str, FlagSpec]:
-    out: dict[str, FlagSpec] = {}
-    for raw in _RAW_FLAGS:
-        choices = raw.get("choices")
-        out[raw["field"]] = FlagSpec(
-            field=raw["field"],
-            flags=tuple(raw["flags"]) + tuple(raw.get("alias_flags") or ()),
-            value_type=raw["value_type"],
-            default=raw["default"],
-            annotation=raw.get("annotation"),
-            item_type=raw.get("item_type"),
-            default_expr=raw.get("default_expr"),
-            required=bool(raw.get("required")),
-            action=raw.get("action"),
-            nargs=raw.get("nargs"),
-            choices=tuple(choices) if choices is not None else None,
-            help=raw.get("help") or "",
-            deprecated=bool(raw.get("deprecated")),
-            in_server_args=bool(raw.get("in_server_args", True)),
-        )
-    return out
-
-
 #: field name -> FlagSpec, in SGLang's field-definition order.
-SGLANG_FLAGS: Mapping[str, FlagSpec] = _load_catalogue()
+SGLANG_FLAGS: Mapping[str, FlagSpec] = catalogue(DEFAULT_RELEASE).specs
 #: Which SGLang the catalogue was generated from: version, commit, origin, file, sha256.
-SGLANG_SOURCE: Mapping[str, Any] = dict(_RAW_SOURCE)
+SGLANG_SOURCE: Mapping[str, Any] = catalogue(DEFAULT_RELEASE).source
 
-_FLAG_TO_FIELD: dict[str, str] = {
-    flag: spec.field for spec in SGLANG_FLAGS.values() for flag in spec.flags
-}
-_LONG_FLAGS = sorted(f for f in _FLAG_TO_FIELD if f.startswith("--"))
 
 # Bounds SGLang enforces late (or not at all) and that a config can be checked against early.
 # (low, high, low_inclusive); chunked_prefill_size also takes -1 ("disable chunking").
@@ -149,30 +94,36 @@ def _closest(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
     return difflib.get_close_matches(word, list(candidates), n=n, cutoff=0.6)
 
 
-def _unknown_field_error(name: str, what: str = "SGLang server argument") -> ConfigError:
-    close = _closest(name, SGLANG_FLAGS)
+def _unknown_field_error(
+    name: str, what: str = "SGLang server argument", cat: Catalogue | None = None
+) -> ConfigError:
+    cat = cat or catalogue(DEFAULT_RELEASE)
+    close = _closest(name, cat.specs)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return ConfigError(
-        f"unknown {what} {name!r}{hint} (SGLang {SGLANG_SOURCE.get('version')} knows "
-        f"{len(SGLANG_FLAGS)} fields; see glm5lib.config.SGLANG_FLAGS)",
+        f"unknown {what} {name!r}{hint} (SGLang {cat.release} knows "
+        f"{len(cat.specs)} fields; see glm5lib.config.catalogue({cat.release!r}))",
         field=name,
-        valid=close or sorted(SGLANG_FLAGS),
+        valid=close or sorted(cat.specs),
     )
 
 
-def flag_for(field: str) -> str:
+def flag_for(field: str, release: str | None = None) -> str:
     """The canonical command-line flag of a ServerArgs field (``fp4_gemm_runner_backend`` -> ``--fp4-gemm-backend``)."""
-    spec = SGLANG_FLAGS.get(field)
-    if spec is None:
-        raise _unknown_field_error(field)
-    return spec.flag
+    cat = catalogue(release or DEFAULT_RELEASE)
+    name = cat.field_name(field)
+    if name is None:
+        raise _unknown_field_error(field, cat=cat)
+    return cat.specs[name].flag
 
 
-def field_for(flag: str) -> str:
+def field_for(flag: str, release: str | None = None) -> str:
     """The ServerArgs field a flag sets (``--fp4-gemm-backend`` or ``--tp-size`` -> field name).
 
     Accepts every spelling SGLang registers and, like argparse, an unambiguous prefix.
     """
+    cat = catalogue(release or DEFAULT_RELEASE)
+    _FLAG_TO_FIELD, _LONG_FLAGS = cat.flag_to_field, cat.long_flags
     name = flag.split("=", 1)[0]
     if not name.startswith("-"):
         name = "--" + name
@@ -196,7 +147,7 @@ def field_for(flag: str) -> str:
 
 
 def is_secret(field: str) -> bool:
-    return field in SECRET_FIELDS or bool(_SECRET_NAME.search(field))
+    return field in SECRET_FIELDS or is_secret_name(field)
 
 
 def mask_value(field: str, value: Any) -> Any:
@@ -367,22 +318,19 @@ class ServerConfig:
     :func:`glm5lib.server.launch`.
     """
 
-    __slots__ = ("_extras", "_meta", "_values")
+    __slots__ = ("_cat", "_extras", "_meta", "_values")
 
-    def __init__(self, **fields: Any):
-        values: dict[str, Any] = {}
-        for name, value in fields.items():
-            spec = SGLANG_FLAGS.get(name)
-            if spec is None:
-                raise _unknown_field_error(name)
-            values[name] = _check_value(spec, value)
-        object.__setattr__(self, "_values", self._ordered(values))
+    def __init__(self, release: str | None = None, **fields: Any):
+        cat = catalogue(release)
+        values = _checked(cat, fields)
+        object.__setattr__(self, "_cat", cat)
+        object.__setattr__(self, "_values", self._ordered(values, cat))
         object.__setattr__(self, "_extras", {})
         object.__setattr__(self, "_meta", {})
 
     @staticmethod
-    def _ordered(values: Mapping[str, Any]) -> dict[str, Any]:
-        return {name: values[name] for name in SGLANG_FLAGS if name in values}
+    def _ordered(values: Mapping[str, Any], cat: Catalogue) -> dict[str, Any]:
+        return {name: values[name] for name in cat.specs if name in values}
 
     @classmethod
     def _make(
@@ -390,12 +338,32 @@ class ServerConfig:
         values: Mapping[str, Any],
         extras: Mapping[str, Any] | None = None,
         meta: Mapping[str, Any] | None = None,
+        cat: Catalogue | None = None,
     ) -> ServerConfig:
+        cat = cat or catalogue()
         config = cls.__new__(cls)
-        object.__setattr__(config, "_values", cls._ordered(values))
+        object.__setattr__(config, "_cat", cat)
+        object.__setattr__(config, "_values", cls._ordered(values, cat))
         object.__setattr__(config, "_extras", dict(extras or {}))
         object.__setattr__(config, "_meta", dict(meta or {}))
         return config
+
+    @property
+    def release(self) -> str:
+        """The SGLang release this config is checked against and rendered for."""
+        return self._cat.release
+
+    @property
+    def catalogue(self) -> Catalogue:
+        """The flag catalogue of :attr:`release`."""
+        return self._cat
+
+    def for_release(self, release: str) -> ServerConfig:
+        """The same settings for another release: renamed fields follow (``cuda_graph_max_bs``
+        <-> ``cuda_graph_max_bs_decode``); a field the target lacks raises ConfigError."""
+        cat = catalogue(release)
+        values = _checked(cat, self._values)
+        return self._make(values, self._extras, self._meta, cat)
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -403,12 +371,15 @@ class ServerConfig:
         if name.startswith("_"):
             raise AttributeError(name)
         values = object.__getattribute__(self, "_values")
-        if name in values:
-            return values[name]
-        spec = SGLANG_FLAGS.get(name)
-        if spec is not None:
-            return spec.default
-        close = _closest(name, SGLANG_FLAGS)
+        cat = object.__getattribute__(self, "_cat")
+        field = cat.field_name(name)
+        if name == "disable_cuda_graph" and field not in values:
+            return _graphs_off(values)
+        if field in values:
+            return values[field]
+        if field is not None:
+            return cat.specs[field].default
+        close = _closest(name, cat.specs)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise AttributeError(f"ServerConfig has no field {name!r}{hint}")
 
@@ -419,8 +390,8 @@ class ServerConfig:
 
     def get(self, field: str) -> Any:
         """The value of ``field`` (its SGLang default when not set); unknown fields raise ConfigError."""
-        if field not in SGLANG_FLAGS:
-            raise _unknown_field_error(field)
+        if self._cat.field_name(field) is None:
+            raise _unknown_field_error(field, cat=self._cat)
         return getattr(self, field)
 
     @property
@@ -459,12 +430,13 @@ class ServerConfig:
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={mask_value(k, v)!r}" for k, v in self._values.items())
-        return f"ServerConfig({inner})"
+        pin = "" if self._cat.release == DEFAULT_RELEASE else f"release={self._cat.release!r}, "
+        return f"ServerConfig({pin}{inner})"
 
     def to_dict(self, *, full: bool = False, mask: bool = False) -> dict[str, Any]:
         """Explicit fields (``full=True``: every field, defaults included) as a plain dict."""
         if full:
-            data = {name: getattr(self, name) for name, spec in SGLANG_FLAGS.items() if spec.in_server_args}
+            data = {name: getattr(self, name) for name, spec in self._cat.specs.items() if spec.in_server_args}
             data.update({k: v for k, v in self._values.items() if k not in data})
         else:
             data = dict(self._values)
@@ -476,13 +448,14 @@ class ServerConfig:
         """A pandas DataFrame (field, flag, value, default, explicit) for display in a notebook."""
         import pandas as pd
 
-        names = [n for n in SGLANG_FLAGS if full or n in self._values]
+        specs = self._cat.specs
+        names = [n for n in specs if full or n in self._values]
         rows = [
             {
                 "field": n,
-                "flag": SGLANG_FLAGS[n].flag,
+                "flag": specs[n].flag,
                 "value": mask_value(n, getattr(self, n)),
-                "default": SGLANG_FLAGS[n].default,
+                "default": specs[n].default,
                 "explicit": n in self._values,
             }
             for n in names
@@ -494,39 +467,42 @@ class ServerConfig:
     def validate(self, *, require_model: bool = True) -> ServerConfig:
         """Check the whole config (values and cross-field rules); returns self or raises ConfigError."""
         for name, value in self._values.items():
-            _check_value(SGLANG_FLAGS[name], value)
+            _check_value(self._cat.specs[name], value)
         if require_model and not self._values.get("model_path"):
             raise ConfigError(
                 "model_path (--model-path) is required to launch SGLang",
                 field="model_path", valid=["a local folder or a Hugging Face repo id"],
             )
-        if self.disable_cuda_graph and "cuda_graph_max_bs" in self._values:
-            logger.warning("cuda_graph_max_bs is set but disable_cuda_graph=True: it has no effect")
+        max_bs = self._cat.field_name("cuda_graph_max_bs")
+        if self.disable_cuda_graph and max_bs in self._values:
+            logger.warning("%s is set but CUDA graphs are off: it has no effect", max_bs)
         return self
 
     # -- building --------------------------------------------------------------------------
 
     @classmethod
-    def from_argv(cls, argv: Sequence[str] | str) -> ServerConfig:
+    def from_argv(cls, argv: Sequence[str] | str, *, release: str | None = None) -> ServerConfig:
         """Parse ``sglang.launch_server`` arguments (a list, or a command-line string).
 
         A leading ``python -m sglang.launch_server`` (or ``glm5lib.sim``) is skipped. Every
         spelling and unambiguous prefix SGLang's argparse accepts is accepted; an unknown flag
         raises ConfigError naming the closest valid one.
         """
-        config, rest = cls.parse_known_argv(argv)
+        config, rest = cls.parse_known_argv(argv, release=release)
         if rest:
             first = rest[0]
             if first.startswith("-"):
-                field_for(first)  # raises with the closest valid flag
+                field_for(first, config.release)  # raises with the closest valid flag
             raise ConfigError(
                 f"unexpected argument {first!r} in the SGLang command line (values follow their flag)",
-                field=first, valid=_LONG_FLAGS,
+                field=first, valid=config.catalogue.long_flags,
             )
         return config
 
     @classmethod
-    def parse_known_argv(cls, argv: Sequence[str] | str) -> tuple[ServerConfig, list[str]]:
+    def parse_known_argv(
+        cls, argv: Sequence[str] | str, *, release: str | None = None
+    ) -> tuple[ServerConfig, list[str]]:
         """Like :meth:`from_argv` but returns the tokens it does not know instead of raising.
 
         For programs that take SGLang's flags plus their own (the stand-in's ``--sim-*``):
@@ -535,6 +511,7 @@ class ServerConfig:
         """
         tokens = shlex.split(argv) if isinstance(argv, str) else [str(t) for t in argv]
         tokens = _strip_launcher(tokens)
+        cat = catalogue(release)
         values: dict[str, Any] = {}
         rest: list[str] = []
         i = 0
@@ -546,7 +523,7 @@ class ServerConfig:
                 continue
             name, has_inline, inline = token.partition("=")
             try:
-                field = field_for(name)
+                field = field_for(name, cat.release)
             except ConfigError as exc:
                 if "ambiguous" in str(exc):
                     raise
@@ -555,7 +532,7 @@ class ServerConfig:
                     rest.append(tokens[i])
                     i += 1
                 continue
-            spec = SGLANG_FLAGS[field]
+            spec = cat.specs[field]
             if spec.value_type in ("bool", "none"):
                 if has_inline:
                     raise ConfigError(
@@ -565,7 +542,9 @@ class ServerConfig:
                 if spec.value_type == "none":
                     logger.warning("%s is deprecated in SGLang and ignored", spec.flag)
                     continue
-                values[field] = spec.action != "store_false"
+                values[field] = spec.action != "store_false" and not (
+                    spec.action == "boolean_optional" and name.startswith("--no-")
+                )
                 continue
             if spec.value_type == "list":
                 items = [inline] if has_inline else []
@@ -592,12 +571,12 @@ class ServerConfig:
                     field=field, valid=[str(c) for c in spec.choices] if spec.choices else [_type_name(spec)],
                 )
             values[field] = _convert_token(spec, raw)
-        checked = {name: _check_value(SGLANG_FLAGS[name], value) for name, value in values.items()}
-        return cls._make(checked), rest
+        checked = {name: _check_value(cat.specs[name], value) for name, value in values.items()}
+        return cls._make(checked, cat=cat), rest
 
     @classmethod
     def from_server_args(
-        cls, server_args: Mapping[str, Any] | str, *, strict: bool = False
+        cls, server_args: Mapping[str, Any] | str, *, strict: bool = False, release: str | None = None
     ) -> ServerConfig:
         """From a logged ``server_args=ServerArgs(...)`` dict (or line) or ``/get_server_info``.
 
@@ -605,7 +584,8 @@ class ServerConfig:
         reads like the command line that produced them. Keys the catalogue does not know go to
         :attr:`extras` (``strict=True``: ConfigError). Values SGLang accepted but this catalogue
         rejects (a newer backend name, say) are kept with a warning unless ``strict``.
-        A masked secret (``"***"``) is dropped.
+        A masked secret (``"***"``) is dropped. The release is ``release``, else the payload's
+        ``version`` (``/get_server_info``), else the bundled release whose fields fit best.
         """
         if isinstance(server_args, str):
             from glm5lib import logs  # the log parser reads the ServerArgs repr
@@ -613,15 +593,15 @@ class ServerConfig:
             server_args = logs.parse_server_args(server_args)
         values: dict[str, Any] = {}
         extras: dict[str, Any] = {}
-        aliases = {spec.field: spec.field for spec in SGLANG_FLAGS.values()}
+        cat = catalogue(release or guess_release(server_args))
         for name, value in server_args.items():
-            field = aliases.get(name)
+            field = name if name in cat.specs else None
             if field is None:
                 if strict:
-                    raise _unknown_field_error(name)
+                    raise _unknown_field_error(name, cat=cat)
                 extras[name] = value
                 continue
-            spec = SGLANG_FLAGS[field]
+            spec = cat.specs[field]
             if is_secret(field) and value == MASK:
                 continue
             if spec.value_type == "none":
@@ -637,32 +617,39 @@ class ServerConfig:
                     raise
                 logger.warning("keeping %s=%r as the server reported it: %s", field, value, exc)
                 values[field] = value
-        return cls._make(values, extras)
+        return cls._make(values, extras, cat=cat)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> ServerConfig:
-        """From the content of a config file: ``{"server_args": {...}}``, ``{"argv": [...]}`` or flat fields."""
+    def from_dict(
+        cls, data: Mapping[str, Any], *, source: str | None = None, release: str | None = None
+    ) -> ServerConfig:
+        """From the content of a config file: ``{"server_args": {...}}``, ``{"argv": [...]}`` or flat fields.
+
+        The release is ``release``, else the file's ``sglang_version`` (it pins the config),
+        else the default (the installed SGLang, or :data:`DEFAULT_RELEASE`).
+        """
         where = f" in {source}" if source else ""
         if not isinstance(data, Mapping):
             raise ConfigError(f"a server config must be a JSON object{where}, got {type(data).__name__}")
         meta = {k: data[k] for k in ("name", "description", "source", "notes") if k in data}
+        release = release or data.get("sglang_version")
         if "argv" in data:
-            config = cls.from_argv(data["argv"])
+            config = cls.from_argv(data["argv"], release=release)
             if "server_args" in data:
                 config = config.with_changes(**data["server_args"])
         elif "server_args" in data:
             args = data["server_args"]
             if not isinstance(args, Mapping):
                 raise ConfigError(f"'server_args'{where} must be an object of ServerArgs fields")
-            config = cls(**{k: v for k, v in args.items() if not (is_secret(k) and v == MASK)})
+            config = cls(release, **{k: v for k, v in args.items() if not (is_secret(k) and v == MASK)})
         else:
             reserved = {"format", "name", "description", "source", "notes", "sglang_version"}
-            config = cls(**{k: v for k, v in data.items() if k not in reserved and not (is_secret(k) and v == MASK)})
-        return cls._make(config._values, config._extras, {**config._meta, **meta})
+            config = cls(release, **{k: v for k, v in data.items() if k not in reserved and not (is_secret(k) and v == MASK)})
+        return cls._make(config._values, config._extras, {**config._meta, **meta}, config._cat)
 
     @classmethod
-    def load(cls, name_or_path: str | Path) -> ServerConfig:
-        """A shipped config by name (``"glm5-baseline"``) or a JSON file by path."""
+    def load(cls, name_or_path: str | Path, *, release: str | None = None) -> ServerConfig:
+        """A shipped config by name (``"glm5-baseline"``) or a JSON file by path (see :meth:`from_dict` for ``release``)."""
         shipped = shipped_configs()
         text_name = str(name_or_path)
         path = Path(name_or_path)
@@ -680,9 +667,9 @@ class ServerConfig:
             data = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
             raise ConfigError(f"{path} is not valid JSON: {exc}", field="config") from None
-        config = cls.from_dict(data, source=str(path))
+        config = cls.from_dict(data, source=str(path), release=release)
         meta = {"name": path.stem, **config._meta, "path": str(path)}
-        return cls._make(config._values, config._extras, meta)
+        return cls._make(config._values, config._extras, meta, config._cat)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -697,7 +684,7 @@ class ServerConfig:
         data = {
             "format": CONFIG_FORMAT,
             **meta,
-            "sglang_version": SGLANG_SOURCE.get("version"),
+            "sglang_version": self.release,
             "server_args": self.to_dict(mask=True),
         }
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -707,9 +694,20 @@ class ServerConfig:
     def to_argv(self) -> list[str]:
         """The ``sglang.launch_server`` arguments (without the launcher), secrets in clear."""
         argv: list[str] = []
+        specs = self._cat.specs
         for name, value in self._values.items():
-            spec = SGLANG_FLAGS[name]
+            spec = specs[name]
             if spec.value_type == "none" or value is None:
+                continue
+            if name == "disable_cuda_graph" and spec.deprecated and self._cat.graphs_by_phase:
+                # the release's own spelling of "CUDA graphs off" (the old switch warns there)
+                for phase in ("decode", "prefill"):
+                    if value and f"cuda_graph_backend_{phase}" not in self._values:
+                        argv.extend([specs[f"cuda_graph_backend_{phase}"].flag, "disabled"])
+                continue
+            if spec.action == "boolean_optional":
+                if value != spec.default:
+                    argv.append(spec.flag if value else f"--no-{spec.flag[2:]}")
                 continue
             if spec.value_type == "bool":
                 want_flag = value if spec.action != "store_false" else not value
@@ -746,37 +744,62 @@ class ServerConfig:
     # -- comparing and changing --------------------------------------------------------------
 
     def diff(self, other: ServerConfig) -> dict[str, tuple[Any, Any]]:
-        """Fields whose effective values differ: ``{field: (mine, theirs)}`` in SGLang's order."""
+        """Fields whose effective values differ: ``{field: (mine, theirs)}`` in SGLang's order.
+
+        Across releases, renamed fields line up (a 0.5.9 ``cuda_graph_max_bs`` with 0.5.23's
+        ``cuda_graph_max_bs_decode``, keyed by this config's name) and "CUDA graphs off" is
+        compared as intent, whichever flags spelled it.
+        """
         if not isinstance(other, ServerConfig):
             raise TypeError(f"diff needs a ServerConfig, got {type(other).__name__}")
-        names = set(self._values) | set(other._values)
+        names = set(self._values) | {self._cat.field_name(n) or n for n in other._values}
+        if "cuda_graph_backend_decode" in names or "disable_cuda_graph" in names:
+            names.add("disable_cuda_graph")
         out: dict[str, tuple[Any, Any]] = {}
-        for name in SGLANG_FLAGS:
+        order = list(self._cat.specs) + [n for n in names if n not in self._cat.specs]
+        for name in order:
             if name not in names:
                 continue
-            mine, theirs = getattr(self, name), getattr(other, name)
+            mine = getattr(self, name) if self._cat.field_name(name) else None
+            theirs = getattr(other, name) if other._cat.field_name(name) else None
             if not _same(mine, theirs):
                 out[name] = (mine, theirs)
         return out
 
     def with_changes(self, **fields: Any) -> ServerConfig:
         """A copy with ``fields`` set (validated); the original is unchanged."""
-        values = dict(self._values)
-        for name, value in fields.items():
-            spec = SGLANG_FLAGS.get(name)
-            if spec is None:
-                raise _unknown_field_error(name)
-            values[name] = _check_value(spec, value)
+        values = {**self._values, **_checked(self._cat, fields)}
         meta = {k: v for k, v in self._meta.items() if k not in ("path",)}
-        return self._make(values, self._extras, meta)
+        return self._make(values, self._extras, meta, self._cat)
 
     def without(self, *fields: str) -> ServerConfig:
         """A copy where ``fields`` are unset again (back to SGLang's defaults)."""
+        names = set()
         for name in fields:
-            if name not in SGLANG_FLAGS:
-                raise _unknown_field_error(name)
-        values = {k: v for k, v in self._values.items() if k not in fields}
-        return self._make(values, self._extras, {k: v for k, v in self._meta.items() if k != "path"})
+            field = self._cat.field_name(name)
+            if field is None:
+                raise _unknown_field_error(name, cat=self._cat)
+            names.add(field)
+        values = {k: v for k, v in self._values.items() if k not in names}
+        return self._make(values, self._extras, {k: v for k, v in self._meta.items() if k != "path"}, self._cat)
+
+
+def _checked(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` under ``cat``'s names (renamed ones follow), each value validated."""
+    values: dict[str, Any] = {}
+    for name, value in fields.items():
+        field = cat.field_name(name)
+        if field is None:
+            raise _unknown_field_error(name, cat=cat)
+        values[field] = _check_value(cat.specs[field], value)
+    return values
+
+
+def _graphs_off(values: Mapping[str, Any]) -> bool:
+    """Whether per-phase flags (0.5.23-era) turn CUDA graphs off for both phases."""
+    decode = values.get("cuda_graph_backend_decode") == "disabled" or values.get("disable_decode_cuda_graph")
+    prefill = values.get("cuda_graph_backend_prefill") == "disabled" or values.get("disable_prefill_cuda_graph")
+    return bool(decode and prefill)
 
 
 def _format_scalar(value: Any) -> str:
@@ -808,13 +831,6 @@ def _strip_launcher(tokens: list[str]) -> list[str]:
     return tokens
 
 
-# --------------------------------------------------------------------------- CLI
-
-
-def _resolve_config(text: str) -> ServerConfig:
-    return ServerConfig.load(text)
-
-
 def _parse_assignment(text: str) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep:
@@ -833,102 +849,3 @@ def _parse_assignment(text: str) -> tuple[str, Any]:
     if spec.value_type == "list":
         return name, [_convert_token(spec, t, spec.item_type or "str") for t in raw.replace(",", " ").split()]
     return name, _convert_token(spec, raw)
-
-
-def _cmd_config(args: argparse.Namespace) -> int:
-    action = args.config_command
-    if action == "list":
-        for name, path in shipped_configs().items():
-            config = ServerConfig.load(path)
-            print(f"{name:28s} {config.meta.get('description', '')}")
-        return 0
-    if action == "flags":
-        pattern = (args.pattern or "").lower().replace("-", "_")
-        print(f"# SGLang {SGLANG_SOURCE.get('version')} ({SGLANG_SOURCE.get('origin') or SGLANG_SOURCE.get('commit')})")
-        for spec in SGLANG_FLAGS.values():
-            if pattern and pattern not in spec.field and pattern not in " ".join(spec.flags).replace("-", "_"):
-                continue
-            choices = f" choices={list(spec.choices)}" if spec.choices else ""
-            default = spec.default if spec.default_expr is None else spec.default_expr
-            print(f"{spec.field:40s} {' '.join(spec.flags):45s} {_type_name(spec):14s} default={default!r}{choices}")
-        return 0
-    if action == "check":
-        argv = list(args.argv)
-        if argv[:1] == ["--"]:
-            argv = argv[1:]
-        config = ServerConfig.from_argv(argv)
-        config.validate(require_model=False)
-        print(json.dumps(config.to_dict(mask=True), indent=2))
-        return 0
-    config = _resolve_config(args.config)
-    changes = dict(_parse_assignment(item) for item in (args.set or []))
-    if changes:
-        config = config.with_changes(**changes)
-    if action == "show":
-        data = config.to_dict(full=args.all, mask=True)
-        if args.json:
-            print(json.dumps(data, indent=2))
-        else:
-            if config.meta.get("description"):
-                print(f"# {config.meta['description']}")
-            for name, value in data.items():
-                marker = "" if name in config.explicit else "  (default)"
-                print(f"{name:40s} {value!r}{marker}")
-        return 0
-    if action == "argv":
-        if args.json:
-            masked = ServerConfig._make({k: mask_value(k, v) for k, v in config.explicit.items()})
-            print(json.dumps(masked.to_argv()))
-        else:
-            print(config.to_shell(module=args.module))
-        return 0
-    if action == "diff":
-        other = _resolve_config(args.other)
-        differences = config.diff(other)
-        if args.json:
-            print(json.dumps({k: [mask_value(k, a), mask_value(k, b)] for k, (a, b) in differences.items()}, indent=2))
-            return 0
-        if not differences:
-            print("no differences")
-            return 0
-        left, right = config.name or args.config, other.name or args.other
-        print(f"{'field':40s} {left:>24s} {right:>24s}")
-        for name, (mine, theirs) in differences.items():
-            print(f"{name:40s} {mask_value(name, mine)!r:>24} {mask_value(name, theirs)!r:>24}")
-        return 1 if args.exit_code else 0
-    raise ConfigError(f"unknown config action {action!r}", valid=["list", "flags", "check", "show", "argv", "diff"])
-
-
-def register_cli(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``glm5 config`` (list/show/argv/diff/flags/check)."""
-    parser = subparsers.add_parser(
-        "config",
-        help="show, diff and turn into argv SGLang server configs",
-        description="Work with SGLang server configs: shipped ones by name (see 'glm5 config list') or JSON files.",
-    )
-    sub = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
-    sub.add_parser("list", help="list the shipped configs")
-    flags = sub.add_parser("flags", help="search the catalogue of SGLang flags")
-    flags.add_argument("pattern", nargs="?", help="substring of a field or flag name")
-    check = sub.add_parser(
-        "check", help="validate sglang.launch_server arguments (after '--')",
-        description="Validate launch_server arguments: glm5 config check -- --model-path M --tp 8",
-    )
-    check.add_argument("argv", nargs=argparse.REMAINDER, help="the launch_server arguments")
-    for name, text in (
-        ("show", "show a config's fields (secrets masked)"),
-        ("argv", "print the launch command for a config"),
-        ("diff", "fields that differ between two configs"),
-    ):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("config", help="shipped config name or JSON file")
-        if name == "diff":
-            p.add_argument("other", help="shipped config name or JSON file to compare with")
-            p.add_argument("--exit-code", action="store_true", help="exit 1 when the configs differ")
-        if name == "show":
-            p.add_argument("--all", action="store_true", help="include every field with its default")
-        if name == "argv":
-            p.add_argument("--module", default="sglang.launch_server", help="module to run (e.g. glm5lib.sim)")
-        p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a field first (repeatable)")
-        p.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.set_defaults(func=_cmd_config)

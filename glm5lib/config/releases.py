@@ -1,0 +1,238 @@
+"""SGLang releases and their flag catalogues.
+
+Each supported release has a catalogue generated from its PyPI wheel by
+``scripts/build_sglang_flags.py`` (``glm5lib/_sglang_flags*.py``, recorded with the wheel's
+sha256). When SGLang is importable in this interpreter its own parser is the truth
+(:func:`installed_catalogue`); the bundled catalogues are the fallback.
+
+Releases rename flags: 0.5.23 split ``cuda_graph_max_bs`` into ``cuda_graph_max_bs_decode``
+and ``..._prefill`` and deprecated ``--disable-cuda-graph`` for
+``--cuda-graph-backend-{decode,prefill} disabled``. :data:`RENAMED` lines fields up across
+releases; :class:`glm5lib.config.ServerConfig` keeps such settings as intent and writes the
+flags the target release takes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import importlib.util
+import logging
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from glm5lib.errors import ConfigError
+
+__all__ = [
+    "BUNDLED_RELEASES",
+    "DEFAULT_RELEASE",
+    "RENAMED",
+    "Catalogue",
+    "FlagSpec",
+    "catalogue",
+    "default_release",
+    "guess_release",
+    "installed_release",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Release -> module holding its generated catalogue.
+BUNDLED_RELEASES: dict[str, str] = {
+    "0.5.8": "glm5lib._sglang_flags_0_5_8",
+    "0.5.9": "glm5lib._sglang_flags",
+    "0.5.23": "glm5lib._sglang_flags_0_5_23",
+}
+#: The release assumed when neither the config nor the installation says: the one the
+#: investigation's configs were written against.
+DEFAULT_RELEASE = "0.5.9"
+NEWEST_RELEASE = "0.5.23"
+
+#: Older field -> the field that took over its role in later releases (same meaning, decode phase).
+RENAMED: dict[str, str] = {
+    "cuda_graph_max_bs": "cuda_graph_max_bs_decode",
+    "cuda_graph_bs": "cuda_graph_bs_decode",
+}
+
+
+@dataclass(frozen=True)
+class FlagSpec:
+    """One ``sglang.launch_server`` flag of one release."""
+
+    field: str
+    flags: tuple[str, ...]
+    value_type: str  # int | float | bool | str | list | json | none (deprecated, takes no value)
+    default: Any
+    annotation: str | None = None
+    item_type: str | None = None
+    default_expr: str | None = None
+    required: bool = False
+    action: str | None = None
+    nargs: str | None = None
+    choices: tuple[Any, ...] | None = None
+    help: str = ""
+    deprecated: bool = False
+    in_server_args: bool = True
+
+    @property
+    def flag(self) -> str:
+        """The canonical spelling (the first one SGLang registers)."""
+        return self.flags[0]
+
+    @property
+    def nullable(self) -> bool:
+        """Whether ``None`` is a legal value (SGLang's 'unset, decide automatically')."""
+        return self.default is None or bool(self.annotation and "Optional" in self.annotation)
+
+
+def _specs(raw_flags: Iterable[Mapping[str, Any]]) -> dict[str, FlagSpec]:
+    out: dict[str, FlagSpec] = {}
+    for raw in raw_flags:
+        choices = raw.get("choices")
+        out[raw["field"]] = FlagSpec(
+            field=raw["field"],
+            flags=tuple(raw["flags"]) + tuple(raw.get("alias_flags") or ()),
+            value_type=raw["value_type"],
+            default=raw["default"],
+            annotation=raw.get("annotation"),
+            item_type=raw.get("item_type"),
+            default_expr=raw.get("default_expr"),
+            required=bool(raw.get("required")),
+            action=raw.get("action"),
+            nargs=raw.get("nargs"),
+            choices=tuple(choices) if choices is not None else None,
+            help=raw.get("help") or "",
+            deprecated=bool(raw.get("deprecated")),
+            in_server_args=bool(raw.get("in_server_args", True)),
+        )
+    return out
+
+
+class Catalogue:
+    """Every flag of one SGLang release: field -> FlagSpec, flag spelling -> field."""
+
+    def __init__(self, release: str, specs: Mapping[str, FlagSpec], source: Mapping[str, Any]):
+        self.release = release
+        self.specs: Mapping[str, FlagSpec] = dict(specs)
+        self.source: Mapping[str, Any] = dict(source)
+        self.flag_to_field: dict[str, str] = {
+            flag: spec.field for spec in self.specs.values() for flag in spec.flags
+        }
+        self.long_flags = sorted(f for f in self.flag_to_field if f.startswith("--"))
+
+    def __repr__(self) -> str:
+        return f"Catalogue({self.release!r}, {len(self.specs)} fields, from {self.source.get('origin')!r})"
+
+    def field_name(self, name: str) -> str | None:
+        """``name`` or the field that plays its role in this release (see :data:`RENAMED`)."""
+        if name in self.specs:
+            return name
+        newer = RENAMED.get(name)
+        if newer in self.specs:
+            return newer
+        older = next((old for old, new in RENAMED.items() if new == name), None)
+        if older in self.specs:
+            return older
+        return None
+
+    @property
+    def graphs_by_phase(self) -> bool:
+        """Whether CUDA graphs are switched per phase (``--cuda-graph-backend-decode``)."""
+        return "cuda_graph_backend_decode" in self.specs
+
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", release)[:3])
+
+
+def _base_release(version: str) -> str:
+    """``0.5.8.post1`` -> ``0.5.8``; ``0.5.23rc0`` -> ``0.5.23``."""
+    found = re.match(r"\d+\.\d+\.\d+", version)
+    return found.group(0) if found else version
+
+
+@functools.cache
+def _bundled(release: str) -> Catalogue:
+    module = importlib.import_module(BUNDLED_RELEASES[release])
+    return Catalogue(release, _specs(module.FLAGS), module.SOURCE)
+
+
+def installed_release() -> str | None:
+    """The version of the SGLang installed beside glm5lib (read without importing it), or None."""
+    if importlib.util.find_spec("sglang") is None:
+        return None
+    try:
+        return importlib.metadata.version("sglang")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def installed_catalogue() -> Catalogue | None:
+    """The installed SGLang's own parser as a catalogue (imports sglang), or None when it does not import."""
+    version = installed_release()
+    if version is None:
+        return None
+    from glm5lib.config import sglang_parser
+
+    try:
+        dump = sglang_parser.dump()
+    except Exception as exc:  # any import-time failure of a third-party package: fall back
+        logger.warning("SGLang %s is installed but its parser did not load (%s); using the bundled catalogue",
+                       version, exc)
+        return None
+    source = {"version": dump["version"], "origin": f"installed package, its own parser ({dump['file']})"}
+    return Catalogue(dump["version"], _specs(sglang_parser.from_parser_dump(dump)), source)
+
+
+def default_release() -> str:
+    """The installed SGLang's version if any, else :data:`DEFAULT_RELEASE`."""
+    return installed_release() or DEFAULT_RELEASE
+
+
+def catalogue(release: str | None = None) -> Catalogue:
+    """The catalogue of ``release`` (default: :func:`default_release`).
+
+    The installed SGLang's own parser when ``release`` is the installed version; else the
+    bundled catalogue of that release, or of the nearest bundled release in the same line
+    (``0.5.8.post1`` -> 0.5.8). An unknown release raises ConfigError naming the bundled ones.
+    """
+    release = release or default_release()
+    if release == installed_release():
+        live = installed_catalogue()
+        if live is not None:
+            return live
+    base = _base_release(str(release))
+    if base in BUNDLED_RELEASES:
+        return _bundled(base)
+    known = sorted(BUNDLED_RELEASES, key=_version_key)
+    if re.match(r"\d+\.\d+\.\d+", base):
+        older = [r for r in known if _version_key(r) <= _version_key(base)]
+        nearest = older[-1] if older else known[0]
+        logger.info("no catalogue for SGLang %s; using %s's (nearest bundled)", release, nearest)
+        return _bundled(nearest)
+    raise ConfigError(
+        f"unknown SGLang release {release!r}; bundled catalogues: {', '.join(known)}",
+        field="release", valid=known,
+    )
+
+
+def guess_release(server_args: Mapping[str, Any]) -> str:
+    """The release a logged ServerArgs dict or ``/get_server_info`` payload comes from.
+
+    Its ``version`` when it carries one; otherwise the bundled release whose fields match its
+    keys best (fewest unknown keys, then fewest missing fields).
+    """
+    version = server_args.get("version")
+    if isinstance(version, str) and re.match(r"\d+\.\d+\.\d+", version):
+        return version
+    keys = set(server_args)
+
+    def score(release: str) -> tuple[int, int]:
+        fields = {n for n, s in _bundled(release).specs.items() if s.in_server_args}
+        return (len(keys - fields), len(fields - keys))
+
+    return min(BUNDLED_RELEASES, key=score)

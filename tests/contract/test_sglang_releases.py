@@ -1,0 +1,149 @@
+"""Contract tests against the real SGLang releases built by ``make sglang-envs``.
+
+Each supported release's own parser (``ServerArgs.add_cli_args``, run in that release's
+environment under .engines/) is the judge: the shipped configs rendered for the release parse
+to the same values with no deprecation warning, and every switch of the release is accepted
+by ServerConfig. Skipped, with the reason, where the environments are not built.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from glm5lib.config import ServerConfig, shipped_configs
+from glm5lib.config.releases import BUNDLED_RELEASES, catalogue
+
+pytestmark = pytest.mark.contract
+
+ENGINES = Path(__file__).resolve().parents[2] / ".engines"
+SGLANG_CONFIGS = [n for n in shipped_configs() if not n.startswith("vllm")]
+
+_PARSE = textwrap.dedent("""
+    import argparse, json, sys, warnings, io, contextlib
+    warnings.simplefilter("always")
+    from sglang.srt.server_args import ServerArgs
+    out = []
+    for argv in json.loads(sys.stdin.read()):
+        parser = argparse.ArgumentParser()
+        ServerArgs.add_cli_args(parser)
+        err = io.StringIO()
+        with warnings.catch_warnings(record=True) as caught, contextlib.redirect_stderr(err), \\
+                contextlib.redirect_stdout(err):
+            warnings.simplefilter("always")
+            ns = parser.parse_args(argv)
+        values = {k: v for k, v in vars(ns).items() if isinstance(v, (int, float, str, bool, list, type(None)))}
+        out.append({"values": values, "warnings": [str(w.message) for w in caught], "output": err.getvalue()})
+    print(json.dumps(out))
+""")
+
+
+def _env(release: str) -> Path:
+    stamp = ENGINES / f"sglang-{release}" / "glm5-env.json"
+    if not stamp.is_file():
+        pytest.skip(f"no SGLang {release} environment: run 'make sglang-envs' ({stamp} missing)")
+    record = json.loads(stamp.read_text())
+    if record.get("status") != "ok":
+        pytest.skip(f"SGLang {release} environment failed to build: {record.get('reason', '')[:300]}")
+    return Path(record["python"])
+
+
+def _run_in(release: str, script: str, stdin: str = "") -> str:
+    python = _env(release)
+    done = subprocess.run([str(python), "-W", "ignore", "-c", script], input=stdin,
+                          capture_output=True, text=True, timeout=240, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_shipped_configs_parse_with_the_release_own_parser(release):
+    configs = [ServerConfig.load(name, release=release) for name in SGLANG_CONFIGS]
+    results = json.loads(_run_in(release, _PARSE, json.dumps([c.to_argv() for c in configs])))
+    for name, config, result in zip(SGLANG_CONFIGS, configs, results, strict=True):
+        noisy = [w for w in result["warnings"] if "deprecat" in w.lower()]
+        assert not noisy and "deprecat" not in result["output"].lower(), (name, release, noisy, result["output"])
+        parsed = result["values"]
+        for field, value in config.explicit.items():
+            dest = field if field in parsed else next(
+                d for d in parsed if d.replace("tensor_parallel_size", "tp_size") == field)
+            if field == "disable_cuda_graph" and config.catalogue.graphs_by_phase:
+                assert parsed["cuda_graph_backend_decode"] == "disabled", name
+                assert parsed["cuda_graph_backend_prefill"] == "disabled", name
+                continue
+            assert parsed[dest] == value, (name, release, field, parsed[dest], value)
+        if config.disable_cuda_graph:
+            off = parsed.get("disable_cuda_graph") or (
+                parsed.get("cuda_graph_backend_decode") == "disabled"
+                and parsed.get("cuda_graph_backend_prefill") == "disabled")
+            assert off, (name, release)
+
+
+_SWITCHES = textwrap.dedent("""
+    import argparse, json
+    from sglang.srt.server_args import ServerArgs
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    flags = [a.option_strings[0] for a in parser._actions
+             if a.option_strings and a.nargs == 0 and a.dest != "help"]
+    print(json.dumps(flags))
+""")
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_every_switch_of_the_release_is_accepted(release):
+    switches = json.loads(_run_in(release, _SWITCHES))
+    assert len(switches) > 80
+    rejected = []
+    for flag in switches:
+        try:
+            ServerConfig.from_argv(["--model-path", "m", flag], release=release)
+        except Exception as exc:  # collect them all, report at once
+            rejected.append(f"{flag}: {exc}")
+    assert not rejected, rejected
+
+
+def test_release_only_flags_of_0_5_23():
+    config = ServerConfig.from_argv(
+        ["--model-path", "m", "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill",
+         "disabled", "--cuda-graph-max-bs-decode", "64", "--enable-tf32-matmul"], release="0.5.23")
+    assert config.disable_cuda_graph is True
+    assert config.cuda_graph_max_bs == 64  # the older name reads the decode-phase field
+    assert config.enable_tf32_matmul is True
+    assert "--cuda-graph-max-bs-decode" in config.to_argv()
+    assert catalogue("0.5.23").source["wheel_sha256"]
+
+
+def _site(release: str) -> Path:
+    python = _env(release)
+    found = sorted(python.parent.parent.glob("lib/python3*/site-packages"))
+    assert found, python
+    return found[0]
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_patch_step_per_release(release, tmp_path):
+    from glm5lib.patching import SourcePatch
+
+    site = _site(release)
+    check = SourcePatch("sglang-flashinfer-cutlass-moe-autotune", root=site)
+    check.check()  # a dry run: the installed release is not touched
+    assert check.record.package_version == release
+    if release == "0.5.23":
+        assert check.record.status == "upstream"
+        assert "sglang/srt/model_executor/runner/flashinfer_autotune.py" in check.record.note
+        return
+    assert check.record.status == "checked"
+    # apply and revert on a copy of the file it edits
+    rel = "sglang/srt/model_executor/model_runner.py"
+    copy = tmp_path / rel
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes((site / rel).read_bytes())
+    patch = SourcePatch("sglang-flashinfer-cutlass-moe-autotune", root=tmp_path)
+    with patch:
+        assert '            "flashinfer_cutlass",\n' in copy.read_text()
+    assert copy.read_bytes() == (site / rel).read_bytes()
