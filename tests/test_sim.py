@@ -533,3 +533,26 @@ def test_port_in_use_fails_fast_with_uvicorns_message():
     assert proc.returncode == 1
     assert "address already in use" in proc.stderr and f"'127.0.0.1', {port}" in proc.stderr
     assert "glm5lib stand-in server (not SGLang)" in proc.stderr.splitlines()[0]
+
+
+def test_sim_release_emulates_that_release_flags_and_server_args():
+    from glm5lib.config import ServerConfig
+    from glm5lib.sim.args import parse_sim_argv
+
+    argv = ["--sim-release", "0.5.23", "--cuda-graph-backend-decode", "disabled",
+            "--cuda-graph-backend-prefill", "disabled", "--max-running-requests", "1024",
+            "--enable-tf32-matmul", "--enable-metrics"]
+    args = parse_sim_argv(argv)
+    assert args.step.cuda_graph is False  # graphs off, spelt the 0.5.23 way
+    assert "cuda_graph_max_bs_decode" in args.server_args and "cuda_graph_max_bs" not in args.server_args
+    assert args.not_modelled == ["--enable-tf32-matmul"]
+    # the logged ServerArgs reads back as a 0.5.23 config with the same settings
+    back = ServerConfig.from_server_args(args.server_args)
+    assert back.release == "0.5.23"
+    assert back.disable_cuda_graph is True and back.max_running_requests == 1024
+    capped = parse_sim_argv(["--sim-release", "0.5.23", "--cuda-graph-max-bs-decode", "64"])
+    assert capped.step.cuda_graph and capped.step.cuda_graph_max_bs == 64
+    with pytest.raises(ConfigError, match="--cuda-graph-max-bs-decode"):
+        parse_sim_argv(["--cuda-graph-max-bs-decode", "64"])  # not a 0.5.9 flag
+    with pytest.raises(ConfigError, match="--sim-release"):
+        parse_sim_argv(["--sim-release", "0.4.0"])

@@ -28,6 +28,7 @@ from glm5lib.telemetry import (
     GpuSampler,
     MetricsScraper,
     environment,
+    format_environment,
     load_gpu_csv,
     load_metrics_csv,
     metric_series,
@@ -570,6 +571,13 @@ def test_environment_from_standin_and_unavailable(http_server):
     assert env["source"] == "unavailable" and "404" in env["reason"]
     assert env["gpus"] == [] and env["warnings"]
     assert env["packages"]["sglang"] is None or isinstance(env["packages"]["sglang"], str)
+
+
+def test_format_environment_lists_the_installed_packages():
+    text = format_environment({"source": "sim", "gpus": [], "warnings": [],
+                               "packages": {"sglang": None, "torch": "2.13.0", "glm5lib": "0.2"}})
+    assert "packages: torch 2.13.0, glm5lib 0.2" in text
+    assert "packages: none found" in format_environment({"source": "sim", "gpus": [], "packages": {}})
 
 
 # ---------------------------------------------------------------------------------------------

@@ -436,7 +436,8 @@ class ServerConfig:
     def to_dict(self, *, full: bool = False, mask: bool = False) -> dict[str, Any]:
         """Explicit fields (``full=True``: every field, defaults included) as a plain dict."""
         if full:
-            data = {name: getattr(self, name) for name, spec in self._cat.specs.items() if spec.in_server_args}
+            data = {name: getattr(self, name) for name, spec in self._cat.specs.items()
+                    if spec.in_server_args and not name.startswith("_")}
             data.update({k: v for k, v in self._values.items() if k not in data})
         else:
             data = dict(self._values)

@@ -36,6 +36,7 @@ from glm5lib.paths import display_path
 from glm5lib.sim.args import SimArgs
 from glm5lib.sim.gpus import SimGpus
 from glm5lib.sim.logwriter import LogWriter, banner_line
+from glm5lib.sim.metrics import render_metrics
 from glm5lib.sim.scheduler import Req, SchedulerSettings, SimScheduler
 from glm5lib.sim.text import TokenText, count_prompt_tokens
 
@@ -429,9 +430,8 @@ class StandinServer:
     async def metrics(self, request: web.Request) -> web.Response:
         if not self.args.server_args.get("enable_metrics"):
             raise web.HTTPNotFound(text="metrics are off: start the server with --enable-metrics\n")
-        from glm5lib.sim.metrics import render_metrics
 
-        body, content_type = render_metrics(self)
+        body, content_type = render_metrics(self.sched, self.model_name)
         return web.Response(body=body, headers={"Content-Type": content_type})
 
     async def sim_gpus(self, request: web.Request) -> web.Response:

@@ -12,7 +12,8 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm5lib.config import SGLANG_FLAGS, ServerConfig, mask_value
+from glm5lib.config import DEFAULT_RELEASE, ServerConfig, mask_value
+from glm5lib.config.releases import BUNDLED_RELEASES
 from glm5lib.errors import ConfigError
 from glm5lib.sim.faults import Faults, parse_faults
 from glm5lib.sim.profile import Profile, StepContext, load_profile
@@ -38,6 +39,11 @@ MODELLED_FIELDS = frozenset(
         "attention_backend",
         "disable_cuda_graph",
         "cuda_graph_max_bs",
+        "cuda_graph_max_bs_decode",
+        "cuda_graph_backend_decode",
+        "cuda_graph_backend_prefill",
+        "disable_decode_cuda_graph",
+        "disable_prefill_cuda_graph",
         "disable_radix_cache",
         "schedule_policy",
         "schedule_conservativeness",
@@ -62,6 +68,7 @@ SIM_FLAGS: dict[str, tuple[bool, bool, str]] = {
     "--sim-moe-autotune": (False, False, "model the FlashInfer CUTLASS MoE autotune as enabled (profile's flags.moe_autotune_factor)"),
     "--sim-seed": (True, False, "seed of the step-time jitter and output lengths (default: --random-seed or 0)"),
     "--sim-no-access-log": (False, False, "do not print uvicorn-style access lines"),
+    "--sim-release": (True, False, f"SGLang release to emulate: its flags and ServerArgs ({', '.join(BUNDLED_RELEASES)}; default {DEFAULT_RELEASE})"),
 }
 
 
@@ -144,14 +151,24 @@ def _default_max_running(total_tokens: int, context_len: int) -> int:
 def parse_sim_argv(argv: list[str]) -> SimArgs:
     """Parse the stand-in's command line; raises ConfigError with the offending flag and valid ones."""
     sim, rest = _split_sim([str(a) for a in argv])
-    config = ServerConfig.from_argv(rest)
+    release = sim.get("--sim-release") or DEFAULT_RELEASE
+    if release not in BUNDLED_RELEASES:
+        raise ConfigError(
+            f"--sim-release {release!r}: the stand-in emulates {', '.join(BUNDLED_RELEASES)}",
+            field="--sim-release", valid=list(BUNDLED_RELEASES),
+        )
+    config = ServerConfig.from_argv(rest, release=release)
+    specs = config.catalogue.specs
+    # the largest graph batch is cuda_graph_max_bs up to 0.5.9, cuda_graph_max_bs_decode later
+    max_bs = config.catalogue.field_name("cuda_graph_max_bs") or "cuda_graph_max_bs"
     profile = load_profile(sim.get("--sim-profile"))
     faults = parse_faults(sim["--sim-fault"])
     explicit = config.explicit
     notes: list[str] = []
 
     values: dict[str, Any] = {
-        name: getattr(config, name) for name, spec in SGLANG_FLAGS.items() if spec.in_server_args
+        name: getattr(config, name) for name, spec in specs.items()
+        if spec.in_server_args and not name.startswith("_")  # private fields of 0.5.1x ServerArgs
     }
     model = profile["model"]
     hw = profile["hardware"]
@@ -169,14 +186,14 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     values["page_size"] = values.get("page_size") or int(defaults["page_size"])
     if values.get("chunked_prefill_size") is None:
         values["chunked_prefill_size"] = int(defaults["chunked_prefill_size"])
-    if values.get("cuda_graph_max_bs") is None:
-        values["cuda_graph_max_bs"] = int(defaults["cuda_graph_max_bs"])
+    if values.get(max_bs) is None:
+        values[max_bs] = int(defaults["cuda_graph_max_bs"])
     if values.get("mem_fraction_static") is None:
         values["mem_fraction_static"] = float(profile["memory"]["default_mem_fraction_static"])
     if values.get("random_seed") is None:
         values["random_seed"] = 0
 
-    cuda_graph = not values["disable_cuda_graph"]
+    cuda_graph = not config.disable_cuda_graph
     capacity = profile.kv_capacity_tokens(values["mem_fraction_static"], cuda_graph)
     # Weights are split over the TP group; a smaller group holds more per GPU.
     tp_ratio = int(hw["num_gpus"]) / max(1, int(values["tp_size"]))
@@ -194,7 +211,7 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     if values.get("max_running_requests") is None:
         values["max_running_requests"] = _default_max_running(capacity, values["context_length"])
     # SGLang never captures graphs for batches larger than the running cap.
-    values["cuda_graph_max_bs"] = min(int(values["cuda_graph_max_bs"]), int(values["max_running_requests"]))
+    values[max_bs] = min(int(values[max_bs]), int(values["max_running_requests"]))
     seed = int(sim.get("--sim-seed") or values["random_seed"] or 0)
 
     if values["schedule_policy"] != "fcfs" and "schedule_policy" in explicit:
@@ -203,12 +220,12 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     not_modelled = []
     for name in explicit:
         if name not in MODELLED_FIELDS:
-            not_modelled.append(SGLANG_FLAGS[name].flag)
+            not_modelled.append(specs[name].flag)
 
     step = StepContext(
         attention_backend=str(values["attention_backend"]),
         cuda_graph=cuda_graph,
-        cuda_graph_max_bs=int(values["cuda_graph_max_bs"]),
+        cuda_graph_max_bs=int(values[max_bs]),
         allreduce_fusion=bool(values["enable_flashinfer_allreduce_fusion"]),
         moe_runner_backend=str(values["moe_runner_backend"]),
         fp4_gemm_backend=str(values["fp4_gemm_runner_backend"]),

@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 if TYPE_CHECKING:
-    from glm5lib.sim.app import StandinServer
+    from glm5lib.sim.scheduler import SimScheduler
 
 __all__ = ["render_metrics"]
 
@@ -23,13 +23,13 @@ _LABELS = ["model_name", "engine_type", "tp_rank", "pp_rank"]
 
 
 class _Collector:
-    def __init__(self, server: StandinServer):
-        self.server = server
+    def __init__(self, sched: SimScheduler, model_name: str):
+        self.sched = sched
+        self.model_name = model_name
 
     def collect(self):
-        srv = self.server
-        s = srv.sched
-        labels = [srv.model_name, "unified", "0", "0"]
+        s = self.sched
+        labels = [self.model_name, "unified", "0", "0"]
 
         def gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
             g = GaugeMetricFamily(name, doc, labels=_LABELS)
@@ -68,8 +68,8 @@ class _Collector:
             yield h
 
 
-def render_metrics(server: StandinServer) -> tuple[bytes, str]:
-    """The Prometheus text exposition of the stand-in's state and its content type."""
+def render_metrics(sched: SimScheduler, model_name: str) -> tuple[bytes, str]:
+    """The Prometheus text exposition of the stand-in scheduler's state and its content type."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(server))
+    registry.register(_Collector(sched, model_name))
     return generate_latest(registry), "text/plain; version=0.0.4; charset=utf-8"

@@ -336,7 +336,8 @@ def format_environment(env: dict[str, Any]) -> str:
         lines.append(f"reason: {env['reason']}")
     lines.append(f"host: {env.get('host')}   driver: {env.get('driver_version')}   CUDA: {env.get('cuda_version')}")
     pk = env.get("packages") or {}
-    lines.append("packages: " + ", ".join(f"{k} {v}" for k, v in pk.items() if v) or "packages: none found")
+    installed = ", ".join(f"{k} {v}" for k, v in pk.items() if v)
+    lines.append(f"packages: {installed or 'none found'}")
     gpus = env.get("gpus") or []
     if gpus:
         table = pd.DataFrame(gpus)
