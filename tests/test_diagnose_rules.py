@@ -250,3 +250,18 @@ def test_a_vllm_diff_ranks_max_num_seqs_first_and_resolves_it_from_the_start_up_
     assert top["field"] == "max_num_seqs" and (top["current"], top["reference"]) == (4, 256)
     assert "signature of a cap" in top["rationale"] and "resolved at start" in top["resolved"]
     assert list(diff["field"]) == ["max_num_seqs", "enforce_eager"]
+
+
+def test_capacity_fit_drops_the_ramp_lines_of_each_level():
+    # The default workbook's baseline decode lines: cap 64, levels 1/64/256/1024, 256-token
+    # outputs. The first line of each level also times its ramp (12.4, 205.8, 500.4, 211.6 tok/s).
+    batch = [1] * 6 + [64] * 11
+    thr = [12.43, 19.40, 19.36, 19.46, 19.41, 19.44, 205.83, 880.34, 880.57, 877.71, 500.35,
+           878.06, 881.74, 878.31, 211.61, 881.43, 882.12]
+    m = dg.CapacityModel.fit(decode_frame(batch, thr=thr, tokens=[300 * b for b in batch]))
+    assert m.n_outliers == 4 and m.mape < 0.01
+    assert m.per_request_ms == pytest.approx(0.34, abs=0.03)  # (72.7 - 51.5) ms / 63
+    p = m.predict([64, 1024], cap=1024)
+    # inside the measured batches the fit's own error; 16x beyond them, +-40%
+    assert p.iloc[0]["throughput_high"] / p.iloc[0]["throughput"] < 1.01
+    assert p.iloc[1]["throughput_high"] / p.iloc[1]["throughput"] == pytest.approx(1.4)

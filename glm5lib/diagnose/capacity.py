@@ -194,7 +194,9 @@ class CapacityModel:
         cols = ["intercept", "batch"] + (["ktokens"] if use_tokens else [])
         if len(np.unique(b)) < 2:
             cols = ["batch"]  # a single batch size: only the per-request slope through the origin
-        mask = np.ones(len(b), bool)
+        # The first line after a level change also times the ramp (prefill, idle): far off the
+        # other lines of its own batch size, which a fit across batch sizes cannot always see.
+        mask = cls._within_batch(b, step)
         coef: dict[str, float] = {}
         for _ in range(3):
             coef = cls._solve(b[mask], t[mask] / 1000.0, step[mask], list(cols))
@@ -226,6 +228,20 @@ class CapacityModel:
             tokens_per_request=tpr,
             columns=tuple(c for c in cols if c in coef),
         )
+
+    @staticmethod
+    def _within_batch(b: np.ndarray, step: np.ndarray) -> np.ndarray:
+        """Lines whose step time is near the others of the same batch size (groups of 4 or more;
+        a quarter of the group's median, or 3.5 robust deviations, whichever is wider)."""
+        keep = np.ones(len(b), bool)
+        for size in np.unique(b):
+            group = b == size
+            if group.sum() < 4:
+                continue
+            med = float(np.median(step[group]))
+            mad = float(np.median(np.abs(step[group] - med))) * 1.4826
+            keep[group] = np.abs(step[group] - med) <= max(3.5 * mad, 0.25 * med)
+        return keep
 
     @staticmethod
     def _solve(b: np.ndarray, kt: np.ndarray, y: np.ndarray, cols: list[str]) -> dict[str, float]:
@@ -318,8 +334,8 @@ class CapacityModel:
                     "limited_by": by,
                     "step_ms": step,
                     "throughput": thr,
-                    "throughput_low": thr * (1 - self.mape),
-                    "throughput_high": thr * (1 + self.mape),
+                    "throughput_low": thr * (1 - self.band(batch)),
+                    "throughput_high": thr * (1 + self.band(batch)),
                     "extrapolated": batch > 1.1 * self.batch_range[1]
                     or batch < self.batch_range[0],
                 }
@@ -346,6 +362,14 @@ class CapacityModel:
             current_cap=current_cap,
             ran_batch=ran_batch,
         )
+
+    def band(self, batch: float) -> float:
+        """Relative uncertainty of a prediction at ``batch``: the fit's own error inside the
+        measured batch sizes, widened by 10% per doubling beyond them (a straight line fitted
+        on small batches says little about large ones)."""
+        lo, hi = self.batch_range
+        beyond = batch / hi if batch > hi else (lo / batch if batch < lo else 1.0)
+        return min(0.95, max(self.mape, 0.1 * math.log2(beyond)) if beyond > 1 else self.mape)
 
     @property
     def lever_arm(self) -> bool:
@@ -414,7 +438,9 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction
         return None  # the remedy would not let more requests run
     text = (
         f"{what}: at concurrency {offered} the decode model predicts {_num(row['throughput'])} tok/s "
-        f"({_num(row['throughput_low'])}-{_num(row['throughput_high'])}, fit error {_pct(model.mape)}) "
+        f"({_num(row['throughput_low'])}-{_num(row['throughput_high'])}: fit error {_pct(model.mape)}"
+        + (", widened for extrapolation" if bool(row["extrapolated"]) else "")
+        + ") "
         f"with {int(row['batch'])} running ({row['limited_by']}-bound), against "
         + (f"{_num(measured)} tok/s measured" if math.isfinite(measured) else "no measured figure")
         + f" with {batch_now}"

@@ -209,7 +209,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             parser._set_clock(m.group(1).decode("ascii"))
 
     # ---- everything else, line by line
-    if _one_line_per_newline(chunk, crs) and parser._args_buffer is None and not _ARGS_RE.search(chunk):
+    if _one_line_per_newline(chunk, crs) and parser._args_buffer is None and not _may_start_args(chunk):
         # All at once: no line here can hold a wrapped server_args line open across the lines
         # read in bulk, and each newline ends exactly one line.
         gaps = np.flatnonzero(kind == 0).tolist()
@@ -305,7 +305,14 @@ def _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time,
 
 _PREFIX_STAMP = re.compile(rb"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)")
 # What may start a server_args line (which may be wrapped and hold lines after it).
-_ARGS_RE = re.compile(rb"server_args=|ServerArgs\(")
+_ARGS_HEADS = (b"server_args=", b"ServerArgs(")
+
+
+def _may_start_args(chunk: bytes) -> bool:
+    """Whether a line of ``chunk`` may start a server_args line (a substring search per head:
+    ten times faster than one regex with an alternation, which has no literal prefix to skip by)."""
+    return any(head in chunk for head in _ARGS_HEADS)
+
 # Characters other than "\n" at which str.splitlines breaks, in UTF-8.
 _OTHER_BREAKS = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e", b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 
