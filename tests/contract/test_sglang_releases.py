@@ -147,3 +147,63 @@ def test_patch_step_per_release(release, tmp_path):
     with patch:
         assert '            "flashinfer_cutlass",\n' in copy.read_text()
     assert copy.read_bytes() == (site / rel).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def standin_output(tmp_path_factory):
+    """A stand-in's log after a few requests, and its /metrics text."""
+    import urllib.request
+
+    from glm5lib.http import get
+    from glm5lib.sim.testing import run_standin
+
+    log = tmp_path_factory.mktemp("standin") / "server.log"
+    with run_standin("--sim-zero-delay", "--enable-metrics", "--decode-log-interval", "1",
+                     "--sim-no-access-log", log_path=log) as server:
+        for i in range(3):
+            body = json.dumps({"text": f"hello {i}", "sampling_params": {"max_new_tokens": 8}}).encode()
+            request = urllib.request.Request(f"{server.base_url}/generate", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.status == 200
+        metrics = get(server.base_url, "/metrics").body.decode()
+    return log.read_text(), metrics
+
+
+def _source(release: str, folder: str = "srt") -> str:
+    root = _site(release) / "sglang" / folder
+    return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.py")))
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_standin_log_lines_use_the_release_scheduler_format(release, standin_output):
+    import re
+
+    log, _ = standin_output
+    lines = [ln.split("] ", 1)[1] for ln in log.splitlines() if "Prefill batch" in ln or "Decode batch" in ln]
+    assert any(ln.startswith("Prefill batch") for ln in lines) and any(ln.startswith("Decode batch") for ln in lines)
+    source = _source(release, "srt/managers")
+    keys = set()
+    for line in lines:
+        keys.update(re.findall(r"(#?[a-z][a-z -]*(?:\(token/s\))?): ", line.split(", ", 1)[1]))
+    missing = sorted(k for k in keys if f"{k}: " not in source and f'"{k}"' not in source
+                     and f"'{k}'" not in source)  # 0.5.8 writes {'cuda graph' if ... else ...}: {...}
+    assert not missing, f"SGLang {release}'s scheduler writes no {missing}"
+    assert "Prefill batch{iter_msg}, " in source or "Prefill batch. " in source or "Prefill batch, " in source
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_standin_metrics_names_exist_in_the_release(release, standin_output):
+    import re
+
+    _, metrics = standin_output
+    names = set()
+    for line in metrics.splitlines():
+        if line.startswith("# TYPE"):
+            _, _, name, kind = line.split()
+            names.add(f"{name}_total" if kind == "counter" and not name.endswith("_total") else name)
+    assert "sglang:num_running_reqs" in names
+    source = _source(release)
+    known = set(re.findall(r'"(sglang:[a-z_0-9]+)"', source))
+    missing = sorted(n for n in names if n not in known)
+    assert not missing, f"SGLang {release} defines no {missing}"
