@@ -322,7 +322,10 @@ def _one_line_per_newline(chunk: bytes, crs: bool) -> bool:
     is there but the carriage return of a CRLF)."""
     if not crs:
         return True
-    return chunk.count(b"\r") == chunk.count(b"\r\n") and not any(b in chunk for b in _OTHER_BREAKS)
+    if chunk.count(b"\r") != chunk.count(b"\r\n"):
+        return False
+    breaks = _OTHER_BREAKS[:5] if chunk.isascii() else _OTHER_BREAKS  # the last three are not ASCII
+    return not any(b in chunk for b in breaks)
 
 
 class _Lines:
@@ -571,6 +574,19 @@ def _raw_part(cs: _ChunkShape, order: np.ndarray, table: np.ndarray) -> dict[str
     }
 
 
+def _as_bytes(values: np.ndarray) -> np.ndarray:
+    """Values read line by line (an object array of str) as ASCII bytes, when that keeps them
+    exactly (every value a non-empty str of ASCII without a NUL byte); else as they are."""
+    items = values.tolist()
+    try:
+        joined = "".join(items)
+    except TypeError:
+        return values  # None or a non-str value among them
+    if not joined.isascii() or "\x00" in joined or not all(items):
+        return values
+    return np.array(items, dtype="S") if items else np.empty(0, dtype="S1")
+
+
 def typed_frame(columns: tuple[str, ...], pieces: list[dict[str, Any]]) -> pd.DataFrame:
     """Rows of one shape, read in bulk or line by line, as one typed table: each column is
     typed over all its values at once, as a line-by-line read types it (a text value among
@@ -587,6 +603,9 @@ def typed_frame(columns: tuple[str, ...], pieces: list[dict[str, Any]]) -> pd.Da
         ]))
     for k, name in enumerate(columns):
         values = [p["values"][k] for p in pieces]
+        if any(v.dtype.kind == "S" and len(v) for v in values):
+            # Text read line by line joins the bytes read in bulk where it reads the same as bytes.
+            values = [v if v.dtype.kind == "S" else _as_bytes(v) for v in values]
         if all(v.dtype.kind == "S" for v in values):
             cols[name] = _column(np.concatenate(values))
         else:

@@ -65,7 +65,9 @@ def parse_server_args(text: str) -> ServerArgs:
             _PARSED.clear()
         _PARSED[text] = known
     result, incomplete, unparsed = known
-    return ServerArgs(copy.deepcopy(result), incomplete=incomplete, unparsed=unparsed)
+    # A copy: values that are lists or dicts are copied whole, the rest are immutable.
+    fresh = {k: v if type(v) in _IMMUTABLE else copy.deepcopy(v) for k, v in result.items()}
+    return ServerArgs(fresh, incomplete=incomplete, unparsed=unparsed)
 
 
 # Texts read before and what they gave: logs concatenated from several runs of one server, or
@@ -73,6 +75,7 @@ def parse_server_args(text: str) -> ServerArgs:
 # thousands of tokens and literal_eval calls; a deep copy of the result is ten times cheaper).
 _PARSED: dict[str, tuple[dict[str, Any], bool, tuple[str, ...]]] = {}
 _PARSED_MAX = 64
+_IMMUTABLE = frozenset({int, float, bool, str, type(None)})
 
 
 def _parse(text: str) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
