@@ -207,3 +207,49 @@ def test_standin_metrics_names_exist_in_the_release(release, standin_output):
     known = set(re.findall(r'"(sglang:[a-z_0-9]+)"', source))
     missing = sorted(n for n in names if n not in known)
     assert not missing, f"SGLang {release} defines no {missing}"
+
+
+_TOKENIZER = textwrap.dedent("""
+    import sys
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([f"the quick brown fox {i} jumps over the lazy dog" for i in range(200)], trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>").save_pretrained(sys.argv[1])
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_sglang_bench_serving_runs_against_the_standin(release, tmp_path):
+    """SGLang's own bench_serving (a local tokenizer, random ids) against the stand-in; its
+    printed block and JSONL record parse with parse_bench_result to the same numbers."""
+    from glm5lib.logs import parse_bench_result
+    from glm5lib.sim.testing import run_standin
+
+    python = _env(release)
+    tokenizer = tmp_path / "tokenizer"
+    done = subprocess.run([str(python), "-W", "ignore", "-c", _TOKENIZER, str(tokenizer)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "bench.jsonl"
+    with run_standin("--sim-zero-delay", "--sim-no-access-log") as server:
+        bench = subprocess.run(
+            [str(python), "-W", "ignore", "-m", "sglang.bench_serving", "--backend", "sglang",
+             "--base-url", server.base_url, "--dataset-name", "random-ids", "--random-input-len", "16",
+             "--random-output-len", "8", "--num-prompts", "8", "--tokenizer", str(tokenizer),
+             "--output-file", str(out)],
+            capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+    assert bench.returncode == 0, (bench.stdout[-2000:], bench.stderr[-2000:])
+    printed = parse_bench_result(bench.stdout)
+    recorded = parse_bench_result(out)
+    assert len(printed) == 1 and len(recorded) == 1
+    p, r = printed.iloc[0], recorded.iloc[0]
+    assert r["completed"] == 8 and p["completed"] == 8
+    for column in ("total_output_tokens", "output_throughput", "mean_ttft_ms", "median_e2e_latency_ms"):
+        assert column in recorded.columns and column in printed.columns, column
+        assert p[column] == pytest.approx(r[column], rel=0.01, abs=0.01), column
