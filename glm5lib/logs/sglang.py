@@ -32,7 +32,7 @@ from glm5lib.logs.scheduler import (
     _Shape,
     _shape_regex,
 )
-from glm5lib.logs.server_args import _split_top_level, parse_server_args
+from glm5lib.logs.server_args import closes, parse_server_args
 from glm5lib.logs.startup import read_startup
 from glm5lib.logs.tables import (
     block_row,
@@ -552,7 +552,7 @@ class _Parser:
     # ---- server args
     def _try_finish_args(self, final: bool) -> None:
         buf = self._args_buffer or ""
-        _pieces, closed = _split_top_level(buf.split("ServerArgs(", 1)[-1].replace("\n", ""))
+        closed = closes(buf.split("ServerArgs(", 1)[-1].replace("\n", ""))
         if closed or final:
             parsed = parse_server_args(buf)
             if not self.server_args or len(parsed) >= len(self.server_args):

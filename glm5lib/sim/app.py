@@ -21,6 +21,7 @@ import os
 import random
 import signal
 import socket
+import struct
 import sys
 import time
 import uuid
@@ -95,6 +96,8 @@ class StandinServer:
         self.natural_mean = float(self.profile["model"]["natural_output_mean_tokens"])
         self.user_finished = 0
         self.decode_steps = 0  # after ready; fault triggers count them
+        self.open_streams: set[asyncio.Transport] = set()  # for the reset fault
+        self.reset_done = False
         self.ready_at: float | None = None
         settings = SchedulerSettings(
             max_running_requests=int(sa["max_running_requests"]),
@@ -123,6 +126,20 @@ class StandinServer:
             return
         self.user_finished += 1
         self._hang_check()
+        f = self.args.faults
+        if f.reset_after is not None and not self.reset_done and self.user_finished >= f.reset_after:
+            self.reset_done = True
+            self.reset_open_streams()
+
+    def reset_open_streams(self) -> None:
+        """The reset fault: RST every streaming connection open now; the server stays up."""
+        for transport in list(self.open_streams):
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            transport.abort()
+        self.log.info(f"stand-in fault: reset {len(self.open_streams)} open connections", rank=None)
 
     def _fault_counts(self) -> tuple[int, int, float]:
         """(requests finished, decode steps, seconds) since the server became ready."""
@@ -643,6 +660,8 @@ class StandinServer:
         if fast:
             resp.enable_chunked_encoding()
         await resp.prepare(request)
+        if request.transport is not None:
+            self.open_streams.add(request.transport)
         try:
             wrote = False
             if first is not None:
@@ -681,6 +700,8 @@ class StandinServer:
         except asyncio.CancelledError:
             self._abort(req)
             raise
+        finally:
+            self.open_streams.discard(request.transport)
         return resp
 
     def _make_sink(self, transport: asyncio.Transport, render):

@@ -17,6 +17,10 @@
 - ``hang-after-steps=N`` / ``hang-after-s=SECONDS``: the same hang after N decode steps, or
   SECONDS after the server became ready (at the next decode step).
 
+- ``reset-after=N``: once N requests have finished, every streaming connection open at that
+  moment is reset (TCP RST, as a crashed proxy or a dropped NAT entry does); the server itself
+  keeps running and answers new requests.
+
 Whatever triggers are given, a fault fires at the first that is reached.
 """
 
@@ -40,6 +44,7 @@ FAULT_KINDS = {
     "nan-after-s": "SECONDS (after ready, before the NaN crash)",
     "hang-after-steps": "N (decode steps before the server stops answering)",
     "hang-after-s": "SECONDS (after ready, before the server stops answering)",
+    "reset-after": "N (requests finished before the open connections are reset)",
 }
 
 
@@ -56,6 +61,7 @@ class Faults:
     nan_after_s: float | None = None
     hang_after_steps: int | None = None
     hang_after_s: float | None = None
+    reset_after: int | None = None
 
     def nan_due(self, finished: int, steps: int, seconds: float) -> bool:
         """Whether the NaN crash is due after ``finished`` requests, ``steps`` decode steps and
@@ -86,6 +92,8 @@ class Faults:
             out.append(f"hang-after-steps={self.hang_after_steps}")
         if self.hang_after_s is not None:
             out.append(f"hang-after-s={self.hang_after_s:g}")
+        if self.reset_after is not None:
+            out.append(f"reset-after={self.reset_after}")
         return out
 
 
@@ -136,6 +144,8 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     faults.nan_after = _non_negative_int(value)
                 elif kind == "hang-after":
                     faults.hang_after = _non_negative_int(value)
+                elif kind == "reset-after":
+                    faults.reset_after = _non_negative_int(value)
                 elif kind == "nan-after-steps":
                     faults.nan_after_steps = _non_negative_int(value)
                 elif kind == "hang-after-steps":
