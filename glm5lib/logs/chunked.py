@@ -55,6 +55,8 @@ _BOOL_BYTES = (b"True", b"False", b"true", b"false")
 _NUMERIC = np.zeros(256, dtype=bool)
 _NUMERIC[list(b"0123456789.-")] = True
 _NUMERIC[0] = True
+# Lines of one signature that no shape took before, few enough to go line by line untried.
+_FEW_UNTAKEN = 64
 # Lines whose prefixes the whole-file parse scans for the first dated time (as feed_bulk does).
 _FIRST_TIME_LINES = 1000
 
@@ -410,20 +412,29 @@ def _scheduler_lines(
     if len(heads) == len(shapes):
         sig = head_of  # one shape per head: the head tells them apart
     else:
-        # A line's head and its numbers of colons and commas: lines of one shape share them.
-        colons, commas = np.flatnonzero(arr == 58), np.flatnonzero(arr == 44)
-        sig = (head_of << 40) | (np.searchsorted(colons, ends) - np.searchsorted(colons, starts)) << 20 | (
-            np.searchsorted(commas, ends) - np.searchsorted(commas, starts)
-        )
+        # A line's head and its numbers of colons, commas and spaces: lines of one shape share
+        # them (values hold no space, so the spaces are the keys'), lines of two shapes seldom do.
+        sig = head_of
+        for byte in (58, 44, 32):
+            at = np.flatnonzero(arr == byte)
+            sig = (sig << 16) | ((np.searchsorted(at, ends) - np.searchsorted(at, starts)) & 0xFFFF)
     order = np.argsort(sig, kind="stable")
     uniq, first = np.unique(sig[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
     memo: dict[int, _ChunkShape] = parser.__dict__.setdefault("_chunk_signatures", {})
+    # Signatures whose lines no shape took all of, with the number of shapes there were then:
+    # a few such lines (a line cut short, a clock without a date) go line by line at once
+    # instead of through every shape's regex again in each piece, until a new shape is learned.
+    untaken: dict[int, int] = parser.__dict__.setdefault("_chunk_untaken", {})
     taken: dict[int, tuple[_ChunkShape, list[np.ndarray], list[Any]]] = {}
     for g, key in enumerate(uniq.tolist()):
         pending = order[bounds[g] : bounds[g + 1]]
         known = memo.get(key)
-        for cs in ([known] if known is not None else []) + [c for c in shapes if c is not known]:
+        head = heads[int(head_of[pending[0]])]
+        others = [c for c in shapes if c is not known and (c.needle, c.follow) == head]  # the group's head only
+        for cs in ([known] if known is not None else []) + others:
+            if cs is not known and untaken.get(key) == len(shapes) and len(pending) < _FEW_UNTAKEN:
+                break
             at, rows = _read_lines(cs.regex, buf, starts[pending], ends[pending])
             if not rows:
                 continue
@@ -436,6 +447,9 @@ def _scheduler_lines(
             entry[2].extend(rows)
             if not len(pending):
                 break
+        else:
+            if len(pending):
+                untaken[key] = len(shapes)
     found = []
     for cs, idx_parts, rows in taken.values():
         idx = np.concatenate(idx_parts)
