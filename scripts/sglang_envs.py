@@ -35,7 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 PLACEHOLDERS = Path(__file__).resolve().parent / "sglang_env"
 
 #: Supported releases: the sha256 of the PyPI wheel the catalogues were generated from.
-#: 0.5.8 (2026-01-23) is the early-2026 release; 0.5.9 (2026-02-23) the one the shipped
+#: 0.5.8 (2026-01-23) is the early-2026 release the investigation used (0.5.7: 2026-01-01);
+#: 0.5.9 (2026-02-23) the one the shipped
 #: configs were first written against; 0.5.23 (2026-10-30) the newest.
 RELEASES: dict[str, dict[str, str]] = {
     "0.5.8": {

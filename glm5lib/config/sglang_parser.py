@@ -135,7 +135,8 @@ def _fields(cls) -> dict[str, dict]:
             default, expr = f.default_factory(), None
         else:
             default, expr = None, "required"
-        annotation = str(f.type).replace("typing.", "")
+        # Annotated[...] metadata reprs carry memory addresses: drop them so output is stable
+        annotation = re.sub(r" at 0x[0-9a-f]+", "", str(f.type).replace("typing.", ""))
         out[f.name] = {"annotation": annotation, "default": default, "default_expr": expr}
     return out
 
@@ -154,7 +155,10 @@ def dump() -> dict[str, Any]:
             continue
         kind = type(action).__name__
         type_name = getattr(action.type, "__name__", None) if action.type is not None else None
-        choices = list(action.choices) if action.choices is not None else None
+        choices = action.choices
+        if isinstance(choices, (set, frozenset)):  # unordered in the source: sort for stable output
+            choices = sorted(choices, key=str)
+        choices = list(choices) if choices is not None else None
         if choices is not None and not _jsonable(choices):
             choices = [str(c) for c in choices]
         default = action.default

@@ -9,6 +9,8 @@ field.
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import math
 import re
 from collections.abc import Iterable
@@ -56,6 +58,27 @@ def parse_server_args(text: str) -> ServerArgs:
     """
     if not isinstance(text, str):
         raise TypeError(f"parse_server_args expects the log text as str, got {type(text).__name__}")
+    known = _PARSED.get(text)
+    if known is None:
+        known = _parse(text)
+        if len(_PARSED) >= _PARSED_MAX:
+            _PARSED.clear()
+        _PARSED[text] = known
+    result, incomplete, unparsed = known
+    # A copy: values that are lists or dicts are copied whole, the rest are immutable.
+    fresh = {k: v if type(v) in _IMMUTABLE else copy.deepcopy(v) for k, v in result.items()}
+    return ServerArgs(fresh, incomplete=incomplete, unparsed=unparsed)
+
+
+# Texts read before and what they gave: logs concatenated from several runs of one server, or
+# a follower reading the same start-up again, hold the same line many times (each read costs
+# thousands of tokens and literal_eval calls; a deep copy of the result is ten times cheaper).
+_PARSED: dict[str, tuple[dict[str, Any], bool, tuple[str, ...]]] = {}
+_PARSED_MAX = 64
+_IMMUTABLE = frozenset({int, float, bool, str, type(None)})
+
+
+def _parse(text: str) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
     text = strip_ansi(text)
     start = text.find("ServerArgs(")
     if start >= 0:
@@ -84,7 +107,14 @@ def parse_server_args(text: str) -> ServerArgs:
         result[name] = _literal(raw)
     if not result and start < 0 and "server_args=" not in text:
         incomplete = True
-    return ServerArgs(result, incomplete=incomplete, unparsed=unparsed)
+    return result, incomplete, tuple(unparsed)
+
+
+@functools.lru_cache(maxsize=64)
+def closes(body: str) -> bool:
+    """Whether the top-level ``)`` of a ``ServerArgs(`` body is in ``body`` (a wrapped line is
+    asked again as each piece comes: the answers are kept)."""
+    return _split_top_level(body)[1]
 
 
 def _split_top_level(body: str) -> tuple[list[str], bool]:

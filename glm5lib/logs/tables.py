@@ -47,6 +47,25 @@ def block_row(block: dict[str, Any]) -> dict[str, Any]:
     lines = [ln for ln in block["lines"]]
     while lines and not lines[-1].strip():
         lines.pop()
+    key = (tuple(lines), block.get("head"))
+    known = _BLOCKS.get(key)
+    if known is None:
+        known = _read_block(lines, block.get("head"))
+        if len(_BLOCKS) >= _BLOCKS_MAX:
+            _BLOCKS.clear()
+        _BLOCKS[key] = known
+    text, message, kind = known
+    return {"time": block["time"], "rank": block["rank"], "kind": kind, "message": message, "text": text}
+
+
+# Blocks read before: every rank prints the same traceback, and a crashing server prints it
+# again at each restart (masking and classifying one is most of the cost of an error row).
+_BLOCKS: dict[tuple[tuple[str, ...], str | None], tuple[str, str, str]] = {}
+_BLOCKS_MAX = 256
+
+
+def _read_block(lines: list[str], head: str | None) -> tuple[str, str, str]:
+    """A block's masked text, masked message and kind."""
     text = mask_text("\n".join(lines))
     message = ""
     for ln in reversed(lines):
@@ -57,9 +76,9 @@ def block_row(block: dict[str, Any]) -> dict[str, Any]:
         # No exception line (the traceback was cut off): the head says most.
         message = next((ln.strip() for ln in lines if ln.strip()), "")
     kind = classify_fatal(text) or "other"
-    if kind == "other" and block.get("head"):
-        kind = block["head"]
-    return {"time": block["time"], "rank": block["rank"], "kind": kind, "message": mask_text(message), "text": text}
+    if kind == "other" and head:
+        kind = head
+    return text, mask_text(message), kind
 
 
 def fill_hybrid(frame: pd.DataFrame) -> None:

@@ -51,7 +51,6 @@ class _Collector:
         yield gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache.",
                     s.capacity)
         yield gauge("sglang:num_retracted_reqs", "The number of retracted requests.", s.retracted_total)
-        yield gauge("sglang:max_running_requests", "The cap on running requests.", s.s.max_running_requests)
         yield counter("sglang:prompt_tokens", "Number of prefill tokens processed.", s.prompt_total)
         yield counter("sglang:generation_tokens", "Number of generation tokens processed.", s.generated_total)
         yield counter("sglang:cached_tokens", "Number of cached prompt tokens.", s.cached_total)

@@ -147,3 +147,109 @@ def test_patch_step_per_release(release, tmp_path):
     with patch:
         assert '            "flashinfer_cutlass",\n' in copy.read_text()
     assert copy.read_bytes() == (site / rel).read_bytes()
+
+
+@pytest.fixture(scope="module")
+def standin_output(tmp_path_factory):
+    """A stand-in's log after a few requests, and its /metrics text."""
+    import urllib.request
+
+    from glm5lib.http import get
+    from glm5lib.sim.testing import run_standin
+
+    log = tmp_path_factory.mktemp("standin") / "server.log"
+    with run_standin("--sim-zero-delay", "--enable-metrics", "--decode-log-interval", "1",
+                     "--sim-no-access-log", log_path=log) as server:
+        for i in range(3):
+            body = json.dumps({"text": f"hello {i}", "sampling_params": {"max_new_tokens": 8}}).encode()
+            request = urllib.request.Request(f"{server.base_url}/generate", data=body,
+                                             headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=30) as response:
+                assert response.status == 200
+        metrics = get(server.base_url, "/metrics").body.decode()
+    return log.read_text(), metrics
+
+
+def _source(release: str, folder: str = "srt") -> str:
+    root = _site(release) / "sglang" / folder
+    return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.py")))
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_standin_log_lines_use_the_release_scheduler_format(release, standin_output):
+    import re
+
+    log, _ = standin_output
+    lines = [ln.split("] ", 1)[1] for ln in log.splitlines() if "Prefill batch" in ln or "Decode batch" in ln]
+    assert any(ln.startswith("Prefill batch") for ln in lines) and any(ln.startswith("Decode batch") for ln in lines)
+    source = _source(release, "srt/managers")
+    keys = set()
+    for line in lines:
+        keys.update(re.findall(r"(#?[a-z][a-z -]*(?:\(token/s\))?): ", line.split(", ", 1)[1]))
+    missing = sorted(k for k in keys if f"{k}: " not in source and f'"{k}"' not in source
+                     and f"'{k}'" not in source)  # 0.5.8 writes {'cuda graph' if ... else ...}: {...}
+    assert not missing, f"SGLang {release}'s scheduler writes no {missing}"
+    assert "Prefill batch{iter_msg}, " in source or "Prefill batch. " in source or "Prefill batch, " in source
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_standin_metrics_names_exist_in_the_release(release, standin_output):
+    import re
+
+    _, metrics = standin_output
+    names = set()
+    for line in metrics.splitlines():
+        if line.startswith("# TYPE"):
+            _, _, name, kind = line.split()
+            names.add(f"{name}_total" if kind == "counter" and not name.endswith("_total") else name)
+    assert "sglang:num_running_reqs" in names
+    source = _source(release)
+    known = set(re.findall(r'"(sglang:[a-z_0-9]+)"', source))
+    missing = sorted(n for n in names if n not in known)
+    assert not missing, f"SGLang {release} defines no {missing}"
+
+
+_TOKENIZER = textwrap.dedent("""
+    import sys
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+    tok = Tokenizer(models.BPE(unk_token=None))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<|end|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator([f"the quick brown fox {i} jumps over the lazy dog" for i in range(200)], trainer)
+    PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|end|>").save_pretrained(sys.argv[1])
+    print("ok")
+""")
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_sglang_bench_serving_runs_against_the_standin(release, tmp_path):
+    """SGLang's own bench_serving (a local tokenizer, random ids) against the stand-in; its
+    printed block and JSONL record parse with parse_bench_result to the same numbers."""
+    from glm5lib.logs import parse_bench_result
+    from glm5lib.sim.testing import run_standin
+
+    python = _env(release)
+    tokenizer = tmp_path / "tokenizer"
+    done = subprocess.run([str(python), "-W", "ignore", "-c", _TOKENIZER, str(tokenizer)],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "bench.jsonl"
+    with run_standin("--sim-zero-delay", "--sim-no-access-log") as server:
+        bench = subprocess.run(
+            [str(python), "-W", "ignore", "-m", "sglang.bench_serving", "--backend", "sglang",
+             "--base-url", server.base_url, "--dataset-name", "random-ids", "--random-input-len", "16",
+             "--random-output-len", "8", "--num-prompts", "8", "--tokenizer", str(tokenizer),
+             "--output-file", str(out)],
+            capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+    assert bench.returncode == 0, (bench.stdout[-2000:], bench.stderr[-2000:])
+    printed = parse_bench_result(bench.stdout)
+    recorded = parse_bench_result(out)
+    assert len(printed) == 1 and len(recorded) == 1
+    p, r = printed.iloc[0], recorded.iloc[0]
+    assert r["completed"] == 8 and p["completed"] == 8
+    for column in ("total_output_tokens", "output_throughput", "mean_ttft_ms", "median_e2e_latency_ms"):
+        assert column in recorded.columns and column in printed.columns, column
+        assert p[column] == pytest.approx(r[column], rel=0.01, abs=0.01), column

@@ -277,7 +277,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
             finding=f"{word} churn: requests are admitted, evicted from the KV pool and prefilled again",
             evidence="; ".join(parts),
             suggestion=str(suggestion),
-            confidence=0.85 if (churn >= 0.1 or retracted >= 50) else 0.7,
+            confidence=0.85 if events >= 5 else 0.75,
             rule="retraction_churn",
             severity=0.8,
             covers=("max_running_requests", "schedule_conservativeness"),
