@@ -163,3 +163,14 @@ def fake_python(tmp_path):
     path.write_text(FAKE_PYTHON.format(python=sys.executable))
     path.chmod(0o755)
     return str(path)
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt in this test, also when pytest was started with SIGINT
+    ignored (a background job of a non-interactive shell inherits it ignored)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
