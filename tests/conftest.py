@@ -88,7 +88,8 @@ def cpu_load():
     import sys
 
     burners = [
-        subprocess.Popen([sys.executable, "-I", "-S", "-c", "while True: pass"])
+        # spins while its parent lives: a killed test run leaves no burner behind
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"])
         for _ in range(os.cpu_count() or 1)
     ]
     try:
