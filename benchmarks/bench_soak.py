@@ -30,7 +30,7 @@ from typing import Any
 import psutil
 
 from glm5lib.loadgen import run_sweep
-from glm5lib.sim.testing import run_standin
+from glm5lib.server import run_standin
 
 
 def soak(streams: int, duration: float, *, output_len: int = 64, input_len: int = 16,

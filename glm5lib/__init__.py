@@ -84,7 +84,7 @@ _LAZY: dict[str, str] = {
     "fit_profile": "glm5lib.sim",
     "list_profiles": "glm5lib.sim",
     "load_profile": "glm5lib.sim",
-    "run_standin": "glm5lib.sim",
+    "run_standin": "glm5lib.server",
     "write_report": "glm5lib.report",
     "run_workbook": "glm5lib.workbook",
     "new_run_dir": "glm5lib.rundir",

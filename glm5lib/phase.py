@@ -45,6 +45,7 @@ import pandas as pd
 from glm5lib import http, rundir
 from glm5lib import server as server_mod
 from glm5lib.config import ServerConfig
+from glm5lib.engines.vllm import VllmConfig, launch_vllm
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
 from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
@@ -133,8 +134,6 @@ def start_server(
         )
         (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
     elif backend == "vllm":
-        from glm5lib.engines.vllm import VllmConfig, launch_vllm
-
         if not isinstance(config, VllmConfig):
             raise ConfigError("BACKEND 'vllm' needs a vLLM config: CONFIG names one in data/configs/vllm-*.json "
                               f"(e.g. 'vllm-capped'), not {type(config).__name__}", field="CONFIG")

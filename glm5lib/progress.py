@@ -32,6 +32,7 @@ from typing import IO, Any
 import pandas as pd
 
 from glm5lib import rundir
+from glm5lib.logs import follow_log, to_epoch
 from glm5lib.report import NOTEBOOKS_STATUS
 
 __all__ = ["RunProgress", "format_level_line"]
@@ -90,8 +91,6 @@ class _Phase:
         if not path.exists():
             return None
         try:
-            from glm5lib.logs import follow_log, to_epoch
-
             if self.follower is None:
                 self.follower = follow_log(path)
             decode = self.follower.update().decode

@@ -26,8 +26,10 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib import rundir
+from glm5lib import plots, rundir
 from glm5lib.errors import ConfigError
+from glm5lib.levels import per_level
+from glm5lib.logs import parse_log
 
 __all__ = [
     "DIFF",
@@ -117,11 +119,6 @@ def _clean(value: Any) -> Any:
 def _parse_log(path: Path):
     if not path.exists():
         return None
-    try:
-        from glm5lib.logs import parse_log
-    except ImportError:  # pragma: no cover - glm5lib.logs ships with the package
-        log.warning("glm5lib.logs is not available; server log not summarised")
-        return None
     return parse_log(path)
 
 
@@ -163,11 +160,6 @@ def _metrics_note(folder: Path) -> dict:
 
 def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd.DataFrame | None:
     if gpu is None or sweep is None or gpu.empty or sweep.empty:
-        return None
-    try:
-        from glm5lib.telemetry import per_level
-    except ImportError:  # pragma: no cover - glm5lib.telemetry ships with the package
-        log.warning("glm5lib.telemetry is not available; power per level not summarised")
         return None
     try:
         return per_level(gpu, sweep)
@@ -486,8 +478,6 @@ def _notebook_figure(run: Path, phases: list[str], name: str) -> Path | None:
 
 
 def _figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
-    from glm5lib import plots
-
     made: dict[str, str] = {}
     sweeps = {p: f["sweep"] for p, f in frames.items()
               if f.get("sweep") is not None and "output_throughput" in f["sweep"].columns}

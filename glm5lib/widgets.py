@@ -25,8 +25,10 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from glm5lib import rundir
+from glm5lib import plots, rundir, workbook
+from glm5lib.config import ServerConfig, shipped_configs
 from glm5lib.errors import ConfigError, Glm5Error
+from glm5lib.phase import measure_phase
 
 __all__ = ["ServerPanel"]
 
@@ -74,8 +76,6 @@ class ServerPanel:
         ready_timeout: float = 1800.0,
     ):
         from tqdm.notebook import tqdm
-
-        from glm5lib.config import shipped_configs
 
         self.run_dir = Path(run_dir)
         self.sim_profile = sim_profile
@@ -164,9 +164,6 @@ class ServerPanel:
     # -- actions -------------------------------------------------------------------------------
     def launch(self):
         """Start (or attach to) the server chosen in the panel; returns it."""
-        from glm5lib import workbook
-        from glm5lib.config import ServerConfig
-
         if self.server is not None:
             return self.server
         self.error = None
@@ -237,8 +234,6 @@ class ServerPanel:
 
     # -- the sweep thread ------------------------------------------------------------------------
     def _run(self, levels: list[int]) -> None:
-        from glm5lib.phase import measure_phase
-
         srv = self.server
         folder = self.folder
         for name in (rundir.SWEEP, rundir.REQUESTS, rundir.GPU, rundir.METRICS, rundir.POWER):
@@ -311,8 +306,6 @@ class ServerPanel:
 
         ``final`` is how the sweep ended (done, stopped, failed): the title then drops "(live)".
         """
-        from glm5lib import plots
-
         self._drawn_at = time.time()
         done = pd.DataFrame(self._rows)
         frames = {}

@@ -88,7 +88,8 @@ def cpu_load():
     import sys
 
     burners = [
-        subprocess.Popen([sys.executable, "-I", "-S", "-c", "while True: pass"])
+        # spins while its parent lives: a killed test run leaves no burner behind
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"])
         for _ in range(os.cpu_count() or 1)
     ]
     try:
@@ -163,3 +164,14 @@ def fake_python(tmp_path):
     path.write_text(FAKE_PYTHON.format(python=sys.executable))
     path.chmod(0o755)
     return str(path)
+
+
+@pytest.fixture
+def sigint_raises():
+    """Ctrl-C raises KeyboardInterrupt in this test, also when pytest was started with SIGINT
+    ignored (a background job of a non-interactive shell inherits it ignored)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)

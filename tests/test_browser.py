@@ -22,7 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from glm5lib.sim.testing import free_port
+from glm5lib.server import find_free_port as free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]-*.ipynb"))

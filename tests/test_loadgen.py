@@ -428,7 +428,7 @@ def test_steady_window_of_a_queued_level_cut_at_its_deadline():
 
 
 def test_against_the_stand_in_server(tmp_path):
-    testing = pytest.importorskip("glm5lib.sim.testing")
+    testing = pytest.importorskip("glm5lib.server.standin")
     with testing.run_standin("--max-running-requests", "8") as srv:
         for api in ("generate", "completions"):
             df = _sweep(srv.base_url, [2, 4], api=api, requests_per_level=4, output_len=8, input_len=32,
@@ -591,7 +591,7 @@ def test_duration_bound_level_shorter_than_a_request_measures_the_steady_rate(tm
     long before one 256-token request could finish and the ramp-up (prefill of 64 prompts of
     1,024 tokens) takes a large part of it. Counting the whole level would read ~45% low.
     """
-    testing = pytest.importorskip("glm5lib.sim.testing")
+    testing = pytest.importorskip("glm5lib.server.standin")
     from glm5lib.logs import parse_log
 
     conc = 64

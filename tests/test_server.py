@@ -174,7 +174,7 @@ def test_bad_backend_and_config_raise_config_error(tmp_path):
     assert info.value.field == "model_path"
 
 
-def test_keyboard_interrupt_while_launching_leaves_nothing(fake_python, tmp_path):
+def test_keyboard_interrupt_while_launching_leaves_nothing(fake_python, tmp_path, sigint_raises):
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -215,7 +215,8 @@ def test_atexit_stops_servers_at_interpreter_exit(fake_python, tmp_path):
 
 
 CLI_SCRIPT = """
-import argparse, sys
+import argparse, signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if this process inherited it ignored
 from glm5lib.cli import server
 parser = argparse.ArgumentParser(prog="glm5")
 server.register_cli(parser.add_subparsers())

@@ -33,7 +33,7 @@ WAIT_S = 60.0
 
 
 @pytest.fixture(autouse=True)
-def _no_leftovers(no_leftover_processes):
+def _no_leftovers(no_leftover_processes, sigint_raises):
     yield
 
 
@@ -206,9 +206,15 @@ def test_interpreter_exit_stops_the_server_and_its_guard(fake_python):
 # --------------------------------------------------------------------------- glm5 launch
 
 
+# `glm5 launch` as its console script runs it, with SIGINT's default handler whatever this
+# process inherited
+GLM5 = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler)\n" \
+       "from glm5lib.cli import main; sys.exit(main())"
+
+
 def _glm5_launch(fake_python, log: Path, mode: str):
     return psutil.Popen(
-        [sys.executable, "-m", "glm5lib", "launch", "--backend", "sim", "--python", fake_python,
+        [sys.executable, "-c", GLM5, "launch", "--backend", "sim", "--python", fake_python,
          "--log", str(log), "--ready-timeout", "120", "--", "--model-path", "m"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "FAKE_MODE": mode},
     )

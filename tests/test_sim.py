@@ -17,7 +17,8 @@ import aiohttp
 import pytest
 
 from glm5lib.errors import ConfigError, ServerLaunchError
-from glm5lib.sim import fit_profile, load_profile, parse_faults, parse_sim_argv, run_standin
+from glm5lib.server import run_standin
+from glm5lib.sim import fit_profile, load_profile, parse_faults, parse_sim_argv
 from glm5lib.sim.profile import StepContext
 from glm5lib.sim.text import TokenText, count_prompt_tokens
 

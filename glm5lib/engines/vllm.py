@@ -31,7 +31,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from glm5lib import server as server_mod
+from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.logs import parse_log
+from glm5lib.masking import mask_mapping
 from glm5lib.paths import data_dir
 
 __all__ = [
@@ -207,14 +211,10 @@ class VllmConfig:
         return hash(json.dumps(self._args, sort_keys=True, default=str))
 
     def __repr__(self) -> str:
-        from glm5lib.masking import mask_mapping
-
         return f"VllmConfig({mask_mapping(self._args)!r})"
 
     def to_dict(self, *, mask: bool = False) -> dict[str, Any]:
         if mask:
-            from glm5lib.masking import mask_mapping
-
             return mask_mapping(self._args)
         return dict(self._args)
 
@@ -307,8 +307,6 @@ class VllmConfig:
 def load_config(name_or_path: str | os.PathLike[str]):
     """A server config by name or path, for the engine it names: a :class:`VllmConfig` for a
     ``vllm-*.json`` / ``"engine": "vllm"`` file, else SGLang's :class:`~glm5lib.config.ServerConfig`."""
-    from glm5lib.config import ServerConfig
-
     if isinstance(name_or_path, (VllmConfig, ServerConfig)):
         return name_or_path
     text = str(name_or_path)
@@ -369,8 +367,6 @@ def launch_vllm(
     :class:`~glm5lib.errors.ServerLaunchError` whose cause is what vLLM's log says (``oom``,
     ``nccl``, ``engine_dead``, else ``exited``) and whose message quotes its error lines.
     """
-    from glm5lib import server as server_mod
-
     if not isinstance(config, VllmConfig):
         config = VllmConfig.load(config)
     path = config.model_path()
@@ -398,8 +394,6 @@ def _explain(exc: ServerLaunchError) -> ServerLaunchError:
     """Quote what vLLM's own log says about a failed start."""
     if exc.cause in ("port_in_use", "not_found") or not exc.log_path or not Path(exc.log_path).exists():
         return exc
-    from glm5lib.logs import parse_log
-
     slog = parse_log(exc.log_path, engine="vllm")
     if slog.errors.empty:
         return exc

@@ -324,7 +324,8 @@ def _one_line_per_newline(chunk: bytes, crs: bool) -> bool:
     is there but the carriage return of a CRLF)."""
     if not crs:
         return True
-    if chunk.count(b"\r") != chunk.count(b"\r\n"):
+    returns = chunk.count(b"\r")
+    if returns and returns != chunk.count(b"\r\n"):
         return False
     breaks = _OTHER_BREAKS[:5] if chunk.isascii() else _OTHER_BREAKS  # the last three are not ASCII
     return not any(b in chunk for b in breaks)
@@ -412,10 +413,10 @@ def _scheduler_lines(
     if len(heads) == len(shapes):
         sig = head_of  # one shape per head: the head tells them apart
     else:
-        # A line's head and its numbers of colons, commas and spaces: lines of one shape share
-        # them (values hold no space, so the spaces are the keys'), lines of two shapes seldom do.
+        # A line's head and its numbers of colons and spaces: lines of one shape share them
+        # (values hold no space, so the spaces are the keys'), lines of two shapes seldom do.
         sig = head_of
-        for byte in (58, 44, 32):
+        for byte in (58, 32):
             at = np.flatnonzero(arr == byte)
             sig = (sig << 16) | ((np.searchsorted(at, ends) - np.searchsorted(at, starts)) & 0xFFFF)
     order = np.argsort(sig, kind="stable")

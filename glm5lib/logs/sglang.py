@@ -691,7 +691,17 @@ class _Parser:
             parts.sort(key=lambda f: int(f["_order"].min()))
             # Columns are fixed up first (none of it depends on row order), then one take puts
             # rows into log order and columns into their order (each take is a full copy).
-            frame = parts[0].copy() if len(parts) == 1 else pd.concat(parts, ignore_index=True, sort=False)
+            single = len(parts) == 1
+            if not single:
+                frame = pd.concat(parts, ignore_index=True, sort=False)
+            else:
+                frame = parts[0].copy() if self.reuse_frames else parts[0]
+            if not self.reuse_frames:
+                # Nobody builds again (as for the access lines): the parts go before the take
+                # below copies the table, so that two copies of it are alive at most, not three.
+                for shape in shapes:
+                    shape.frames.clear()
+                parts.clear()
             if "iter" in frame.columns and frame["iter"].isna().all():
                 frame = frame.drop(columns="iter")
             frame["time"] = to_timestamps(frame["time"])
@@ -704,7 +714,7 @@ class _Parser:
                 frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
             extras = [c for c in frame.columns if c not in base and c != "_order"]
             keep = [frame.columns.get_loc(c) for c in base + extras]
-            if len(parts) == 1:
+            if single:
                 frame = frame.iloc[:, keep]
             else:
                 perm = np.argsort(frame["_order"].to_numpy(), kind="stable")

@@ -19,7 +19,8 @@ server) with the same read interface; its ``stop()`` does nothing.
 Modules: :mod:`~glm5lib.server.process` (the child process, its log, stop, the registry of live
 servers), :mod:`~glm5lib.server.launcher` (SGLang and the stand-in, readiness),
 :mod:`~glm5lib.server.command` (any engine from a command template, flag editing),
-:mod:`~glm5lib.server.attached` (servers glm5lib did not start), :mod:`~glm5lib.server.ports`.
+:mod:`~glm5lib.server.attached` (servers glm5lib did not start), :mod:`~glm5lib.server.ports`,
+:mod:`~glm5lib.server.standin` (:func:`run_standin`: the stand-in from raw flags, for tests and notebooks).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from glm5lib.server.command import (
 from glm5lib.server.launcher import BACKENDS, Server, launch
 from glm5lib.server.ports import LOOPBACK, find_free_port
 from glm5lib.server.process import READY_LINE, ServerProcess, live_servers, stop_all
+from glm5lib.server.standin import StandinProcess, run_standin
 
 __all__ = [
     "BACKENDS",
@@ -47,6 +49,7 @@ __all__ = [
     "CommandServer",
     "Server",
     "ServerProcess",
+    "StandinProcess",
     "apply_flag_changes",
     "attach",
     "fill_template",
@@ -56,5 +59,6 @@ __all__ = [
     "launch",
     "launch_command",
     "live_servers",
+    "run_standin",
     "stop_all",
 ]

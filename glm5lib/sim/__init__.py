@@ -6,7 +6,8 @@ scheduler whose step times come from a calibrated profile (``data/profiles/``). 
 a stand-in in its first log line, in ``/get_server_info``, ``/get_model_info`` and ``/v1/models``.
 Simulated GPU telemetry is served at ``/sim/gpus`` and ``/sim/environment``.
 
-For tests and notebooks, :func:`run_standin` starts one on a free port and stops it after use;
+The library reaches it only over HTTP, as it reaches a real server: for tests and notebooks,
+:func:`glm5lib.server.run_standin` starts one on a free port and stops it after use.
 :func:`fit_profile` builds a profile from a real server's log so the stand-in can rehearse it.
 """
 
@@ -28,17 +29,14 @@ __all__ = [
     "Faults",
     "Profile",
     "SimArgs",
-    "StandinProcess",
     "StepContext",
     "fit_profile",
-    "free_port",
     "list_profiles",
     "load_profile",
     "main",
     "parse_faults",
     "parse_sim_argv",
     "register_cli",
-    "run_standin",
 ]
 
 
@@ -51,24 +49,6 @@ def fit_profile(log, base=DEFAULT_PROFILE, name=None, out=None) -> Profile:
     from glm5lib.sim.fit import fit_profile as _fit
 
     return _fit(log, base=base, name=name, out=out)
-
-
-def run_standin(*flags: str, **options):
-    """Start the stand-in on a free port, yield it ready, stop it after: see
-    :func:`glm5lib.sim.testing.run_standin` (imported on first use: it launches through
-    glm5lib.server, whose log parsing needs pandas, which the stand-in itself does not)."""
-    from glm5lib.sim.testing import run_standin as _run
-
-    return _run(*flags, **options)
-
-
-def __getattr__(name: str):
-    # the other launcher names, as lazily as run_standin and for the same reason
-    if name in ("StandinProcess", "free_port"):
-        from glm5lib.sim import testing
-
-        return getattr(testing, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,8 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from glm5lib import logs
 from glm5lib.errors import ConfigError
-from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, load_profile
+from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, load_profile
 
 __all__ = ["fit_profile", "step_times_from_decode"]
 
@@ -89,8 +90,6 @@ def fit_profile(
     profile to copy everything else from; ``out`` an optional path to save the profile to.
     Raises ConfigError when the log has fewer than 3 usable decode lines.
     """
-    from glm5lib import logs
-
     slog = log if hasattr(log, "decode") else logs.parse_log(log)
     base_prof = base if isinstance(base, Profile) else load_profile(base)
     pts = step_times_from_decode(slog.decode)
@@ -142,8 +141,6 @@ def fit_profile(
 
 def _fit_scale(slog, base_prof: Profile, pts, name, out, log) -> Profile:
     """One batch size only: keep the base profile's shape and fit one scale factor."""
-    from glm5lib.sim.profile import StepContext
-
     sa = slog.server_args or {}
     data = copy.deepcopy(base_prof.data)
     ctx = StepContext(

@@ -155,7 +155,7 @@ def standin_output(tmp_path_factory):
     import urllib.request
 
     from glm5lib.http import get
-    from glm5lib.sim.testing import run_standin
+    from glm5lib.server import run_standin
 
     log = tmp_path_factory.mktemp("standin") / "server.log"
     with run_standin("--sim-zero-delay", "--enable-metrics", "--decode-log-interval", "1",
@@ -229,7 +229,7 @@ def test_sglang_bench_serving_runs_against_the_standin(release, tmp_path):
     """SGLang's own bench_serving (a local tokenizer, random ids) against the stand-in; its
     printed block and JSONL record parse with parse_bench_result to the same numbers."""
     from glm5lib.logs import parse_bench_result
-    from glm5lib.sim.testing import run_standin
+    from glm5lib.server import run_standin
 
     python = _env(release)
     tokenizer = tmp_path / "tokenizer"

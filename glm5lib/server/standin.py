@@ -1,4 +1,4 @@
-"""Start a stand-in server for tests and notebooks: :func:`glm5lib.server.launch` with raw flags.
+"""Start the stand-in for tests and notebooks: :func:`glm5lib.server.launch` with raw flags.
 
 ::
 
@@ -20,7 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from glm5lib.config import ServerConfig
-from glm5lib.server import Server, find_free_port, launch
+from glm5lib.server.launcher import Server, launch
+from glm5lib.server.ports import find_free_port
 
 __all__ = ["StandinProcess", "free_port", "run_standin"]
 
