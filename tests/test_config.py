@@ -466,3 +466,24 @@ def test_argv_round_trip_property():
         assert back.diff(config) == {}
 
     check()
+
+
+def test_release_pins_catalogue_argv_and_cli(capsys):
+    from glm5lib.cli import main
+
+    fix = ServerConfig.load("glm5-fix", release="0.5.23")
+    assert fix.release == "0.5.23"
+    argv = fix.to_argv()
+    assert "--disable-cuda-graph" not in argv
+    assert argv[argv.index("--cuda-graph-backend-decode") + 1] == "disabled"
+    assert "--disable-cuda-graph" in ServerConfig.load("glm5-fix", release="0.5.9").to_argv()
+    assert "cuda-graph-backend-decode disabled" in fix.to_shell()
+    assert main(["config", "argv", "glm5-fix", "--release", "0.5.23", "--json"]) == 0
+    assert "--cuda-graph-backend-prefill" in json.loads(capsys.readouterr().out)
+    # a 0.5.9 reference lines up with 0.5.23's renamed field
+    ref = ServerConfig(model_path="m", cuda_graph_max_bs=128)
+    new = ServerConfig(release="0.5.23", model_path="m", cuda_graph_max_bs_decode=64)
+    assert new.diff(ref) == {"cuda_graph_max_bs_decode": (64, 128)}
+    assert new.for_release("0.5.9").cuda_graph_max_bs == 64
+    with pytest.raises(ConfigError, match="unknown SGLang release"):
+        ServerConfig(release="banana")

@@ -6,11 +6,11 @@ import argparse
 import json
 
 from glm5lib.config import (
-    SGLANG_FLAGS,
-    SGLANG_SOURCE,
+    DEFAULT_RELEASE,
     ServerConfig,
     _parse_assignment,
     _type_name,
+    catalogue,
     mask_value,
     shipped_configs,
 )
@@ -19,8 +19,8 @@ from glm5lib.errors import ConfigError
 __all__ = ["register_cli"]
 
 
-def _resolve_config(text: str) -> ServerConfig:
-    return ServerConfig.load(text)
+def _resolve_config(text: str, release: str | None = None) -> ServerConfig:
+    return ServerConfig.load(text, release=release)
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
@@ -32,8 +32,10 @@ def _cmd_config(args: argparse.Namespace) -> int:
         return 0
     if action == "flags":
         pattern = (args.pattern or "").lower().replace("-", "_")
-        print(f"# SGLang {SGLANG_SOURCE.get('version')} ({SGLANG_SOURCE.get('origin') or SGLANG_SOURCE.get('commit')})")
-        for spec in SGLANG_FLAGS.values():
+        cat = catalogue(args.release) if args.release else catalogue(DEFAULT_RELEASE)
+        source = cat.source
+        print(f"# SGLang {cat.release} ({source.get('origin') or source.get('commit')})")
+        for spec in cat.specs.values():
             if pattern and pattern not in spec.field and pattern not in " ".join(spec.flags).replace("-", "_"):
                 continue
             choices = f" choices={list(spec.choices)}" if spec.choices else ""
@@ -44,12 +46,12 @@ def _cmd_config(args: argparse.Namespace) -> int:
         argv = list(args.argv)
         if argv[:1] == ["--"]:
             argv = argv[1:]
-        config = ServerConfig.from_argv(argv)
+        config = ServerConfig.from_argv(argv, release=args.release)
         config.validate(require_model=False)
         print(json.dumps(config.to_dict(mask=True), indent=2))
         return 0
-    config = _resolve_config(args.config)
-    changes = dict(_parse_assignment(item) for item in (args.set or []))
+    config = _resolve_config(args.config, args.release)
+    changes = dict(_parse_assignment(item, config.release) for item in (args.set or []))
     if changes:
         config = config.with_changes(**changes)
     if action == "show":
@@ -65,13 +67,13 @@ def _cmd_config(args: argparse.Namespace) -> int:
         return 0
     if action == "argv":
         if args.json:
-            masked = ServerConfig._make({k: mask_value(k, v) for k, v in config.explicit.items()})
+            masked = ServerConfig._make({k: mask_value(k, v) for k, v in config.explicit.items()}, cat=config.catalogue)
             print(json.dumps(masked.to_argv()))
         else:
             print(config.to_shell(module=args.module))
         return 0
     if action == "diff":
-        other = _resolve_config(args.other)
+        other = _resolve_config(args.other, args.other_release)
         differences = config.diff(other)
         if args.json:
             print(json.dumps({k: [mask_value(k, a), mask_value(k, b)] for k, (a, b) in differences.items()}, indent=2))
@@ -98,10 +100,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     sub.add_parser("list", help="list the shipped configs")
     flags = sub.add_parser("flags", help="search the catalogue of SGLang flags")
     flags.add_argument("pattern", nargs="?", help="substring of a field or flag name")
+    flags.add_argument("--release", help="SGLang release (default: the installed SGLang, else the config's or 0.5.9)")
     check = sub.add_parser(
         "check", help="validate sglang.launch_server arguments (after '--')",
         description="Validate launch_server arguments: glm5 config check -- --model-path M --tp 8",
     )
+    check.add_argument("--release", help="SGLang release (default: the installed SGLang, else the config's or 0.5.9)")
     check.add_argument("argv", nargs=argparse.REMAINDER, help="the launch_server arguments")
     for name, text in (
         ("show", "show a config's fields (secrets masked)"),
@@ -113,10 +117,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
         if name == "diff":
             p.add_argument("other", help="shipped config name or JSON file to compare with")
             p.add_argument("--exit-code", action="store_true", help="exit 1 when the configs differ")
+            p.add_argument("--other-release", help="SGLang release of the second config")
         if name == "show":
             p.add_argument("--all", action="store_true", help="include every field with its default")
         if name == "argv":
             p.add_argument("--module", default="sglang.launch_server", help="module to run (e.g. glm5lib.sim)")
         p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a field first (repeatable)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--release", help="SGLang release (default: the installed SGLang, else the config's or 0.5.9)")
     parser.set_defaults(func=_cmd_config)

@@ -739,7 +739,7 @@ class ServerConfig:
 
     def to_shell(self, python: str = "python", module: str = "sglang.launch_server") -> str:
         """The command as one shell-quoted string for display, secrets masked."""
-        masked = ServerConfig._make({k: mask_value(k, v) for k, v in self._values.items()})
+        masked = ServerConfig._make({k: mask_value(k, v) for k, v in self._values.items()}, cat=self._cat)
         return shlex.join(masked.to_command(python, module))
 
     # -- comparing and changing --------------------------------------------------------------
@@ -832,14 +832,16 @@ def _strip_launcher(tokens: list[str]) -> list[str]:
     return tokens
 
 
-def _parse_assignment(text: str) -> tuple[str, Any]:
+def _parse_assignment(text: str, release: str | None = None) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep:
         raise ConfigError(f"--set expects FIELD=VALUE, got {text!r}", field=text)
+    cat = catalogue(release or DEFAULT_RELEASE)
     name = name.strip().lstrip("-").replace("-", "_")
-    spec = SGLANG_FLAGS.get(name)
-    if spec is None:
-        raise _unknown_field_error(name)
+    field = cat.field_name(name)
+    if field is None:
+        raise _unknown_field_error(name, cat=cat)
+    spec = cat.specs[field]
     if spec.value_type == "bool":
         lowered = raw.strip().lower()
         if lowered not in ("true", "false", "1", "0", "yes", "no"):
