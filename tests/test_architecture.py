@@ -174,6 +174,13 @@ LAZY_ALLOWED = {
 }
 
 
+# (module, imported module) pairs imported inside a function on purpose, with the reason.
+LAZY_PAIRS = {
+    ("glm5lib.config", "glm5lib.logs"): "the stand-in imports config and starts without pandas, "
+                                        "which the log parser needs",
+}
+
+
 def test_own_modules_are_imported_at_top_level():
     modules = _modules()
     lazy = []
@@ -183,7 +190,7 @@ def test_own_modules_are_imported_at_top_level():
         for target, line, top in _imports(name, path):
             resolved = _resolve(target, modules)
             # a generated flag catalogue is data, read only when the engine's own parser is absent
-            if not top and resolved and not _is_generated(resolved):
+            if not top and resolved and not _is_generated(resolved) and (name, resolved) not in LAZY_PAIRS:
                 lazy.append(f"{path.relative_to(PACKAGE.parent)}:{line} imports {target} inside a function")
     assert not lazy, "\n".join(sorted(set(lazy)))
 

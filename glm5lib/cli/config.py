@@ -8,11 +8,11 @@ import json
 from glm5lib.config import (
     DEFAULT_RELEASE,
     ServerConfig,
-    _parse_assignment,
-    _type_name,
     catalogue,
     mask_value,
+    parse_assignment,
     shipped_configs,
+    type_name,
 )
 from glm5lib.errors import ConfigError
 
@@ -40,7 +40,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
                 continue
             choices = f" choices={list(spec.choices)}" if spec.choices else ""
             default = spec.default if spec.default_expr is None else spec.default_expr
-            print(f"{spec.field:40s} {' '.join(spec.flags):45s} {_type_name(spec):14s} default={default!r}{choices}")
+            print(f"{spec.field:40s} {' '.join(spec.flags):45s} {type_name(spec):14s} default={default!r}{choices}")
         return 0
     if action == "check":
         argv = list(args.argv)
@@ -51,7 +51,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         print(json.dumps(config.to_dict(mask=True), indent=2))
         return 0
     config = _resolve_config(args.config, args.release)
-    changes = dict(_parse_assignment(item, config.release) for item in (args.set or []))
+    changes = dict(parse_assignment(item, config.release) for item in (args.set or []))
     if changes:
         config = config.with_changes(**changes)
     if action == "show":

@@ -56,7 +56,9 @@ __all__ = [
     "field_for",
     "flag_for",
     "mask_value",
+    "parse_assignment",
     "shipped_configs",
+    "type_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -160,7 +162,8 @@ def mask_value(field: str, value: Any) -> Any:
 # --------------------------------------------------------------------------- value checking
 
 
-def _type_name(spec: FlagSpec) -> str:
+def type_name(spec: FlagSpec) -> str:
+    """What a flag takes, in words (``int``, ``list of str``, ``JSON value``, ``no value``)."""
     if spec.value_type == "list":
         return f"list of {spec.item_type or 'str'}"
     return {"json": "JSON value", "none": "no value"}.get(spec.value_type, spec.value_type)
@@ -254,7 +257,7 @@ def _check_value(spec: FlagSpec, value: Any) -> Any:
             return None
         raise ConfigError(
             f"{spec.field} ({spec.flag}) cannot be None; its default is {spec.default!r}",
-            field=spec.field, valid=[_type_name(spec)],
+            field=spec.field, valid=[type_name(spec)],
         )
     kind = spec.value_type
     if kind == "none":
@@ -262,8 +265,8 @@ def _check_value(spec: FlagSpec, value: Any) -> Any:
     if kind == "list":
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise ConfigError(
-                f"{spec.field} ({spec.flag}) expects a {_type_name(spec)}, got {value!r}",
-                field=spec.field, valid=[_type_name(spec)],
+                f"{spec.field} ({spec.flag}) expects a {type_name(spec)}, got {value!r}",
+                field=spec.field, valid=[type_name(spec)],
             )
         return [_check_scalar(spec, item, spec.item_type or "str") for item in value]
     if kind == "json":
@@ -554,7 +557,7 @@ class ServerConfig:
                     i += 1
                 if not items and spec.nargs == "+":
                     raise ConfigError(
-                        f"{spec.flag} expects one or more values", field=field, valid=[_type_name(spec)]
+                        f"{spec.flag} expects one or more values", field=field, valid=[type_name(spec)]
                     )
                 values[field] = [_convert_token(spec, t, spec.item_type or "str") for t in items]
                 continue
@@ -568,8 +571,8 @@ class ServerConfig:
                 continue
             else:
                 raise ConfigError(
-                    f"{spec.flag} expects a value ({_type_name(spec)})",
-                    field=field, valid=[str(c) for c in spec.choices] if spec.choices else [_type_name(spec)],
+                    f"{spec.flag} expects a value ({type_name(spec)})",
+                    field=field, valid=[str(c) for c in spec.choices] if spec.choices else [type_name(spec)],
                 )
             values[field] = _convert_token(spec, raw)
         checked = {name: _check_value(cat.specs[name], value) for name, value in values.items()}
@@ -589,9 +592,10 @@ class ServerConfig:
         ``version`` (``/get_server_info``), else the bundled release whose fields fit best.
         """
         if isinstance(server_args, str):
-            from glm5lib import logs  # the log parser reads the ServerArgs repr
+            # imported here: the stand-in imports config and must start without pandas
+            from glm5lib.logs import parse_server_args
 
-            server_args = logs.parse_server_args(server_args)
+            server_args = parse_server_args(server_args)
         values: dict[str, Any] = {}
         extras: dict[str, Any] = {}
         cat = catalogue(release or guess_release(server_args))
@@ -832,7 +836,8 @@ def _strip_launcher(tokens: list[str]) -> list[str]:
     return tokens
 
 
-def _parse_assignment(text: str, release: str | None = None) -> tuple[str, Any]:
+def parse_assignment(text: str, release: str | None = None) -> tuple[str, Any]:
+    """``FIELD=VALUE`` (as ``glm5 config --set`` takes it) as a field and a value of its type."""
     name, sep, raw = text.partition("=")
     if not sep:
         raise ConfigError(f"--set expects FIELD=VALUE, got {text!r}", field=text)

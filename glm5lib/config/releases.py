@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from glm5lib.config import sglang_parser
 from glm5lib.errors import ConfigError
 
 __all__ = [
@@ -176,8 +177,6 @@ def installed_catalogue() -> Catalogue | None:
     version = installed_release()
     if version is None:
         return None
-    from glm5lib.config import sglang_parser
-
     try:
         dump = sglang_parser.dump()
     except Exception as exc:  # any import-time failure of a third-party package: fall back
