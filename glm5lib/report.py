@@ -63,6 +63,7 @@ _CONFIG_FIELDS = (
     "model_path", "tp_size", "max_running_requests", "attention_backend", "disable_cuda_graph",
     "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
     "enable_flashinfer_allreduce_fusion", "chunked_prefill_size", "mem_fraction_static", "page_size",
+    "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
 )
 
 
@@ -181,7 +182,7 @@ def _setting(phase: Mapping[str, Any]) -> str:
     """How a phase's server was configured, for the summary: its cap, or the engine command."""
     if phase.get("max_running_requests") is None and phase.get("command"):
         return "command: `" + " ".join(str(a) for a in phase["command"]) + "`"
-    return f"max_running_requests = {_fmt(phase.get('max_running_requests'))}"
+    return f"{phase.get('cap_name') or 'max_running_requests'} = {_fmt(phase.get('max_running_requests'))}"
 
 
 def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
@@ -202,6 +203,9 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     summary: dict[str, Any] = {
         "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
         "max_running_requests": cap,
+        # the cap under the engine's own name (vLLM: max_num_seqs)
+        "cap_name": "max_num_seqs" if ("max_num_seqs" in merged or merged.get("engine") == "vllm")
+        else "max_running_requests",
         # a phase launched from an engine's command (BACKEND "command"): the knob is in its argv
         "command": command.get("argv") if isinstance(command, Mapping) else None,
         "standin": _standin_of(server_log, server_info),
@@ -254,6 +258,32 @@ def _comparison(before: dict, after: dict) -> list[dict]:
         gain = a / b if b and a is not None else None
         rows.append({"concurrency": int(level), "before": b, "after": a, "gain": gain})
     return rows
+
+
+def _prediction(run: Path, after: Mapping[str, Any]) -> dict | None:
+    """The baseline's predicted effect of its leading remedy beside what the fix measured there."""
+    findings = _read_csv(run / "baseline" / rundir.FINDINGS)
+    needed = {"predicted_concurrency", "predicted_throughput", "predicted_low", "predicted_high"}
+    if findings is None or findings.empty or not needed <= set(findings.columns):
+        return None
+    rows = findings.dropna(subset=["predicted_concurrency", "predicted_throughput"])
+    if rows.empty:
+        return None
+    top = rows.iloc[0]
+    concurrency = int(top["predicted_concurrency"])
+    measured = after.get(str(concurrency))
+    low, high = float(top["predicted_low"]), float(top["predicted_high"])
+    return _clean({
+        "rule": top.get("rule"),
+        "concurrency": concurrency,
+        "predicted": float(top["predicted_throughput"]),
+        "low": low,
+        "high": high,
+        "before": top.get("measured_throughput"),
+        "after": measured,
+        "within": None if measured is None else bool(low <= measured <= high),
+        "text": top.get("prediction"),
+    })
 
 
 def _leading_cause(run: Path) -> dict | None:
@@ -309,10 +339,32 @@ def _frames_and_summary(run_dir: str | Path) -> tuple[dict, dict]:
             if phases["baseline"]["config"].get(k) != v
         }
         summary["fix_changes"] = _clean(changes)
+        prediction = _prediction(run, phases["fix"]["throughput"])
+        if prediction:
+            summary["prediction"] = prediction
     last = next((p for p in reversed(list(phases)) if phases[p].get("findings")), None)
     if last is not None:
         summary["next_bottleneck"] = {"phase": last, "findings": phases[last]["findings"][:5]}
     return _clean(summary), frames
+
+
+def _prediction_lines(prediction: Mapping[str, Any] | None, changes: Mapping[str, Any]) -> list[str]:
+    if not prediction:
+        return []
+    c = prediction["concurrency"]
+    line = (f"Predicted beside measured: the baseline's capacity model ({prediction.get('rule')}) predicted "
+            f"{prediction['predicted']:,.0f} tok/s ({prediction['low']:,.0f}-{prediction['high']:,.0f}) at {c:,} "
+            "concurrent requests once its remedy was applied")
+    after = prediction.get("after")
+    if after is None:
+        line += f"; the fix phase did not measure {c:,} concurrent requests."
+    else:
+        verdict = "within" if prediction.get("within") else ("above" if after > prediction["high"] else "below")
+        line += f"; the fix measured {after:,.0f} tok/s there, {verdict} the predicted band."
+        if len(changes) > 1 and not prediction.get("within"):
+            line += (" The fix changed more than the remedy (" + ", ".join(f"`{k}`" for k in changes)
+                     + "), which the model does not see.")
+    return [line, ""]
 
 
 def summarize(run_dir: str | Path) -> dict:
@@ -675,6 +727,7 @@ def render_markdown(summary: dict, figures: Mapping[str, str] | None = None) -> 
         lines += _table(comparison, [("concurrency", "concurrency", 0), ("before", "baseline tok/s", 0),
                                      ("after", "fix tok/s", 0), ("gain", "gain x", 2)])
         lines.append("")
+        lines += _prediction_lines(summary.get("prediction"), changes)
 
     if nb and nb.get("findings"):
         lines += ["## Next bottleneck", ""]

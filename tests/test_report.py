@@ -57,6 +57,41 @@ def run(tmp_path):
     return run
 
 
+def test_report_sets_the_baselines_prediction_beside_the_fix_measurement(run):
+    pd.DataFrame([{"finding": "cap", "evidence": "pinned at 64", "suggestion": "raise it", "confidence": 0.9,
+                   "rule": "concurrency_cap", "prediction": "raising the cap to 1024: ...",
+                   "predicted_concurrency": 1024, "predicted_throughput": 2600.0, "predicted_low": 2200.0,
+                   "predicted_high": 3000.0, "measured_throughput": 890.0},
+                  {"finding": "gpu", "evidence": "", "suggestion": "", "confidence": 0.5, "rule": "gpu_underused"}]
+                 ).to_csv(run / "baseline" / rundir.FINDINGS, index=False)
+    summary = report.summarize(run)
+    assert summary["prediction"] == {
+        "rule": "concurrency_cap", "concurrency": 1024, "predicted": 2600.0, "low": 2200.0, "high": 3000.0,
+        "before": 890.0, "after": 3740.0, "within": False, "text": "raising the cap to 1024: ...",
+    }
+    text = report.write_report(run).read_text()
+    assert ("predicted 2,600 tok/s (2,200-3,000) at 1,024 concurrent requests once its remedy was applied; "
+            "the fix measured 3,740 tok/s there, above the predicted band.") in text
+    assert "which the model does not see" in text  # the fix changed the cap and CUDA graphs
+
+
+def test_a_vllm_phase_names_its_cap_max_num_seqs(tmp_path):
+    run = tmp_path / "run-vllm"
+    run.mkdir()
+    _phase(run, "baseline", {1: 300.0, 64: 430.0}, {"engine": "vllm", "max_num_seqs": 4})
+    _phase(run, "fix", {1: 250.0, 64: 1500.0}, {"engine": "vllm", "max_num_seqs": 256})
+    summary = report.summarize(run)
+    assert summary["phases"]["baseline"]["cap_name"] == "max_num_seqs"
+    assert summary["fix_changes"] == {"max_num_seqs": [4, 256]}
+    text = report.write_report(run).read_text()
+    assert "max_num_seqs" in text and "max_running_requests" not in text
+
+
+def test_no_prediction_without_predicted_columns(run):
+    assert "prediction" not in report.summarize(run)
+    assert "Predicted beside measured" not in report.write_report(run).read_text()
+
+
 def test_summary_holds_the_numbers_of_each_phase(run):
     summary = report.summarize(run)
     assert list(summary["phases"]) == ["baseline", "fix"]

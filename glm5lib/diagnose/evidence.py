@@ -47,6 +47,7 @@ FINDING_COLUMNS = [
     "severity",
     "score",
     "prediction",
+    "predicted_concurrency",
     "predicted_throughput",
     "predicted_low",
     "predicted_high",

@@ -85,6 +85,7 @@ def evaluate(
             "severity": f.severity,
             "score": f.score,
             "prediction": f.prediction.text if f.prediction else None,
+            "predicted_concurrency": f.prediction.concurrency if f.prediction else None,
             "predicted_throughput": round(f.prediction.throughput, 1) if f.prediction else None,
             "predicted_low": round(f.prediction.low, 1) if f.prediction else None,
             "predicted_high": round(f.prediction.high, 1) if f.prediction else None,

@@ -122,7 +122,8 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
         )
         if rec is not None and rec.reason:
             suggestion += f"; no figure recommended: {rec.reason}"
-    ref_cap = norm((ev.reference_args or {}).get("max_running_requests"))
+    ref_args = ev.reference_args or {}
+    ref_cap = norm(ref_args.get("max_running_requests", ref_args.get("max_num_seqs")))  # SGLang's, vLLM's
     if isinstance(ref_cap, int) and ref_cap > cap:
         suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
     raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
