@@ -40,11 +40,12 @@ def _positions(arr: np.ndarray, needle: bytes, anchor: int) -> np.ndarray:
 
 
 def _gather(arr: np.ndarray, starts: np.ndarray, widths: np.ndarray, width: int) -> np.ndarray:
-    """Rows of ``width`` bytes from ``starts`` (0 past each row's own width)."""
-    cols = np.arange(width, dtype=np.int64)
-    idx = starts[:, None] + cols
-    block = arr[np.minimum(idx, len(arr) - 1)]
-    block[cols >= widths[:, None]] = 0
+    """Rows of ``width`` bytes from ``starts`` (0 past each row's own width): whole rows of a
+    sliding window taken at once, much faster than a gather byte by byte."""
+    if len(arr) < int(starts.max(initial=0)) + width:
+        arr = np.concatenate((arr, np.zeros(width, dtype=np.uint8)))
+    block = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
+    block *= np.arange(width) < widths[:, None]
     return block
 
 
@@ -106,7 +107,8 @@ def access_lines(
         h = _hashes(block) ^ (client_w[sel].astype(np.uint64) << np.uint64(40)) ^ rest_w[sel].astype(np.uint64)
         _, rep, inverse = np.unique(h, return_index=True, return_inverse=True)
         inverse = inverse.ravel()
-        same = (block == block[rep[inverse]]).all(axis=1)
+        words = block.view(np.uint64)
+        same = (words == words[rep[inverse]]).all(axis=1)
         same &= (client_w[sel] == client_w[sel][rep[inverse]]) & (rest_w[sel] == rest_w[sel][rep[inverse]])
         group_code = np.full(len(rep), -1, dtype=np.int64)
         for g, r in enumerate(rep.tolist()):
