@@ -487,3 +487,29 @@ def test_release_pins_catalogue_argv_and_cli(capsys):
     assert new.for_release("0.5.9").cuda_graph_max_bs == 64
     with pytest.raises(ConfigError, match="unknown SGLang release"):
         ServerConfig(release="banana")
+
+
+def test_0_5_23_dict_form_server_args_line_reads_as_a_0_5_23_config():
+    # 0.5.23 logs server_args={'name': value, ...} (its ServerArgs is a msgspec Struct); the
+    # fixture is that release's own output for glm5-fix (tests/fixtures/logs/SOURCES.md)
+    from pathlib import Path
+
+    from glm5lib.logs import parse_log, parse_server_args
+    from glm5lib.logs.server_args import closes
+
+    path = Path(__file__).parent / "fixtures" / "logs" / "sglang-0.5.23-server-args.log"
+    line = path.read_text().strip()
+    args = parse_server_args(line)
+    assert not args.incomplete and len(args) == 546
+    assert (args["cuda_graph_backend_decode"], args["max_running_requests"]) == ("disabled", 1024)
+    cut = parse_server_args(line[:9000])  # a paste cut mid-line keeps every complete item
+    assert cut.incomplete and 100 < len(cut) < 546 and cut["model_path"] == "lukealonso/GLM-5-NVFP4"
+    body = line.split("] ", 1)[1]
+    assert closes(body) and not closes(body[:5000])
+    slog = parse_log(path)
+    assert len(slog.server_args) == 546 and not slog.server_args_incomplete
+    config = ServerConfig.from_server_args(line)
+    assert config.release == "0.5.23"
+    assert config.disable_cuda_graph is True and config.max_running_requests == 1024
+    assert config.diff(ServerConfig.load("glm5-fix", release="0.5.23")).keys() <= {
+        "enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "mm_enable_dp_encoder"}

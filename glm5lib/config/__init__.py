@@ -378,6 +378,9 @@ class ServerConfig:
         field = cat.field_name(name)
         if name == "disable_cuda_graph" and field not in values:
             return _graphs_off(values)
+        if (field in ("cuda_graph_backend_decode", "cuda_graph_backend_prefill") and field not in values
+                and values.get("disable_cuda_graph")):
+            return "disabled"  # what to_argv writes for "CUDA graphs off" on this release
         if field in values:
             return values[field]
         if field is not None:
