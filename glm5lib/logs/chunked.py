@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.logs.access import access_frame, access_lines
 from glm5lib.logs.scheduler import _convert_column
 from glm5lib.logs.tables import to_timestamps
 from glm5lib.logs.text import _PREFIX_RE, split_chunk
@@ -49,7 +50,6 @@ _ACCESS_RE = re.compile(
     rb"\nINFO:  [ \t]*+(" + _NONSPACE + rb"+?):\d++ - \"(\w++) (" + _NONSPACE + rb"++) [^\"" + _NOT + rb"]*+\" (\d\d\d)"
     rb"[^" + _NOT + rb"]*+\r?(?=\n)"
 )
-_ACCESS_HEAD = b"INFO:  "
 _BOOL_BYTES = (b"True", b"False", b"true", b"false")
 # Bytes a plain number may hold (numpy then reads it as int() or float() would); 0 pads.
 _NUMERIC = np.zeros(256, dtype=bool)
@@ -181,7 +181,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             found = _scheduler_lines(parser, shapes, buf, arr, nl)
             for _cs, idx, _table in found:
                 kind[idx] = 1
-    acc_idx, acc_rows = _access_lines(buf, arr, nl, n)
+    acc_idx, acc_rows, acc_codes = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
     if len(acc_idx):
         kind[acc_idx] = 2
 
@@ -225,7 +225,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle
         )
     parser.lines = base + n + extra
-    _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time, clock_pos, clock_val,
+    _finish_chunk(parser, found, kind, acc_idx, (acc_rows, acc_codes), sched_idx, sched_time, clock_pos, clock_val,
                   extra_pos, extra_cum, base)
 
 
@@ -291,15 +291,15 @@ def _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time,
     # ---- access rows: each takes the clock of the last line before it that set one
     keep = kind[acc_idx] == 2 if len(acc_idx) else np.empty(0, dtype=bool)
     if keep.any():
+        distinct, codes = acc_rows
         if not keep.all():
-            acc_rows = [g for g, k in zip(acc_rows, keep.tolist(), strict=True) if k]
-            acc_idx = acc_idx[keep]
+            codes, acc_idx = codes[keep], acc_idx[keep]
         gap_time = to_timestamps(pd.Series(clock_val, dtype=object)).to_numpy(dtype="datetime64[ns]")
         pos = np.concatenate((np.array(clock_pos, dtype=np.int64), sched_idx))
         val = np.concatenate((gap_time, sched_time))
         order = np.argsort(pos, kind="stable")
         pos, val = pos[order], val[order]
-        frame = _access_frame(acc_rows)
+        frame = access_frame(distinct, codes)
         frame.insert(0, "time", val[np.searchsorted(pos, acc_idx, side="right") - 1])
         frame.insert(0, "_order", real(acc_idx))
         parser.http_frames.append(frame)
@@ -462,49 +462,6 @@ def _scheduler_lines(
     return found
 
 
-def _access_lines(buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int) -> tuple[np.ndarray, list[tuple[bytes, ...]]]:
-    """Line numbers and (client, method, path, status) of the access lines of a chunk."""
-    if b"\n" + _ACCESS_HEAD not in buf:
-        return np.empty(0, dtype=np.int64), []
-    # Lines that start like one and hold ' - "', by numpy (no Python per line).
-    starts = nl[:-1] + 1
-    cand = np.ones(n, dtype=bool)
-    last = len(arr) - 1
-    for k, c in enumerate(_ACCESS_HEAD):
-        cand &= arr[np.minimum(starts + k, last)] == c
-    holds = np.zeros(n, dtype=bool)
-    holds[_holding(arr, nl, b' - "', b"", anchor=3)] = True
-    lines = np.flatnonzero(cand & holds)
-    if not len(lines):
-        return lines, []
-    rows = _ACCESS_RE.findall(buf)
-    if len(rows) == len(lines):
-        return lines, rows  # the regex takes only such lines: all of them, in order
-    at, rows = _read_lines(_ACCESS_RE, buf, nl[lines] + 1, nl[lines + 1])
-    return lines[at], rows
-
-
-def _access_frame(rows: list[tuple[bytes, ...]]) -> pd.DataFrame:
-    """(client, method, path, status) rows -> columns; a busy server's access lines repeat a
-    few distinct rows (the port is not kept), so each distinct one is decoded once."""
-    distinct = list(set(rows))
-    code = {row: i for i, row in enumerate(distinct)}
-    codes = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
-    client, method, path, status = (np.array(c, dtype=object) for c in zip(*distinct, strict=True))
-    return pd.DataFrame(
-        {
-            "client": _decoded(client)[codes],
-            "method": _decoded(method)[codes],
-            "path": _decoded(path)[codes],
-            "status": _statuses(tuple(status))[codes],
-        }
-    )
-
-
-def _decoded(values: np.ndarray) -> np.ndarray:
-    return np.array([v.decode("ascii") for v in values], dtype=object)
-
-
 def _scan_first_time(parser: Any, buf: bytes, nl: np.ndarray, count: int, crs: bool) -> None:
     """The first dated prefix among the log's first lines (as the whole-file parse reads it)."""
     end = nl[min(count, len(nl) - 1)]
@@ -513,12 +470,6 @@ def _scan_first_time(parser: Any, buf: bytes, nl: np.ndarray, count: int, crs: b
         if m is not None and m.group(1):
             parser.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
             return
-
-
-def _statuses(values: tuple[bytes, ...]) -> np.ndarray:
-    """Three-digit HTTP statuses (ASCII bytes) -> int64, by digit arithmetic."""
-    d = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(-1, 3).astype(np.int64) - 48
-    return d[:, 0] * 100 + d[:, 1] * 10 + d[:, 2]
 
 
 def _times(col: np.ndarray) -> np.ndarray:
