@@ -32,7 +32,8 @@ because there is not enough KV cache space ... total_num_cumulative_preemption=N
 ``retractions`` table, SGLang's word for the same event. Start-up facts: ``non-default args:
 {...}`` (or the older ``args: Namespace(...)``) become ``server_args``; ``max_num_seqs`` given
 there becomes ``startup["max_running_requests"]``; the KV cache size in tokens (``GPU KV cache
-size: 2,042,016 tokens``) becomes ``max_total_num_tokens``; ``Maximum concurrency for N tokens
+size: 2,042,016 tokens``) becomes ``max_total_num_tokens`` (and ``device``, ``gpu`` or
+``cpu``, where the line names it); ``Maximum concurrency for N tokens
 per request: X`` becomes ``max_concurrency`` (and ``context_len``); ``# GPU blocks: N`` becomes
 ``num_gpu_blocks``. Fatal lines are classified as ``oom``, ``nccl`` or ``engine_dead``.
 """
@@ -336,6 +337,8 @@ class VllmParser:
             tokens = int(m.group(2).replace(",", ""))
             self.startup.setdefault("max_total_num_tokens", tokens)
             self.startup.setdefault("kv_cache_tokens", tokens)
+            if m.group(1):  # where the KV cache lives: vLLM's automatic batch sizes depend on it
+                self.startup.setdefault("device", m.group(1).lower())
             found = True
         # 0.32 prints both on one line: "CPU KV cache size: N tokens, Maximum concurrency for ..."
         m = _MAX_CONC_RE.search(msg)
