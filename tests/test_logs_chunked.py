@@ -285,3 +285,39 @@ class _Spy:
 
     def __exit__(self, *exc):
         self._fh.close()
+
+
+# Lines of one learned shape but for the bytes the numpy split of glm5lib.logs.fields decides
+# on: the prefix, each value's end, the line's end.
+DECODE_VARIANTS = [
+    "[2026-12-01 04:06:{s:02d} TP0] Decode batch, #running-req: {r}, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0{end}",
+    "[2026-12-01 04:06:{s:02d}.{f} TP0] Decode batch, #running-req: {r}, #token: 9, token usage: 0.01, "
+    "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0{end}",
+    "[2026-12-01 04:06:{s:02d}{rank}] Decode batch, #running-req: {r}, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0{end}",
+    "[2026-12-01 04:06:{s:02d} TP0] Decode batch [{s}], #running-req: {r}, #token: 9, token usage: 0.01, "
+    "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0{end}",
+]
+VALUES = ["4", "1234567", "4.", "4..", "x" * 32, "y" * 33, "4.5e-3", "1:2", "0x1f", "-1", "4;5", "\u00e9"]
+RANKS = ["", " TP1", " DP1 TP1", " tp0", " TP0 EP0", " TP", "  TP0", " TP0 ", " T_P0"]
+ENDS = [", ", "", ".", ".,", "., ", ",", ". ", "..", ",  ", "\r"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(DECODE_VARIANTS) - 1), st.integers(0, len(VALUES) - 1),
+                          st.integers(0, len(RANKS) - 1), st.integers(0, len(ENDS) - 1), st.integers(1, 8)),
+                min_size=1, max_size=40))
+def test_scheduler_values_split_by_numpy_read_as_line_by_line(picks):
+    lines = [STANDIN_DECODE.format(s=0, r=1, c=2, g=3)] * 3  # the shape, learned from the first piece
+    for k, (variant, value, rank, end, frac) in enumerate(picks):
+        lines.append(DECODE_VARIANTS[variant].format(s=k % 60, r=VALUES[value], rank=RANKS[rank], end=ENDS[end],
+                                                     f="1234567"[:frac]))
+        lines.append(STANDIN_DECODE.format(s=k % 60, r=k, c=2, g=3))
+    raw = ("\n".join(lines) + "\n").encode()
+    parser = sglang._new_parser(None, incremental=False)
+    first = raw.find(b"\n") + 1
+    parser.feed_chunk(raw[:first], False)
+    parser.feed_chunk(raw[first:], False)
+    parser.finish()
+    assert_same(parser.build(), line_by_line(raw), "split")
