@@ -321,3 +321,33 @@ def test_scheduler_values_split_by_numpy_read_as_line_by_line(picks):
     parser.feed_chunk(raw[first:], False)
     parser.finish()
     assert_same(parser.build(), line_by_line(raw), "split")
+
+
+def test_iter_log_hands_out_the_rows_of_a_whole_parse_a_piece_at_a_time(tmp_path, monkeypatch):
+    path = tmp_path / "server.log"
+    path.write_text(realistic_mix(1500, 7, text_values=False))
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_BYTES", 4096)
+    whole = logs.parse_log(path)
+    pieces = list(logs.iter_log(path, piece_bytes=30_000))
+    assert len(pieces) > 5
+    assert max(len(p.http) for p in pieces) < len(whole.http) / 4  # no piece holds it all
+    for name in TABLES:
+        joined = pd.concat([getattr(p, name) for p in pieces], ignore_index=True)
+        pd.testing.assert_frame_equal(joined, getattr(whole, name), check_dtype=False, obj=name)
+    assert len(whole.errors) > 5
+    last = pieces[-1]
+    assert (last.lines, last.server_args, last.startup, last.last_time) == (
+        whole.lines, whole.server_args, whole.startup, whole.last_time)
+    with pytest.raises(ValueError, match="piece_bytes"):
+        next(logs.iter_log(path, piece_bytes=0))
+
+
+def test_iter_log_reads_vllm_logs_in_pieces():
+    raw = (Path(__file__).parent / "fixtures" / "vllm" / "cpu-capped.log").read_bytes() * 20
+    whole = logs.parse_log(raw)
+    pieces = list(logs.iter_log(raw, piece_bytes=5000))
+    assert len(pieces) > 5 and len(whole.decode) > 20
+    for name in ("decode", "http"):
+        joined = pd.concat([getattr(p, name) for p in pieces], ignore_index=True)
+        pd.testing.assert_frame_equal(joined, getattr(whole, name), check_dtype=False, obj=name)

@@ -398,6 +398,13 @@ class VllmParser:
             last_time=self.last_time,
         )
 
+    def drain(self) -> ServerLog:
+        """The rows read since the last drain, let go of here; the log's facts as so far."""
+        slog = self.build()
+        for rows in (self.decode_rows, self.retract_rows, self.errors, self.http_rows):
+            del rows[:]
+        return slog
+
     def _decode_frame(self) -> pd.DataFrame:
         frame = _frame(self.decode_rows, DECODE_COLUMNS)
         if frame.empty:
