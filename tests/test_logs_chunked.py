@@ -351,3 +351,29 @@ def test_iter_log_reads_vllm_logs_in_pieces():
     for name in ("decode", "http"):
         joined = pd.concat([getattr(p, name) for p in pieces], ignore_index=True)
         pd.testing.assert_frame_equal(joined, getattr(whole, name), check_dtype=False, obj=name)
+
+
+def test_vllm_access_lines_read_in_bulk_as_line_by_line():
+    from glm5lib.logs import vllm
+
+    rng = random.Random(8)
+    blocks = [p.read_text().rstrip("\n").splitlines() for p in sorted((FIX.parent / "vllm").glob("*.log"))]
+    access = [
+        'INFO:     127.0.0.1:{p} - "POST /v1/completions HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.7:{p} - "GET /v1/models HTTP/1.1" 404 Not Found',
+        'INFO:     [::1]:{p} - "GET /health HTTP/1.1" 200 OK',
+        'INFO:     127.0.0.1:{p} - "POST /v1/completions HTTP/1.1" 500 Internal Server Error: CUDA out of memory',
+        'INFO:     127.0.0.1:{p} - "GET /NaN HTTP/1.1" 200 OK',
+    ]
+    out: list[str] = []
+    for _ in range(400):
+        out.extend(rng.choice(blocks) if rng.random() < 0.1 else [rng.choice(access).format(p=rng.randint(1, 65535))])
+    raw = ("\n".join(out) + "\n").encode()
+    fast = logs.parse_log(raw, engine="vllm")
+    ref = vllm.VllmParser()
+    ref.feed(split_bytes(raw)[:-1], final=False)
+    ref = ref.build()
+    assert len(fast.http) > 150 and len(fast.errors) > len(ref.errors) / 2 > 0
+    for name in ("decode", "retractions", "errors", "http"):
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(ref, name), obj=name)
+    assert (fast.lines, fast.skipped, fast.startup) == (ref.lines, ref.skipped, ref.startup)

@@ -61,14 +61,15 @@ def _hashes(block: np.ndarray) -> np.ndarray:
 
 def access_lines(
     regex: re.Pattern[bytes], buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int, read_lines: Any
-) -> tuple[np.ndarray, list[tuple[bytes, ...]], np.ndarray]:
+) -> tuple[np.ndarray, list[tuple[bytes, ...]], np.ndarray, np.ndarray]:
     """Line numbers of the access lines of a chunk that ``regex`` takes, the distinct
-    ``(client, method, path, status)`` rows among them and each line's row in that list.
+    ``(client, method, path, status)`` rows among them, each line's row in that list, and for
+    each line one of its group (a line the same but for the port's digits; or itself).
 
     ``buf`` is the chunk after a newline, ``arr`` its bytes, ``nl`` the newlines (``nl[k]``
     precedes line ``k``), ``read_lines(regex, buf, starts, ends)`` the line-by-line regex read
     (which lines it takes, and their groups)."""
-    empty = (np.empty(0, dtype=np.int64), [], np.empty(0, dtype=np.int64))
+    empty = (np.empty(0, dtype=np.int64), [], np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
     if b"\n" + _ACCESS_HEAD not in buf:
         return empty
     starts = nl[:-1] + 1
@@ -96,6 +97,7 @@ def access_lines(
     ok &= ((digits >= 48) & (digits <= 57) | (np.arange(_MAX_PORT) >= port[:, None])).all(axis=1)
 
     codes = np.full(len(lines), -1, dtype=np.int64)
+    alike = lines.copy()
     index: dict[tuple[bytes, ...], int] = {}  # distinct rows, numbered
     sel = np.flatnonzero(ok)
     if len(sel):
@@ -117,6 +119,7 @@ def access_lines(
             if m is not None and m.end(1) == colon[i] and m.end() == ends[i]:
                 group_code[g] = index.setdefault(m.groups(), len(index))
         codes[sel] = np.where(same, group_code[inverse], -1)
+        alike[sel] = np.where(same, lines[sel[rep[inverse]]], lines[sel])
     rest = np.flatnonzero(codes < 0)
     if len(rest):
         at, rows = read_lines(regex, buf, starts[rest], ends[rest])
@@ -125,8 +128,8 @@ def access_lines(
         codes[rest[at]] = [index.setdefault(row, len(index)) for row in rows]
         if not taken.all():
             keep = codes >= 0
-            lines, codes = lines[keep], codes[keep]
-    return lines, list(index), codes
+            lines, codes, alike = lines[keep], codes[keep], alike[keep]
+    return lines, list(index), codes, alike
 
 
 def access_frame(distinct: list[tuple[bytes, ...]], codes: np.ndarray) -> pd.DataFrame:

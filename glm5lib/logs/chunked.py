@@ -182,7 +182,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             found = _scheduler_lines(parser, shapes, buf, arr, nl)
             for _cs, idx, _table in found:
                 kind[idx] = 1
-    acc_idx, acc_rows, acc_codes = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
+    acc_idx, acc_rows, acc_codes, _ = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
     if len(acc_idx):
         kind[acc_idx] = 2
 
