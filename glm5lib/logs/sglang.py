@@ -613,6 +613,23 @@ class _Parser:
             last_time=_timestamp(self.last_time_str),
         )
 
+    def drain(self) -> ServerLog:
+        """The rows read since the last drain (a traceback still open waits until it closes),
+        let go of here; the log's facts (server args, start-up, times) as so far."""
+        open_blocks, self._open_blocks = self._open_blocks, []
+        try:
+            slog = self.build()
+        finally:
+            self._open_blocks = open_blocks
+        self.errors = []
+        for shape in self.shapes.values():
+            del shape.rows[:], shape.order[:], shape.raw[:], shape.frames[:]
+        del self.http_rows[:]
+        self.http_frames = []
+        self._http_done = None
+        self._cache.clear()
+        return slog
+
     def _http_table(self) -> pd.DataFrame:
         """The access lines read so far, in log order. What was read since the last build is
         added to the table kept from it (a follower builds again and again)."""
