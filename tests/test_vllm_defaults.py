@@ -6,15 +6,19 @@ without ``--max-num-seqs`` at DEBUG level, so it prints the values it defaulted 
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from glm5lib import report, rundir
 from glm5lib.diagnose import diff_configs, load_evidence, resolve_automatic
+from glm5lib.engines.vllm import vllm_python
 from glm5lib.engines.vllm_defaults import vllm_automatic
+from glm5lib.errors import ServerLaunchError
 from glm5lib.logs import parse_log
 
 FIX = Path(__file__).parent / "fixtures" / "vllm"
@@ -111,3 +115,49 @@ def test_a_log_of_another_release_says_the_rule_may_differ():
 def test_given_values_and_other_fields_are_not_resolved():
     assert vllm_automatic("max_num_seqs", {"max_num_seqs": 4}, {"device": "cpu"}) is None
     assert vllm_automatic("gpu_memory_utilization", {}, {"device": "cpu"}) is None
+
+
+# vLLM's own get_batch_defaults on every device the rule distinguishes: the platform's answers
+# (CPU or TPU, device name, total memory) are replaced, the function itself is vLLM's.
+_VLLM_PROBE = """
+import json, sys
+from unittest import mock
+from vllm.engine.arg_utils import EngineArgs
+from vllm.platforms import current_platform
+from vllm.usage.usage_lib import UsageContext
+out = []
+for kind, name, memory, world in json.loads(sys.argv[1]):
+    with mock.patch.object(current_platform, "is_cpu", lambda: kind == "cpu"), \\
+         mock.patch.object(current_platform, "is_tpu", lambda: kind == "tpu"), \\
+         mock.patch.object(current_platform, "get_device_name", lambda *a, **k: name), \\
+         mock.patch.object(current_platform, "get_device_total_memory", lambda *a, **k: memory):
+        tokens, seqs = EngineArgs.get_batch_defaults(world)
+    out.append([seqs[UsageContext.OPENAI_API_SERVER], tokens[UsageContext.OPENAI_API_SERVER]])
+print(json.dumps(out))
+"""
+_GPUS = [
+    ("NVIDIA H200", 150_754_820_096), ("NVIDIA B200", 191_514_247_168),
+    ("NVIDIA A100-SXM4-80GB", 85_899_345_920), ("NVIDIA L4", 24_152_899_584),
+    ("NVIDIA RTX PRO 6000 Blackwell Server Edition", 102_005_473_280),
+]
+
+
+@pytest.mark.vllm
+def test_the_rule_is_the_installed_vllms_own():
+    try:
+        python = vllm_python()
+    except ServerLaunchError as exc:
+        pytest.skip(f"vLLM for CPU is not installed here ({exc}); run `make vllm`")
+    cases = [("cpu", "cpu", 0, 1), ("cpu", "cpu", 0, 4)]
+    cases += [("gpu", name, memory, 8) for name, memory in _GPUS]
+    cases += [("tpu", chip, 32 << 30, 1) for chip in ("V6E", "V5E", "V5P")]
+    out = subprocess.run([python, "-c", _VLLM_PROBE, json.dumps(cases)], capture_output=True, text=True,
+                         check=True, timeout=120)
+    theirs = json.loads(out.stdout.strip().splitlines()[-1])
+    ours = []
+    for kind, name, memory, world in cases:
+        args = {"tensor_parallel_size": world}
+        startup = {"device": kind, "device_name": name}
+        env = {"gpus": [{"name": name, "memory_total_bytes": memory}]} if kind == "gpu" else None
+        ours.append([vllm_automatic(f, args, startup, env).value for f in ("max_num_seqs", "max_num_batched_tokens")])
+    assert ours == theirs, list(zip(cases, ours, theirs, strict=True))

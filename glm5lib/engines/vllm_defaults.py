@@ -110,8 +110,10 @@ def vllm_automatic(
     """The value vLLM chose at start for ``max_num_seqs`` or ``max_num_batched_tokens`` when
     ``args`` (vLLM's names) leave it unset; None for any other field or one that is set.
 
-    ``startup``: the log's start-up facts (``device``, ``context_len``); ``environment``: the
-    run's environment snapshot (GPU name and memory). See the module's docstring for the rule.
+    ``startup``: the log's start-up facts (``device``, ``context_len``, ``engine_version``;
+    ``device_name`` for a TPU's chip); ``environment``: the run's environment snapshot (GPU name
+    and memory). See the module's docstring for the rule; ``tests/test_vllm_defaults.py``
+    checks it against the installed vLLM's own ``get_batch_defaults`` on every device it tells apart.
     """
     if field not in VLLM_AUTOMATIC_FIELDS or _int(args.get(field)) is not None:
         return None
