@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -377,3 +378,19 @@ def test_vllm_access_lines_read_in_bulk_as_line_by_line():
     for name in ("decode", "retractions", "errors", "http"):
         pd.testing.assert_frame_equal(getattr(fast, name), getattr(ref, name), obj=name)
     assert (fast.lines, fast.skipped, fast.startup) == (ref.lines, ref.skipped, ref.startup)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.from_regex(r"\A[0-9]{0,9}\.?[0-9]{0,8}\Z|\A-?[0-9]{1,17}\Z", fullmatch=True), min_size=1, max_size=50))
+def test_numbers_by_digit_arithmetic_are_numpys(values):
+    from glm5lib.logs.chunked import _decimals
+
+    col = np.array([v.encode() for v in values], dtype="S")
+    for as_int in (True, False):
+        fast = _decimals(col, as_int)
+        if fast is None:
+            continue
+        assert not any(v.startswith("-") for v in values) and all(any(c.isdigit() for c in v) for v in values)
+        expected = col.astype(np.int64) if fast.dtype == np.int64 else col.astype(np.float64)
+        assert fast.dtype == expected.dtype and (fast == expected).all()
+        assert fast.dtype == np.float64 or as_int

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.logs.access import access_frame, access_lines
-from glm5lib.logs.fields import split_lines
+from glm5lib.logs.fields import Windows, split_lines
 from glm5lib.logs.scheduler import _convert_column
 from glm5lib.logs.tables import to_timestamps
 from glm5lib.logs.text import _PREFIX_RE, split_chunk
@@ -58,6 +58,8 @@ _NUMERIC[list(b"0123456789.-")] = True
 _NUMERIC[0] = True
 # Lines of one signature that no shape took before, few enough to go line by line untried.
 _FEW_UNTAKEN = 64
+# Fewer lines of a shape than this are read by its regex (splitting them costs more).
+_FEW_TO_SPLIT = 24
 # Lines whose prefixes the whole-file parse scans for the first dated time (as feed_bulk does).
 _FIRST_TIME_LINES = 1000
 
@@ -427,6 +429,7 @@ def _scheduler_lines(
     order = np.argsort(sig, kind="stable")
     uniq, first = np.unique(sig[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
+    win = Windows(arr)
     memo: dict[int, _ChunkShape] = parser.__dict__.setdefault("_chunk_signatures", {})
     # Signatures whose lines no shape took all of, with the number of shapes there were then:
     # a few such lines (a line cut short, a clock without a date) go line by line at once
@@ -442,7 +445,9 @@ def _scheduler_lines(
             if cs is not known and untaken.get(key) == len(shapes) and len(pending) < _FEW_UNTAKEN:
                 break
             parts: list[tuple[np.ndarray, list[np.ndarray]]] = []
-            split = split_lines(cs.regex, buf, arr, starts[pending], ends[pending], where[pending])
+            split = None
+            if len(pending) >= _FEW_TO_SPLIT:
+                split = split_lines(cs.regex, buf, win, starts[pending], ends[pending], where[pending])
             if split is not None and len(split[0]):
                 parts.append((pending[split[0]], split[1]))
                 rest = np.ones(len(pending), dtype=bool)
@@ -527,12 +532,19 @@ def _column(col: np.ndarray) -> Any:
             block[np.arange(len(col)), ends] = 0
             stripped = block.view(f"S{width}").ravel()
             if _NUMERIC[block].all():
+                fast = _decimals(stripped, as_int=False)
+                if fast is not None:
+                    return fast / 100.0
                 try:
                     return stripped.astype(np.float64) / 100.0
                 except (ValueError, OverflowError):
                     pass
     elif _NUMERIC[col.view(np.uint8)].all():
-        if b"." not in sample and b"e" not in sample:
+        as_int = b"." not in sample and b"e" not in sample
+        fast = _decimals(col, as_int)
+        if fast is not None:
+            return fast
+        if as_int:
             try:
                 return col.astype(np.int64)
             except (ValueError, OverflowError):
@@ -542,6 +554,43 @@ def _column(col: np.ndarray) -> Any:
         except (ValueError, OverflowError):
             pass
     return _convert_column(col.astype(str).astype(object))
+
+
+# Powers of ten as floats, each exact (10**22 is the last one a float holds exactly).
+_POW10 = np.array([float(10**k) for k in range(23)])
+
+
+def _decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
+    """Plain decimals (digits and at most one ".", 15 digits at most; bytes) -> int64 (when
+    ``as_int`` and no value has a ".") or float64, by digit arithmetic; None for anything else
+    (then numpy's parser decides, as before).
+
+    The same numbers as numpy's parser: an integer of 15 digits is exact in a float, and the
+    quotient of two exact floats is correctly rounded, as a parsed decimal is."""
+    width = col.itemsize
+    block = np.ascontiguousarray(col.view(np.uint8).reshape(len(col), width).T)  # a row per position
+    digit = (block >= 48) & (block <= 57)
+    dot = block == 46
+    pad = block == 0
+    if not len(col) or not (digit | dot | pad).all() or (pad[:-1] & ~pad[1:]).any():
+        return None  # another byte, or a NUL byte inside a value
+    ndots = dot.sum(axis=0)
+    ndigits = digit.sum(axis=0)
+    if ndots.max() > 1 or ndigits.min() == 0 or ndigits.max() > 15:
+        return None
+    value = np.zeros(len(col), dtype=np.int64)
+    frac = np.zeros(len(col), dtype=np.int64)
+    seen = np.zeros(len(col), dtype=bool)
+    for j in range(width):
+        d = digit[j]
+        value *= np.where(d, 10, 1)
+        value += np.where(d, block[j] - 48, 0)
+        if ndots.any():
+            frac += d & seen
+            seen |= dot[j]
+    if as_int and not ndots.any():
+        return value
+    return value / _POW10[frac]
 
 
 def _raw_part(cs: _ChunkShape, order: np.ndarray, cols: list[np.ndarray]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["split_lines"]
+__all__ = ["Windows", "split_lines"]
 
 # Bytes no value holds (glm5lib.logs.chunked._VALUE): a value ends at the first of them.
 _ENDS = np.zeros(256, dtype=bool)
@@ -27,6 +27,8 @@ _ENDS[0x1C:0x20] = True
 _ENDS[0x80:] = True
 _DIGIT = np.zeros(256, dtype=bool)
 _DIGIT[list(b"0123456789")] = True
+# Widest rows of bytes a Windows gathers through its one view.
+_WIDE = 128
 # Values longer than this go to the regex.
 _MAX_VALUE = 32
 # A stamp is "YYYY-MM-DD HH:MM:SS" and up to 6 digits of a fraction.
@@ -35,12 +37,24 @@ _STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
 _RANK_RE = re.compile(rb"[A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*")
 
 
-def _rows(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
-    """Rows of ``width`` bytes from ``starts`` (past the end: 0), as whole rows of a sliding window."""
-    short = int(starts.max(initial=0)) + width - len(arr)
-    if short > 0:
-        arr = np.concatenate((arr, np.zeros(short, dtype=np.uint8)))
-    return np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
+class Windows:
+    """Rows of bytes of a chunk from any positions, up to :data:`_WIDE` wide: one strided view
+    made once, so that each gather is one fancy index (making a view per gather costs more than
+    a small gather)."""
+
+    __slots__ = ("arr", "view")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        padded = np.concatenate((arr, np.zeros(_WIDE, dtype=np.uint8)))
+        self.view = np.lib.stride_tricks.as_strided(padded, shape=(len(arr), _WIDE), strides=(1, 1), writeable=False)
+
+    def rows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Rows of ``width`` bytes from ``starts`` (past the chunk's end: 0)."""
+        if width <= _WIDE:
+            return self.view[:, :width][np.minimum(starts, len(self.arr) - 1)]
+        arr = np.concatenate((self.arr, np.zeros(width, dtype=np.uint8)))
+        return np.lib.stride_tricks.sliding_window_view(arr, width)[np.minimum(starts, len(self.arr) - 1)]
 
 
 def _text(block: np.ndarray, widths: np.ndarray) -> np.ndarray:
@@ -52,9 +66,9 @@ def _text(block: np.ndarray, widths: np.ndarray) -> np.ndarray:
 
 
 def split_lines(
-    regex: re.Pattern[bytes], buf: bytes, arr: np.ndarray, starts: np.ndarray, ends: np.ndarray, heads: np.ndarray
+    regex: re.Pattern[bytes], buf: bytes, win: Windows, starts: np.ndarray, ends: np.ndarray, heads: np.ndarray
 ) -> tuple[np.ndarray, list[np.ndarray]] | None:
-    """Which of the lines ``buf[starts[k]:ends[k]]`` (each after a newline; ``heads[k]`` the
+    """Which of the lines ``buf[starts[k]:ends[k]]`` (``win``: its bytes; each after a newline; ``heads[k]`` the
     position of the ``]`` before the shape's head) are read here, and their columns (time,
     rank, iteration, values..., as bytes), or None when the first line shows that this shape
     is not one to read here (the regex does not take it, or it has an iteration number)."""
@@ -76,7 +90,7 @@ def split_lines(
     ok = np.ones(n, dtype=bool)
 
     # ---- the prefix: "[" stamp (" " rank)? "]"
-    stamp = _rows(arr, starts + 1, 27)
+    stamp = win.rows(starts + 1, 27)
     for k, c in _STAMP_SEPARATORS.items():
         ok &= stamp[:, k] == c
     ok &= _DIGIT[stamp[:, _STAMP_DIGITS]].all(axis=1)
@@ -87,11 +101,11 @@ def split_lines(
     stamp_w = 19 + np.where(frac, nfrac + 1, 0)
     after = starts + 1 + stamp_w  # "]" or the space before a rank
     rank_w = heads - after - 1
-    ok &= (after == heads) | ((arr[np.minimum(after, len(arr) - 1)] == 32) & (rank_w >= 1))
+    ok &= (after == heads) | ((win.arr[np.minimum(after, len(win.arr) - 1)] == 32) & (rank_w >= 1))
     rank_w = np.maximum(rank_w, 0)
     rank_w = np.where(ok, rank_w, 0)
     width = int(rank_w.max(initial=0))
-    ranks = _text(_rows(arr, after + 1, width), rank_w) if width else np.zeros(n, dtype="S1")
+    ranks = _text(win.rows(after + 1, width), rank_w) if width else np.zeros(n, dtype="S1")
     if width:
         for value in np.unique(ranks[ok]).tolist():
             if value and _RANK_RE.fullmatch(value) is None:
@@ -102,10 +116,10 @@ def split_lines(
     at_a = heads.astype(np.int64)
     for k, gap in enumerate(gaps):
         if gap:
-            block = _rows(arr, at_a, len(gap))
+            block = win.rows(at_a, len(gap))
             ok &= (block == np.frombuffer(gap, dtype=np.uint8)).all(axis=1)
         start = at_a + len(gap)
-        window = _rows(arr, start, _MAX_VALUE + 1)
+        window = win.rows(start, _MAX_VALUE + 1)
         ended = _ENDS[window]
         width_a = np.argmax(ended, axis=1)
         ok &= ended.any(axis=1) & (width_a >= 1)
@@ -119,7 +133,7 @@ def split_lines(
         columns.append(_text(window, np.where(ok, width_a, 0)))
         at_a = start + width_a
     if tail:
-        block = _rows(arr, at_a, len(tail))
+        block = win.rows(at_a, len(tail))
         ok &= (block == np.frombuffer(tail, dtype=np.uint8)).all(axis=1)
     ok &= at_a + len(tail) == ends
 

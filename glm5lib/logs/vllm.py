@@ -195,8 +195,9 @@ class VllmParser:
         self.retract_rows: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.http_rows: list[list[Any]] = []
-        # Access lines read a chunk at a time: (line numbers, client, method, path, status) columns.
-        self.http_bulk: list[tuple[np.ndarray, pd.DataFrame]] = []
+        # Access lines read a chunk at a time: their line numbers and rows in _http_distinct.
+        self.http_bulk: list[tuple[np.ndarray, np.ndarray]] = []
+        self._http_distinct: dict[tuple[bytes, ...], int] = {}
         self.http_order: list[int] = []
         self._groups: dict[str, bool] = {}
         self.server_args: dict[str, Any] = {}
@@ -251,8 +252,9 @@ class VllmParser:
             lines, codes = lines[keep], codes[keep]
         base = self.lines
         if len(lines):
-            frame = access_frame(distinct, codes)
-            self.http_bulk.append((lines + base, frame))
+            known = self._http_distinct
+            remap = np.array([known.setdefault(row, len(known)) for row in distinct], dtype=np.int32)
+            self.http_bulk.append((lines + base, remap[codes]))
         bulk = np.zeros(n, dtype=bool)
         bulk[lines] = True
         nl_at = nl.tolist()
@@ -492,21 +494,31 @@ class VllmParser:
         cols = ["time", "client", "method", "path", "status"]
         if not self.http_rows and not self.http_bulk:
             return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in cols})
-        parts = []
         unit = pd.to_datetime(pd.Series([None])).dtype  # as a table of access lines alone
+        rows = None
         if self.http_rows:
             rows = pd.DataFrame(self.http_rows, columns=cols)
             rows["time"] = pd.to_datetime(rows["time"])
             unit = rows["time"].dtype
-            parts.append((np.array(self.http_order, dtype=np.int64), rows))
-        for order, frame in self.http_bulk:
-            # Access lines carry no time of their own.
-            parts.append((order, frame.assign(time=pd.Series(pd.NaT, index=frame.index, dtype=unit))))
-        if len(parts) == 1:
-            return parts[0][1][cols].reset_index(drop=True)
-        order = np.concatenate([p[0] for p in parts])
-        frame = pd.concat([p[1][cols] for p in parts], ignore_index=True)
-        return frame.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+            if not self.http_bulk:
+                return rows
+        # Each column made once, in line order (no table of the rows read in bulk before this one).
+        codes = np.concatenate([c for _, c in self.http_bulk])
+        order = np.concatenate([np.array(self.http_order, dtype=np.int64)] + [o for o, _ in self.http_bulk])
+        perm = np.argsort(order, kind="stable") if rows is not None or len(self.http_bulk) > 1 else None
+        del order
+        bulk = access_frame(list(self._http_distinct), np.arange(len(self._http_distinct)))
+        columns: dict[str, Any] = {}
+        for c in cols:
+            if c == "time":
+                values = np.full(len(codes), np.datetime64("NaT"), dtype=unit)  # no time of their own
+            else:
+                values = bulk[c].to_numpy(dtype=object if c != "status" else np.int64)[codes]
+            if rows is not None:
+                values = np.concatenate((rows[c].to_numpy(dtype=values.dtype), values))
+            columns[c] = values[perm] if perm is not None else values
+            del values
+        return pd.DataFrame(columns)
 
 
 def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
