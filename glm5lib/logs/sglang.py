@@ -227,6 +227,16 @@ class _Parser:
                         client, _port, method, target, status = um.groups()
                         self.http_rows.append((base + i, self.last_time_str, client, method, target, int(status)))
                         continue
+            if (
+                blocks_open and not args_open and line[:1] == " " and "[" not in line and "\x1b" not in line
+                and "\r" not in line and "NCCL " not in line and not line.isspace()
+            ):
+                # A traceback's body ("  File ...", "    code"): nothing glued on, no uvicorn,
+                # NCCL or glog line; it goes to the open blocks as _line would put it there.
+                self._block_body_started = True
+                for block in self._open_blocks:
+                    block["lines"].append(line)
+                continue
             if timed_line is not None:
                 # Read lazily, once before a line that is not taken fast (a line with only a
                 # clock, or only a rank, takes the date or the time from it).
