@@ -18,11 +18,20 @@ The mixes, with the share of each line kind printed as measured:
   lines between them so that access lines make about 78% of the lines.
 * ``tracebacks``: ``excerpts`` with the crash excerpts (OOM, NCCL, scheduler exceptions, NaN)
   making one block in ten.
+* ``vllm``: a busy vLLM server: real vLLM excerpts (tests/fixtures/vllm: start-up, V0 and
+  V1 stats lines, errors) whole in random order, between them uvicorn access lines (about 90%
+  of the lines) and a V1 ``Engine 000: Avg prompt throughput...`` stats line every 10 to 30.
 * ``decode``: the synthetic decode-heavy log this benchmark used to measure (every line kind
   and generation, decode lines the bulk), kept so that nothing regresses.
 
-    python benchmarks/bench_logs.py [--size-mb 100] [--mix standin,excerpts,tracebacks,decode]
-                                    [--repeat 1] [--keep DIR] [--standin-log PATH]
+Then, unless ``--stream-mb 0``: the ``excerpts`` mix repeated to ``--stream-mb`` MB (1000 by
+default) read by ``iter_log`` (pieces of 64 MB, their rows counted and let go of) in a fresh
+process, its peak memory printed: it does not grow with the file. And ``follow``: a follower
+reading the ``standin`` mix as a server would write it, 4 MB at a time, an ``update()`` after
+each (the MB/s a server may write and still be kept up with).
+
+    python benchmarks/bench_logs.py [--size-mb 100] [--mix standin,excerpts,tracebacks,vllm,decode]
+                                    [--repeat 1] [--keep DIR] [--standin-log PATH] [--stream-mb 1000]
 """
 
 from __future__ import annotations
@@ -42,7 +51,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "logs"
 REFERENCE_LOG = ROOT / "data" / "reference" / "k2-thinking" / "server.log"
-MIXES = ("standin", "excerpts", "tracebacks", "decode")
+VLLM_FIXTURES = ROOT / "tests" / "fixtures" / "vllm"
+MIXES = ("standin", "excerpts", "tracebacks", "vllm", "decode")
 
 HEADER = [
     "[{d} 09:59:58] server_args=ServerArgs(model_path='zai-org/GLM-5-NVFP4', tokenizer_path='zai-org/GLM-5-NVFP4', "
@@ -231,6 +241,38 @@ def write_excerpts(path: Path, size: int, crashes: bool, seed: int = 0) -> int:
     return written
 
 
+VLLM_ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/completions HTTP/1.1" 200 OK'
+VLLM_STATS = ("(APIServer pid=4242) INFO 12-01 {t} [loggers.py:335] Engine 000: Avg prompt throughput: {p}.{u} tokens/s, "
+              "Avg generation throughput: {g}.{u} tokens/s, Running: {r} reqs, Waiting: {q} reqs, "
+              "GPU KV cache usage: {k}.{u}%, Prefix cache hit rate: {h}.{u}%")
+
+
+def write_vllm(path: Path, size: int, seed: int = 0) -> int:
+    """Real vLLM excerpts, whole, in random order, between a busy server's access lines and
+    its stats lines (one every 10 to 30 lines)."""
+    rng = random.Random(seed)
+    blocks = [p.read_text().rstrip("\n").splitlines() for p in sorted(VLLM_FIXTURES.glob("*.log"))]
+    written = 0
+    sec = 0
+    with path.open("w", encoding="utf-8", newline="\n") as fh:
+        while written < size:
+            out: list[str] = []
+            for _ in range(200):
+                if rng.random() < 0.02:
+                    out.extend(rng.choice(blocks))
+                    continue
+                sec += 10
+                t = f"{(sec // 3600) % 24:02d}:{(sec // 60) % 60:02d}:{sec % 60:02d}"
+                out.extend(VLLM_ACCESS.format(port=rng.randint(1024, 65535)) for _ in range(rng.randint(10, 30)))
+                out.append(VLLM_STATS.format(t=t, p=rng.randint(0, 30000), g=rng.randint(0, 4000), u=rng.randint(0, 9),
+                                             r=rng.randint(0, 256), q=rng.randint(0, 99), k=rng.randint(0, 99),
+                                             h=rng.randint(0, 99)))
+            text = "\n".join(out) + "\n"
+            fh.write(text)
+            written += len(text.encode())
+    return written
+
+
 def shares(path: Path) -> str:
     """The share of each line kind in the file, as a short string."""
     counts = {"access": 0, "prefill": 0, "decode": 0, "other": 0}
@@ -242,7 +284,7 @@ def shares(path: Path) -> str:
                 counts["access"] += 1
             elif b"] Prefill batch" in line:
                 counts["prefill"] += 1
-            elif b"] Decode batch" in line:
+            elif b"] Decode batch" in line or b"Avg prompt throughput" in line:
                 counts["decode"] += 1
             else:
                 counts["other"] += 1
@@ -266,8 +308,51 @@ print(json.dumps({"wall": wall, "cpu": cpu, "import": w - t0, "rss0_kb": rss0,
 """
 
 
-def measure(path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", CHILD, str(path)], capture_output=True, text=True, check=True)
+STREAM_CHILD = r"""
+import json, resource, sys, time
+from glm5lib.logs import iter_log
+w, c = time.perf_counter(), time.process_time()
+rows = dict.fromkeys(("decode", "prefill", "retractions", "errors", "http"), 0)
+pieces = 0
+for piece in iter_log(sys.argv[1], progress=False):
+    pieces += 1
+    for k in rows:
+        rows[k] += len(getattr(piece, k))
+print(json.dumps({"wall": time.perf_counter() - w, "cpu": time.process_time() - c, "pieces": pieces, "rows": rows,
+                  "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "lines": piece.lines}))
+"""
+
+FOLLOW_CHILD = r"""
+import json, os, resource, sys, tempfile, time
+from glm5lib.logs import follow_log
+src = sys.argv[1]
+step = 4 << 20
+with tempfile.TemporaryDirectory() as tmp, open(src, "rb") as fin:
+    path = os.path.join(tmp, "server.log")
+    follower = follow_log(path)
+    cpu = 0.0
+    updates = 0
+    with open(path, "wb") as out:
+        while True:
+            data = fin.read(step)
+            if not data:
+                break
+            out.write(data)
+            out.flush()
+            c = time.process_time()
+            slog = follower.update()
+            cpu += time.process_time() - c
+            updates += 1
+    c = time.process_time()
+    slog = follower.finish()
+    cpu += time.process_time() - c
+print(json.dumps({"cpu": cpu, "updates": updates, "peak_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                  "rows": {k: len(getattr(slog, k)) for k in ("decode", "prefill", "http")}}))
+"""
+
+
+def measure(path: Path, child: str = CHILD) -> dict:
+    out = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -279,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", help="write the mixes into this folder and keep them")
     ap.add_argument("--standin-log", help="a stand-in log to repeat (default: run the stand-in for a few seconds)")
     ap.add_argument("--standin-seconds", type=float, default=8.0, help="how long to drive the stand-in (s)")
+    ap.add_argument("--stream-mb", type=float, default=1000.0,
+                    help="size of the log iter_log reads in pieces (MB, default 1000; 0: skip, and skip follow)")
     args = ap.parse_args(argv)
     mixes = [m.strip() for m in args.mix.split(",") if m.strip()]
     bad = [m for m in mixes if m not in MIXES]
@@ -296,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
                 nbytes = write_standin(path, size, source)
             elif mix in ("excerpts", "tracebacks"):
                 nbytes = write_excerpts(path, size, crashes=mix == "tracebacks")
+            elif mix == "vllm":
+                nbytes = write_vllm(path, size)
             else:
                 nbytes = generate(path, size / 2**20)
             print(f"{mix}: {nbytes / 1e6:.1f} MB written in {time.perf_counter() - t0:.1f} s; {shares(path)}")
@@ -308,6 +397,24 @@ def main(argv: list[str] | None = None) -> int:
                     f"{r['rss0_kb'] / 1024:.0f} MB after import); rows {r['rows']}, skipped {r['skipped']}, "
                     f"lines {r['lines']}"
                 )
+            if mix == "standin" and args.stream_mb > 0:
+                r = measure(path, FOLLOW_CHILD)
+                print(f"  follow_log: {mb / r['cpu']:.1f} MB/s CPU over {r['updates']} updates of 4 MB; "
+                      f"peak RSS {r['peak_kb'] / 1024:.0f} MB; rows {r['rows']}")
+            if not args.keep:
+                path.unlink()
+        if args.stream_mb > 0:
+            path = folder / "stream.log"
+            piece = path.with_suffix(".piece")
+            write_excerpts(piece, size, crashes=True, seed=1)
+            body = piece.read_bytes()
+            piece.unlink()
+            nbytes = repeat_to(path, b"", body, int(args.stream_mb * 1e6))
+            r = measure(path, STREAM_CHILD)
+            mb = nbytes / 1e6
+            print(f"stream: {mb:.0f} MB (tracebacks mix repeated) read by iter_log in {r['pieces']} pieces: "
+                  f"{mb / r['cpu']:.1f} MB/s CPU; peak RSS {r['peak_kb'] / 1024:.0f} MB "
+                  f"({r['peak_kb'] * 1024 / nbytes:.2f}x the file); rows {r['rows']}, lines {r['lines']}")
             if not args.keep:
                 path.unlink()
     print(f"load average {os.getloadavg()[0]:.1f} (wall figures are worth little above 1 per core)")

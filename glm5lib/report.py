@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import plots, rundir
+from glm5lib.engines.vllm_defaults import vllm_automatic
 from glm5lib.errors import ConfigError
 from glm5lib.levels import per_level
 from glm5lib.logs import parse_log
@@ -182,7 +183,8 @@ def _setting(phase: Mapping[str, Any]) -> str:
     """How a phase's server was configured, for the summary: its cap, or the engine command."""
     if phase.get("max_running_requests") is None and phase.get("command"):
         return "command: `" + " ".join(str(a) for a in phase["command"]) + "`"
-    return f"{phase.get('cap_name') or 'max_running_requests'} = {_fmt(phase.get('max_running_requests'))}"
+    automatic = " (automatic)" if phase.get("cap_automatic") else ""
+    return f"{phase.get('cap_name') or 'max_running_requests'} = {_fmt(phase.get('max_running_requests'))}{automatic}"
 
 
 def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
@@ -196,13 +198,24 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     server_args = dict(getattr(server_log, "server_args", None) or {})
     startup = dict(getattr(server_log, "startup", None) or {})
     merged = {**server_args, **(config if isinstance(config, Mapping) else {})}
-    cap = startup.get("max_running_requests") or merged.get("max_running_requests")
+    nested = merged.get("server_args")  # a vLLM config keeps its arguments under server_args
+    args = {**merged, **(nested if isinstance(nested, Mapping) else {})}
+    cap = startup.get("max_running_requests") or args.get("max_running_requests") or args.get("max_num_seqs")
     cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
+    cap_automatic = None
+    if cap is None and "vllm" in (startup.get("engine"), args.get("engine")):
+        # vLLM logs only the arguments given: an unset max_num_seqs is what its rule chose
+        env = _read_json(folder / rundir.ENVIRONMENT) or _read_json(run / rundir.ENVIRONMENT)
+        auto = vllm_automatic("max_num_seqs", args, startup, env if isinstance(env, Mapping) else None)
+        if auto is not None and auto.value is not None:
+            cap, cap_automatic = auto.value, auto.how
 
     command = _read_json(folder / rundir.COMMAND) or {}
     summary: dict[str, Any] = {
         "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
         "max_running_requests": cap,
+        # how an automatic cap was resolved (None when the cap was given or logged)
+        "cap_automatic": cap_automatic,
         # the cap under the engine's own name (vLLM: max_num_seqs)
         "cap_name": "max_num_seqs" if ("max_num_seqs" in merged or merged.get("engine") == "vllm")
         else "max_running_requests",

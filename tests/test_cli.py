@@ -51,3 +51,37 @@ def test_output_cut_short_by_the_reader_is_not_an_error(monkeypatch, capfd):
     monkeypatch.setattr(cli, "build_parser", lambda: parser)
     assert cli.main([]) == 0
     assert "Traceback" not in capfd.readouterr().err
+
+
+# Runs `glm5 --help` and `glm5 COMMAND --help` for every registered command in a fresh
+# interpreter, and reports which heavy modules each one had loaded by then.
+_HELP_PROBE = """
+import contextlib, io, json, sys
+from glm5lib.cli import build_parser, main
+HEAVY = ("pandas", "aiohttp", "matplotlib", "numpy")
+commands = sorted(build_parser()._subparsers._group_actions[0].choices)
+loaded = {}
+for argv in [["--help"], *([c, "--help"] for c in commands)]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(argv)
+    loaded[" ".join(argv)] = [m for m in HEAVY if m in sys.modules]
+print(json.dumps({"commands": commands, "loaded": loaded}))
+"""
+
+
+def test_help_loads_no_heavy_library_module():
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _HELP_PROBE], capture_output=True, text=True, check=True)
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"workbook", "diagnose", "logs", "sweep", "launch"} <= set(probe["commands"])
+    assert {argv: mods for argv, mods in probe["loaded"].items() if mods} == {}
+
+
+def test_engine_and_backend_names_are_checked_by_the_handlers(tmp_path, capsys):
+    log = tmp_path / "server.log"
+    log.write_text("[2025-01-01 00:00:00] x\n")
+    assert main(["logs", str(log), "--engine", "tgi"]) == 2
+    assert "--engine 'tgi': valid values are auto, " in capsys.readouterr().err
+    assert main(["launch", "--backend", "tgi", "glm5-baseline"]) == 2
+    assert "--backend 'tgi': valid values are sglang, sim" in capsys.readouterr().err

@@ -956,3 +956,26 @@ def test_standin_nan_crash_is_the_top_finding(tmp_path):
     assert top["rule"] == "crash:nan"
     assert "NaN in the logits" in top["evidence"] and "on 8 rank(s)" in top["evidence"]
     assert "--attention-backend (now flashinfer" in top["suggestion"]
+
+
+def test_a_different_draft_model_is_a_setting_to_rank_not_context():
+    # Speculative decoding's draft model is a throughput lever, though its name ends in _path;
+    # the served model and files stay context, and a count named *_per_path is a setting.
+    cur = {"model_path": "zai-org/GLM-5", "speculative_algorithm": "EAGLE",
+           "speculative_draft_model_path": "org/glm5-eagle-small", "tokenizer_path": "tok-a",
+           "mamba_max_states_per_path": -1}
+    ref = {"model_path": "moonshotai/Kimi-K2-Thinking", "speculative_algorithm": "EAGLE",
+           "speculative_draft_model_path": "org/glm5-eagle-large", "tokenizer_path": "tok-b",
+           "mamba_max_states_per_path": 4}
+    diff = dg.diff_configs(cur, ref, hide_irrelevant=True)
+    rows = diff.set_index("field")
+    assert rows.loc["speculative_draft_model_path", "kind"] == "setting"
+    assert rows.loc["speculative_draft_model_path", "impact"] == "medium"
+    assert "draft model" in rows.loc["speculative_draft_model_path", "rationale"]
+    assert rows.loc["mamba_max_states_per_path", "kind"] == "setting"
+    context = {row["field"] for row in diff.attrs["context"]}
+    assert context == {"model_path", "tokenizer_path"}
+    # vLLM names the whole speculative setup in one JSON argument
+    vllm = dg.diff_configs({"engine": "vllm", "speculative_config": {"method": "eagle", "model": "a"}},
+                           {"engine": "vllm", "speculative_config": {"method": "eagle", "model": "b"}})
+    assert vllm.set_index("field").loc["speculative_config", ["kind", "impact"]].tolist() == ["setting", "high"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -285,3 +286,111 @@ class _Spy:
 
     def __exit__(self, *exc):
         self._fh.close()
+
+
+# Lines of one learned shape but for the bytes the numpy split of glm5lib.logs.fields decides
+# on: the prefix, each value's end, the line's end.
+DECODE_VARIANTS = [
+    "[2026-12-01 04:06:{s:02d} TP0] Decode batch, #running-req: {r}, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0{end}",
+    "[2026-12-01 04:06:{s:02d}.{f} TP0] Decode batch, #running-req: {r}, #token: 9, token usage: 0.01, "
+    "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0{end}",
+    "[2026-12-01 04:06:{s:02d}{rank}] Decode batch, #running-req: {r}, #token: 9, token usage: 0.01, cuda graph: True, "
+    "gen throughput (token/s): 1.00, #queue-req: 0{end}",
+    "[2026-12-01 04:06:{s:02d} TP0] Decode batch [{s}], #running-req: {r}, #token: 9, token usage: 0.01, "
+    "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0{end}",
+]
+VALUES = ["4", "1234567", "4.", "4..", "x" * 32, "y" * 33, "4.5e-3", "1:2", "0x1f", "-1", "4;5", "\u00e9"]
+RANKS = ["", " TP1", " DP1 TP1", " tp0", " TP0 EP0", " TP", "  TP0", " TP0 ", " T_P0"]
+ENDS = [", ", "", ".", ".,", "., ", ",", ". ", "..", ",  ", "\r"]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(DECODE_VARIANTS) - 1), st.integers(0, len(VALUES) - 1),
+                          st.integers(0, len(RANKS) - 1), st.integers(0, len(ENDS) - 1), st.integers(1, 8)),
+                min_size=1, max_size=40))
+def test_scheduler_values_split_by_numpy_read_as_line_by_line(picks):
+    lines = [STANDIN_DECODE.format(s=0, r=1, c=2, g=3)] * 3  # the shape, learned from the first piece
+    for k, (variant, value, rank, end, frac) in enumerate(picks):
+        lines.append(DECODE_VARIANTS[variant].format(s=k % 60, r=VALUES[value], rank=RANKS[rank], end=ENDS[end],
+                                                     f="1234567"[:frac]))
+        lines.append(STANDIN_DECODE.format(s=k % 60, r=k, c=2, g=3))
+    raw = ("\n".join(lines) + "\n").encode()
+    parser = sglang._new_parser(None, incremental=False)
+    first = raw.find(b"\n") + 1
+    parser.feed_chunk(raw[:first], False)
+    parser.feed_chunk(raw[first:], False)
+    parser.finish()
+    assert_same(parser.build(), line_by_line(raw), "split")
+
+
+def test_iter_log_hands_out_the_rows_of_a_whole_parse_a_piece_at_a_time(tmp_path, monkeypatch):
+    path = tmp_path / "server.log"
+    path.write_text(realistic_mix(1500, 7, text_values=False))
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 8192)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_BYTES", 4096)
+    whole = logs.parse_log(path)
+    pieces = list(logs.iter_log(path, piece_bytes=30_000))
+    assert len(pieces) > 5
+    assert max(len(p.http) for p in pieces) < len(whole.http) / 4  # no piece holds it all
+    for name in TABLES:
+        joined = pd.concat([getattr(p, name) for p in pieces], ignore_index=True)
+        pd.testing.assert_frame_equal(joined, getattr(whole, name), check_dtype=False, obj=name)
+    assert len(whole.errors) > 5
+    last = pieces[-1]
+    assert (last.lines, last.server_args, last.startup, last.last_time) == (
+        whole.lines, whole.server_args, whole.startup, whole.last_time)
+    with pytest.raises(ValueError, match="piece_bytes"):
+        next(logs.iter_log(path, piece_bytes=0))
+
+
+def test_iter_log_reads_vllm_logs_in_pieces():
+    raw = (Path(__file__).parent / "fixtures" / "vllm" / "cpu-capped.log").read_bytes() * 20
+    whole = logs.parse_log(raw)
+    pieces = list(logs.iter_log(raw, piece_bytes=5000))
+    assert len(pieces) > 5 and len(whole.decode) > 20
+    for name in ("decode", "http"):
+        joined = pd.concat([getattr(p, name) for p in pieces], ignore_index=True)
+        pd.testing.assert_frame_equal(joined, getattr(whole, name), check_dtype=False, obj=name)
+
+
+def test_vllm_access_lines_read_in_bulk_as_line_by_line():
+    from glm5lib.logs import vllm
+
+    rng = random.Random(8)
+    blocks = [p.read_text().rstrip("\n").splitlines() for p in sorted((FIX.parent / "vllm").glob("*.log"))]
+    access = [
+        'INFO:     127.0.0.1:{p} - "POST /v1/completions HTTP/1.1" 200 OK',
+        'INFO:     10.0.0.7:{p} - "GET /v1/models HTTP/1.1" 404 Not Found',
+        'INFO:     [::1]:{p} - "GET /health HTTP/1.1" 200 OK',
+        'INFO:     127.0.0.1:{p} - "POST /v1/completions HTTP/1.1" 500 Internal Server Error: CUDA out of memory',
+        'INFO:     127.0.0.1:{p} - "GET /NaN HTTP/1.1" 200 OK',
+    ]
+    out: list[str] = []
+    for _ in range(400):
+        out.extend(rng.choice(blocks) if rng.random() < 0.1 else [rng.choice(access).format(p=rng.randint(1, 65535))])
+    raw = ("\n".join(out) + "\n").encode()
+    fast = logs.parse_log(raw, engine="vllm")
+    ref = vllm.VllmParser()
+    ref.feed(split_bytes(raw)[:-1], final=False)
+    ref = ref.build()
+    assert len(fast.http) > 150 and len(fast.errors) > len(ref.errors) / 2 > 0
+    for name in ("decode", "retractions", "errors", "http"):
+        pd.testing.assert_frame_equal(getattr(fast, name), getattr(ref, name), obj=name)
+    assert (fast.lines, fast.skipped, fast.startup) == (ref.lines, ref.skipped, ref.startup)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.from_regex(r"\A[0-9]{0,9}\.?[0-9]{0,8}\Z|\A-?[0-9]{1,17}\Z", fullmatch=True), min_size=1, max_size=50))
+def test_numbers_by_digit_arithmetic_are_numpys(values):
+    from glm5lib.logs.chunked import _decimals
+
+    col = np.array([v.encode() for v in values], dtype="S")
+    for as_int in (True, False):
+        fast = _decimals(col, as_int)
+        if fast is None:
+            continue
+        assert not any(v.startswith("-") for v in values) and all(any(c.isdigit() for c in v) for v in values)
+        expected = col.astype(np.int64) if fast.dtype == np.int64 else col.astype(np.float64)
+        assert fast.dtype == expected.dtype and (fast == expected).all()
+        assert fast.dtype == np.float64 or as_int

@@ -5,6 +5,11 @@ that defines ``register_cli(subparsers)``, adding its sub-command with
 ``set_defaults(func=handler)``; the handler takes the parsed arguments, calls the library's
 public API, prints, and returns an exit code. The library itself never prints. This module only
 assembles them.
+
+A command module imports at its top only what building its parser needs (argparse, the
+foundation modules, the light ``glm5lib.config``); its handlers import the library modules they
+call (pandas, aiohttp, matplotlib behind them), so ``glm5 --help`` and ``glm5 <command> --help``
+load none of them. ``tests/test_cli.py`` checks it.
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import textwrap
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from glm5lib import rundir
-from glm5lib.diagnose import CapacityModel, diagnose, diff_configs, list_references, load_evidence
 from glm5lib.errors import DiagnosisError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = ["register_cli"]
 
@@ -41,6 +41,8 @@ def _print_findings(frame: pd.DataFrame) -> None:
 
 
 def _cli_diagnose(args: argparse.Namespace) -> int:
+    from glm5lib.diagnose import CapacityModel, diagnose, load_evidence
+
     frame = diagnose(
         args.run_dir,
         reference=args.reference,
@@ -88,6 +90,10 @@ def _cli_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cli_diff(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from glm5lib.diagnose import diff_configs
+
     frame = diff_configs(args.current, args.reference, hide_irrelevant=not args.all)
     if args.json:
         print(frame.to_json(orient="records", indent=2, default_handler=str))
@@ -117,7 +123,8 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--phase", help="phase folder inside RUN_DIR (baseline, fix, ...)")
     p.add_argument(
         "--reference",
-        help=f"reference run to diff against (name: {', '.join(list_references()) or 'none shipped'}, folder or log)",
+        # names not listed here: listing them imports the diagnosis (pandas); an unknown name's error lists them
+        help="reference run to diff against: a shipped name (under data/reference/), a run folder or a server log",
     )
     p.add_argument(
         "--environment",

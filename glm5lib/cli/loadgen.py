@@ -7,12 +7,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from glm5lib import rundir
 from glm5lib.errors import ConfigError
-from glm5lib.loadgen import run_sweep
-from glm5lib.server import attach
 
 __all__ = ["register_cli"]
 
@@ -74,6 +70,11 @@ def register_cli(subparsers: Any) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from glm5lib.loadgen import run_sweep
+    from glm5lib.server import attach
+
     run = Path(args.run_dir) if args.run_dir else rundir.new_run_dir()
     out = rundir.phase_dir(run, args.phase)
     if args.mode == "poisson" and not args.rate:

@@ -9,7 +9,6 @@ from typing import Any
 
 from glm5lib.config import SGLANG_FLAGS, ServerConfig, flag_for
 from glm5lib.errors import ConfigError
-from glm5lib.server import BACKENDS, launch
 
 __all__ = ["parse_set", "register_cli"]
 
@@ -42,6 +41,8 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
+    from glm5lib.server import BACKENDS, launch
+
     # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
@@ -55,6 +56,9 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         _add_launch_options(again)
         again.add_argument("config", nargs="?")
         args = again.parse_args(head, namespace=args)
+    if args.backend not in BACKENDS:
+        raise ConfigError(f"--backend {args.backend!r}: valid values are {', '.join(sorted(BACKENDS))}",
+                          field="backend", valid=sorted(BACKENDS))
     if args.config:
         config = ServerConfig.load(args.config)
         sglang_args, foreign = ServerConfig.parse_known_argv(extra) if extra else (ServerConfig(), [])
@@ -111,7 +115,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_launch_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--backend", choices=sorted(BACKENDS), default="sglang", help="sglang (default) or sim (the stand-in)")
+    # not argparse choices: the launcher's list of backends imports the server package (pandas)
+    parser.add_argument("--backend", default="sglang", help="sglang (default) or sim (the stand-in)")
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     parser.add_argument("--log", default=None, help="log file (default: a new temporary folder)")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")

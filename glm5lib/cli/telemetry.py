@@ -10,12 +10,13 @@ import time
 from typing import Any
 
 from glm5lib.errors import ConfigError
-from glm5lib.telemetry import GpuSampler, environment, format_environment, save_environment
 
 __all__ = ["register_cli"]
 
 
 def _cmd_env(args: argparse.Namespace) -> int:
+    from glm5lib.telemetry import environment, format_environment, save_environment
+
     env = environment(source="sim" if args.sim else "auto", base_url=args.sim)
     if args.out:
         save_environment(args.out, env)
@@ -27,6 +28,8 @@ def _cmd_env(args: argparse.Namespace) -> int:
 
 
 def _cmd_telemetry(args: argparse.Namespace) -> int:
+    from glm5lib.telemetry import GpuSampler
+
     if not args.duration > 0:
         raise ConfigError(f"--duration {args.duration} must be a positive number of seconds", field="duration")
     gpus = None

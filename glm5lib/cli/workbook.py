@@ -7,13 +7,14 @@ from pathlib import Path
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, NotebookFailedError
-from glm5lib.progress import RunProgress
-from glm5lib.workbook import parse_parameter, run_workbook
 
 __all__ = ["register_cli"]
 
 
 def _cmd_run(args) -> int:
+    from glm5lib.progress import RunProgress
+    from glm5lib.workbook import parse_parameter, run_workbook
+
     params = dict(parse_parameter(p) for p in args.parameter or [])
     try:
         only = [int(n) for n in args.only.split(",")] if args.only else None

@@ -39,30 +39,13 @@ from glm5lib.diagnose.references import (
     resolve_config,
     resolve_server_args,
 )
-from glm5lib.diagnose.rules import (
-    RULES,
-    evaluate,
-    rule_admission_reserve,
-    rule_client_bound,
-    rule_concurrency_cap,
-    rule_crashes,
-    rule_cuda_graph,
-    rule_dp_imbalance,
-    rule_gpu_underused,
-    rule_incompatibilities,
-    rule_kv_capacity,
-    rule_prefill_budget,
-    rule_reference_diff,
-    rule_retraction_churn,
-    rule_saturation,
-    rule_underfed,
-)
+from glm5lib.diagnose.rules import *  # noqa: F403  (RULES, evaluate, every rule: rules.__all__)
+from glm5lib.diagnose.rules import __all__ as _RULES_ALL
 from glm5lib.diagnose.runs import diagnose
 
 __all__ = [
     "DIFF_COLUMNS",
     "FINDING_COLUMNS",
-    "RULES",
     "CapacityModel",
     "Evidence",
     "Finding",
@@ -70,7 +53,6 @@ __all__ = [
     "Recommendation",
     "diagnose",
     "diff_configs",
-    "evaluate",
     "list_references",
     "load_evidence",
     "load_impact",
@@ -83,18 +65,5 @@ __all__ = [
     "resolve_automatic",
     "resolve_config",
     "resolve_server_args",
-    "rule_admission_reserve",
-    "rule_client_bound",
-    "rule_concurrency_cap",
-    "rule_crashes",
-    "rule_cuda_graph",
-    "rule_dp_imbalance",
-    "rule_gpu_underused",
-    "rule_incompatibilities",
-    "rule_kv_capacity",
-    "rule_prefill_budget",
-    "rule_reference_diff",
-    "rule_retraction_churn",
-    "rule_saturation",
-    "rule_underfed",
+    *_RULES_ALL,  # the rules package's export list, not a copy of it
 ]

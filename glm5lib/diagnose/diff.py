@@ -7,7 +7,9 @@ seeds, logging: ``is_context_field``) are context: listed after the ranked rows 
 "None" means SGLang chooses the value at start. Before comparing, such a value is resolved from
 that server's own start-up lines (``max_running_requests=..., max_total_num_tokens=...``) or,
 failing that, from the release's rule (the running-request cap of 0.5.x is
-``min(max(KV tokens / context length x 512, 2048), 4096)``, at most half the KV pool). An
+``min(max(KV tokens / context length x 512, 2048), 4096)``, at most half the KV pool; vLLM's
+``max_num_seqs`` and ``max_num_batched_tokens`` by the device's table in
+:func:`glm5lib.engines.vllm_defaults.vllm_automatic`). An
 explicit capacity setting far below the other side's (resolved) value is the signature of a cap
 and ranks first in its class.
 """
@@ -25,8 +27,11 @@ from glm5lib.diagnose.references import (
     config_defaults,
     flag_of,
     norm,
+    release_of,
     resolve_config,
+    shown_as,
 )
+from glm5lib.engines.vllm_defaults import VLLM_AUTOMATIC_FIELDS, vllm_automatic
 from glm5lib.masking import mask_value
 
 __all__ = ["CAPACITY_FIELDS", "DIFF_COLUMNS", "diff_configs", "resolve_automatic"]
@@ -82,13 +87,18 @@ def _positive(value: Any) -> float | None:
 
 
 def resolve_automatic(
-    field: str, args: Mapping[str, Any], startup: Mapping[str, Any] | None = None
+    field: str,
+    args: Mapping[str, Any],
+    startup: Mapping[str, Any] | None = None,
+    environment: Mapping[str, Any] | None = None,
 ) -> tuple[Any, str] | None:
-    """The value SGLang chose at start for a field left ``None``, and how it is known.
+    """The value the engine chose at start for a field left ``None``, and how it is known.
 
     From the server's start-up lines where they hold it, else from the release's rule where
-    there is one (for ``max_running_requests`` without the pool size: its lower bound, 2,048).
-    None when neither says.
+    there is one (for SGLang's ``max_running_requests`` without the pool size: its lower bound,
+    2,048; for vLLM's ``max_num_seqs`` and ``max_num_batched_tokens`` on an unknown device: the
+    smallest value its table gives, the others named). ``environment``: the run's snapshot, for
+    the GPU's memory vLLM's table depends on. None when neither says.
     """
     startup = startup or {}
     key = _STARTUP_KEYS.get(field)
@@ -100,6 +110,13 @@ def resolve_automatic(
         if isinstance(sizes, (list, tuple)) and sizes:
             v = int(max(int(s) for s in sizes))
             return v, f"{v} (largest captured CUDA graph batch)"
+    if field in VLLM_AUTOMATIC_FIELDS:
+        auto = vllm_automatic(field, args, startup, environment)
+        if auto is None:
+            return None
+        if auto.value is not None:
+            return auto.value, f"{auto.value:,} by {auto.how}"
+        return auto.candidates[0], f"at least {auto.candidates[0]:,} by {auto.how}"
     if field == "max_running_requests":
         tokens = _positive(startup.get("max_total_num_tokens")) or _positive(
             args.get("max_total_tokens")
@@ -159,7 +176,9 @@ def diff_configs(
     ref_startup = {**ref.startup, **(reference_startup or {})}
     impact = load_impact()
     rows = []
-    for field in sorted(set(cur.args) | set(ref.args)):
+    # renamed fields and "CUDA graphs off" spelt per phase line up across releases
+    fields = {shown_as(f, cur.args, ref.args) for f in set(cur.args) | set(ref.args)}
+    for field in sorted(fields):
         a, a_how, a_explicit = _side(field, cur.args, cur_startup)
         b, b_how, b_explicit = _side(field, ref.args, ref_startup)
         if a == b:
@@ -201,7 +220,7 @@ def diff_configs(
                 "reference": mask_value(field, b),
                 "impact": cls,
                 "rationale": rationale,
-                "flag": flag_of(field),
+                "flag": flag_of(field, release_of(cur.args)),
                 "automatic": automatic,
                 "kind": "context" if context else "setting",
                 "resolved": resolved,

@@ -26,6 +26,7 @@ from glm5lib.diagnose.references import (
     norm,
     resolve_config,
 )
+from glm5lib.engines.vllm_defaults import vllm_automatic
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log, to_epoch
 
@@ -146,6 +147,11 @@ class Evidence:
             v = self.arg(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
                 return int(v), "server arguments"
+        if self.engine == "vllm":
+            # vLLM logs only the arguments given: an unset max_num_seqs is the value its rule chose
+            auto = vllm_automatic("max_num_seqs", self.server_args or {}, self.startup, self.environment)
+            if auto is not None and auto.value is not None:
+                return auto.value, f"value vLLM chose, max_num_seqs being unset: {auto.how}"
         return None, "unset"
 
     def kv_pool_tokens(self) -> tuple[int | None, str]:

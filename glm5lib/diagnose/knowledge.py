@@ -90,7 +90,7 @@ def load_incompatibilities(path: str | Path | None = None) -> list[dict[str, Any
 
 
 @functools.lru_cache(maxsize=8)
-def _context_rules(path: str) -> tuple[frozenset[str], tuple[re.Pattern[str], ...]]:
+def _context_rules(path: str) -> tuple[frozenset[str], tuple[re.Pattern[str], ...], frozenset[str]]:
     data = _load_json(path)
     names = data.get("context") or []
     patterns = data.get("context_patterns") or []
@@ -98,16 +98,25 @@ def _context_rules(path: str) -> tuple[frozenset[str], tuple[re.Pattern[str], ..
         compiled = tuple(re.compile(p) for p in patterns)
     except re.error as exc:
         raise DiagnosisError(f"impact table {path}: bad context pattern ({exc})") from None
-    return frozenset(names), compiled
+    fields = data.get("fields") or {}
+    settings = frozenset(f for f, e in fields.items() if isinstance(e, dict) and e.get("impact") != "none")
+    return frozenset(names), compiled, settings
 
 
 def is_context_field(field: str, path: str | Path | None = None) -> bool:
     """True for identity and plumbing fields (model, paths, ports, seeds, logging): context in a
-    diff, not a setting to change (``context`` and ``context_patterns`` of ``impact.json``)."""
-    names, patterns = _context_rules(str(path or _knowledge_path("impact.json")))
+    diff, not a setting to change (``context`` and ``context_patterns`` of ``impact.json``).
+
+    A name in ``context`` is context; a field the impact table rates above ``none`` is a
+    setting even where a pattern matches its name (``speculative_draft_model_path`` chooses the
+    draft model, a throughput lever; ``mamba_max_states_per_path`` is a count).
+    """
+    names, patterns, settings = _context_rules(str(path or _knowledge_path("impact.json")))
     if path is None and field in _engine_context():
         return True
-    return field in names or any(p.search(field) for p in patterns)
+    if field in names:
+        return True
+    return field not in settings and any(p.search(field) for p in patterns)
 
 
 def _engines() -> dict[str, Any]:

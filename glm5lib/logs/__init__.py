@@ -9,6 +9,7 @@ turns that text into data:
   when pasted) into a dict of Python values;
 * :func:`parse_log` reads a whole log into a :class:`ServerLog` (server args, start-up facts,
   readiness, decode/prefill/retraction tables, fatal errors);
+* :func:`iter_log` reads a log of any size in bounded memory, one :class:`ServerLog` per piece;
 * :func:`follow_log` reads a log that a running server is still writing, a piece at a time;
 * :func:`parse_bench_result` reads ``bench_serving`` JSONL files and printed result blocks;
 * :func:`classify_fatal` tells whether a single line is a fatal signature (OOM, NaN, NCCL...).
@@ -59,7 +60,7 @@ from glm5lib.logs.engine import LogEngine, LogParser, available_engines
 from glm5lib.logs.fatal import ERROR_KINDS, classify_fatal
 from glm5lib.logs.follow import LogFollower, follow_log, to_epoch
 from glm5lib.logs.model import IMPORTANT_ARGS, ServerLog, summarize
-from glm5lib.logs.parse import parse_log
+from glm5lib.logs.parse import iter_log, parse_log
 from glm5lib.logs.server_args import ServerArgs, parse_server_args
 from glm5lib.masking import mask_mapping as mask_secrets
 from glm5lib.masking import mask_text
@@ -75,6 +76,7 @@ __all__ = [
     "available_engines",
     "classify_fatal",
     "follow_log",
+    "iter_log",
     "mask_secrets",
     "mask_text",
     "parse_bench_result",

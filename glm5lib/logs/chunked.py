@@ -27,6 +27,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.logs.access import access_frame, access_lines
+from glm5lib.logs.fields import Windows, split_lines
 from glm5lib.logs.scheduler import _convert_column
 from glm5lib.logs.tables import to_timestamps
 from glm5lib.logs.text import _PREFIX_RE, split_chunk
@@ -49,7 +51,6 @@ _ACCESS_RE = re.compile(
     rb"\nINFO:  [ \t]*+(" + _NONSPACE + rb"+?):\d++ - \"(\w++) (" + _NONSPACE + rb"++) [^\"" + _NOT + rb"]*+\" (\d\d\d)"
     rb"[^" + _NOT + rb"]*+\r?(?=\n)"
 )
-_ACCESS_HEAD = b"INFO:  "
 _BOOL_BYTES = (b"True", b"False", b"true", b"false")
 # Bytes a plain number may hold (numpy then reads it as int() or float() would); 0 pads.
 _NUMERIC = np.zeros(256, dtype=bool)
@@ -57,6 +58,8 @@ _NUMERIC[list(b"0123456789.-")] = True
 _NUMERIC[0] = True
 # Lines of one signature that no shape took before, few enough to go line by line untried.
 _FEW_UNTAKEN = 64
+# Fewer lines of a shape than this are read by its regex (splitting them costs more).
+_FEW_TO_SPLIT = 24
 # Lines whose prefixes the whole-file parse scans for the first dated time (as feed_bulk does).
 _FIRST_TIME_LINES = 1000
 
@@ -181,14 +184,14 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             found = _scheduler_lines(parser, shapes, buf, arr, nl)
             for _cs, idx, _table in found:
                 kind[idx] = 1
-    acc_idx, acc_rows = _access_lines(buf, arr, nl, n)
+    acc_idx, acc_rows, acc_codes, _ = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
     if len(acc_idx):
         kind[acc_idx] = 2
 
     # Scheduler lines in line order with their times: they set the clock.
     if found:
         sched_idx = np.concatenate([f[1] for f in found])
-        sched_time = np.concatenate([_times(f[2][:, 0]) for f in found])
+        sched_time = np.concatenate([_times(f[2][0]) for f in found])
         order = np.argsort(sched_idx, kind="stable")
         sched_idx, sched_time = sched_idx[order], sched_time[order]
     else:
@@ -225,7 +228,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle
         )
     parser.lines = base + n + extra
-    _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time, clock_pos, clock_val,
+    _finish_chunk(parser, found, kind, acc_idx, (acc_rows, acc_codes), sched_idx, sched_time, clock_pos, clock_val,
                   extra_pos, extra_cum, base)
 
 
@@ -291,15 +294,15 @@ def _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time,
     # ---- access rows: each takes the clock of the last line before it that set one
     keep = kind[acc_idx] == 2 if len(acc_idx) else np.empty(0, dtype=bool)
     if keep.any():
+        distinct, codes = acc_rows
         if not keep.all():
-            acc_rows = [g for g, k in zip(acc_rows, keep.tolist(), strict=True) if k]
-            acc_idx = acc_idx[keep]
+            codes, acc_idx = codes[keep], acc_idx[keep]
         gap_time = to_timestamps(pd.Series(clock_val, dtype=object)).to_numpy(dtype="datetime64[ns]")
         pos = np.concatenate((np.array(clock_pos, dtype=np.int64), sched_idx))
         val = np.concatenate((gap_time, sched_time))
         order = np.argsort(pos, kind="stable")
         pos, val = pos[order], val[order]
-        frame = _access_frame(acc_rows)
+        frame = access_frame(distinct, codes)
         frame.insert(0, "time", val[np.searchsorted(pos, acc_idx, side="right") - 1])
         frame.insert(0, "_order", real(acc_idx))
         parser.http_frames.append(frame)
@@ -359,10 +362,12 @@ class _Lines:
         return self.buf[self.nl[self.sched[j]] + 1 : self.nl[self.sched[j] + 1]].decode("ascii")
 
 
-def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0) -> np.ndarray:
+def _holding(
+    arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0, where: bool = False
+) -> Any:
     """Numbers of the lines that hold ``needle`` followed by one of the bytes ``follow``
     (positions by numpy, no Python per line); the search starts from the needle's byte at
-    ``anchor`` (best a rare one)."""
+    ``anchor`` (best a rare one). ``where``: also where the needle first is in each line."""
     at = np.flatnonzero(arr[anchor : len(arr) - len(needle) + anchor] == needle[anchor])
     for k, c in enumerate(needle):
         if k != anchor:
@@ -370,7 +375,8 @@ def _holding(arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anch
     if follow:
         at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
     lines = np.searchsorted(nl, at) - 1  # sorted: one entry per occurrence
-    return lines[np.concatenate(([True], lines[1:] != lines[:-1]))] if len(lines) else lines
+    first = np.concatenate(([True], lines[1:] != lines[:-1])) if len(lines) else np.empty(0, dtype=bool)
+    return (lines[first], at[first]) if where else lines[first]
 
 
 def _read_lines(
@@ -396,17 +402,18 @@ def _read_lines(
 
 def _scheduler_lines(
     parser: Any, shapes: list[_ChunkShape], buf: bytes, arr: np.ndarray, nl: np.ndarray
-) -> list[tuple[_ChunkShape, np.ndarray, np.ndarray]]:
-    """(shape, line numbers, rows as bytes) of the scheduler lines of learned shapes.
+) -> list[tuple[_ChunkShape, np.ndarray, list[np.ndarray]]]:
+    """(shape, line numbers, columns as bytes) of the scheduler lines of learned shapes.
 
     Lines holding a known head are grouped by their numbers of colons and commas (numpy, no
     Python per line), which tells shapes apart; each group's lines are copied into a buffer of
     their own and read by the regex of the shape that took that group before, so a regex is
     tried only on lines that are almost surely its own."""
     heads = sorted({(cs.needle, cs.follow) for cs in shapes})
-    holding = [_holding(arr, nl, b"] " + h, f) for h, f in heads]
-    head_of = np.concatenate([np.full(len(x), k, dtype=np.int64) for k, x in enumerate(holding)])
-    lines = np.concatenate(holding)
+    holding = [_holding(arr, nl, b"] " + h, f, where=True) for h, f in heads]
+    head_of = np.concatenate([np.full(len(x[0]), k, dtype=np.int64) for k, x in enumerate(holding)])
+    lines = np.concatenate([x[0] for x in holding])
+    where = np.concatenate([x[1] for x in holding])
     if not len(lines):
         return []
     starts, ends = nl[lines] + 1, nl[lines + 1]
@@ -422,12 +429,13 @@ def _scheduler_lines(
     order = np.argsort(sig, kind="stable")
     uniq, first = np.unique(sig[order], return_index=True)
     bounds = [*first.tolist(), len(order)]
+    win = Windows(arr)
     memo: dict[int, _ChunkShape] = parser.__dict__.setdefault("_chunk_signatures", {})
     # Signatures whose lines no shape took all of, with the number of shapes there were then:
     # a few such lines (a line cut short, a clock without a date) go line by line at once
     # instead of through every shape's regex again in each piece, until a new shape is learned.
     untaken: dict[int, int] = parser.__dict__.setdefault("_chunk_untaken", {})
-    taken: dict[int, tuple[_ChunkShape, list[np.ndarray], list[Any]]] = {}
+    taken: dict[int, tuple[_ChunkShape, list[np.ndarray], list[list[np.ndarray]]]] = {}
     for g, key in enumerate(uniq.tolist()):
         pending = order[bounds[g] : bounds[g + 1]]
         known = memo.get(key)
@@ -436,73 +444,44 @@ def _scheduler_lines(
         for cs in ([known] if known is not None else []) + others:
             if cs is not known and untaken.get(key) == len(shapes) and len(pending) < _FEW_UNTAKEN:
                 break
-            at, rows = _read_lines(cs.regex, buf, starts[pending], ends[pending])
-            if not rows:
+            parts: list[tuple[np.ndarray, list[np.ndarray]]] = []
+            split = None
+            if len(pending) >= _FEW_TO_SPLIT:
+                split = split_lines(cs.regex, buf, win, starts[pending], ends[pending], where[pending])
+            if split is not None and len(split[0]):
+                parts.append((pending[split[0]], split[1]))
+                rest = np.ones(len(pending), dtype=bool)
+                rest[split[0]] = False
+                pending = pending[rest]
+            if len(pending):
+                at, rows = _read_lines(cs.regex, buf, starts[pending], ends[pending])
+                if rows:
+                    table = np.array(rows, dtype="S")
+                    hit = np.zeros(len(pending), dtype=bool)
+                    hit[at] = True
+                    parts.append((pending[hit], [table[:, k] for k in range(table.shape[1])]))
+                    pending = pending[~hit]
+            if not parts:
                 continue
-            hit = np.zeros(len(pending), dtype=bool)
-            hit[at] = True
-            took, pending = pending[hit], pending[~hit]
             memo[key] = cs
             entry = taken.setdefault(id(cs), (cs, [], []))
-            entry[1].append(lines[took])
-            entry[2].extend(rows)
+            for took, cols in parts:
+                entry[1].append(lines[took])
+                entry[2].append(cols)
             if not len(pending):
                 break
         else:
             if len(pending):
                 untaken[key] = len(shapes)
     found = []
-    for cs, idx_parts, rows in taken.values():
+    for cs, idx_parts, col_parts in taken.values():
         idx = np.concatenate(idx_parts)
-        table = np.array(rows, dtype="S")
+        cols = [np.concatenate(c) for c in zip(*col_parts, strict=True)] if len(col_parts) > 1 else col_parts[0]
         if len(idx_parts) > 1:
             back = np.argsort(idx, kind="stable")
-            idx, table = idx[back], table[back]
-        found.append((cs, idx, table))
+            idx, cols = idx[back], [c[back] for c in cols]
+        found.append((cs, idx, cols))
     return found
-
-
-def _access_lines(buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int) -> tuple[np.ndarray, list[tuple[bytes, ...]]]:
-    """Line numbers and (client, method, path, status) of the access lines of a chunk."""
-    if b"\n" + _ACCESS_HEAD not in buf:
-        return np.empty(0, dtype=np.int64), []
-    # Lines that start like one and hold ' - "', by numpy (no Python per line).
-    starts = nl[:-1] + 1
-    cand = np.ones(n, dtype=bool)
-    last = len(arr) - 1
-    for k, c in enumerate(_ACCESS_HEAD):
-        cand &= arr[np.minimum(starts + k, last)] == c
-    holds = np.zeros(n, dtype=bool)
-    holds[_holding(arr, nl, b' - "', b"", anchor=3)] = True
-    lines = np.flatnonzero(cand & holds)
-    if not len(lines):
-        return lines, []
-    rows = _ACCESS_RE.findall(buf)
-    if len(rows) == len(lines):
-        return lines, rows  # the regex takes only such lines: all of them, in order
-    at, rows = _read_lines(_ACCESS_RE, buf, nl[lines] + 1, nl[lines + 1])
-    return lines[at], rows
-
-
-def _access_frame(rows: list[tuple[bytes, ...]]) -> pd.DataFrame:
-    """(client, method, path, status) rows -> columns; a busy server's access lines repeat a
-    few distinct rows (the port is not kept), so each distinct one is decoded once."""
-    distinct = list(set(rows))
-    code = {row: i for i, row in enumerate(distinct)}
-    codes = np.fromiter(map(code.__getitem__, rows), dtype=np.int64, count=len(rows))
-    client, method, path, status = (np.array(c, dtype=object) for c in zip(*distinct, strict=True))
-    return pd.DataFrame(
-        {
-            "client": _decoded(client)[codes],
-            "method": _decoded(method)[codes],
-            "path": _decoded(path)[codes],
-            "status": _statuses(tuple(status))[codes],
-        }
-    )
-
-
-def _decoded(values: np.ndarray) -> np.ndarray:
-    return np.array([v.decode("ascii") for v in values], dtype=object)
 
 
 def _scan_first_time(parser: Any, buf: bytes, nl: np.ndarray, count: int, crs: bool) -> None:
@@ -513,12 +492,6 @@ def _scan_first_time(parser: Any, buf: bytes, nl: np.ndarray, count: int, crs: b
         if m is not None and m.group(1):
             parser.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
             return
-
-
-def _statuses(values: tuple[bytes, ...]) -> np.ndarray:
-    """Three-digit HTTP statuses (ASCII bytes) -> int64, by digit arithmetic."""
-    d = np.frombuffer(b"".join(values), dtype=np.uint8).reshape(-1, 3).astype(np.int64) - 48
-    return d[:, 0] * 100 + d[:, 1] * 10 + d[:, 2]
 
 
 def _times(col: np.ndarray) -> np.ndarray:
@@ -559,12 +532,19 @@ def _column(col: np.ndarray) -> Any:
             block[np.arange(len(col)), ends] = 0
             stripped = block.view(f"S{width}").ravel()
             if _NUMERIC[block].all():
+                fast = _decimals(stripped, as_int=False)
+                if fast is not None:
+                    return fast / 100.0
                 try:
                     return stripped.astype(np.float64) / 100.0
                 except (ValueError, OverflowError):
                     pass
     elif _NUMERIC[col.view(np.uint8)].all():
-        if b"." not in sample and b"e" not in sample:
+        as_int = b"." not in sample and b"e" not in sample
+        fast = _decimals(col, as_int)
+        if fast is not None:
+            return fast
+        if as_int:
             try:
                 return col.astype(np.int64)
             except (ValueError, OverflowError):
@@ -576,16 +556,53 @@ def _column(col: np.ndarray) -> Any:
     return _convert_column(col.astype(str).astype(object))
 
 
-def _raw_part(cs: _ChunkShape, order: np.ndarray, table: np.ndarray) -> dict[str, Any]:
-    """A shape's rows of one chunk (an array of bytes: time, rank, iteration, values...), with
+# Powers of ten as floats, each exact (10**22 is the last one a float holds exactly).
+_POW10 = np.array([float(10**k) for k in range(23)])
+
+
+def _decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
+    """Plain decimals (digits and at most one ".", 15 digits at most; bytes) -> int64 (when
+    ``as_int`` and no value has a ".") or float64, by digit arithmetic; None for anything else
+    (then numpy's parser decides, as before).
+
+    The same numbers as numpy's parser: an integer of 15 digits is exact in a float, and the
+    quotient of two exact floats is correctly rounded, as a parsed decimal is."""
+    width = col.itemsize
+    block = np.ascontiguousarray(col.view(np.uint8).reshape(len(col), width).T)  # a row per position
+    digit = (block >= 48) & (block <= 57)
+    dot = block == 46
+    pad = block == 0
+    if not len(col) or not (digit | dot | pad).all() or (pad[:-1] & ~pad[1:]).any():
+        return None  # another byte, or a NUL byte inside a value
+    ndots = dot.sum(axis=0)
+    ndigits = digit.sum(axis=0)
+    if ndots.max() > 1 or ndigits.min() == 0 or ndigits.max() > 15:
+        return None
+    value = np.zeros(len(col), dtype=np.int64)
+    frac = np.zeros(len(col), dtype=np.int64)
+    seen = np.zeros(len(col), dtype=bool)
+    for j in range(width):
+        d = digit[j]
+        value *= np.where(d, 10, 1)
+        value += np.where(d, block[j] - 48, 0)
+        if ndots.any():
+            frac += d & seen
+            seen |= dot[j]
+    if as_int and not ndots.any():
+        return value
+    return value / _POW10[frac]
+
+
+def _raw_part(cs: _ChunkShape, order: np.ndarray, cols: list[np.ndarray]) -> dict[str, Any]:
+    """A shape's rows of one chunk (columns of bytes: time, rank, iteration, values...), with
     times and ranks typed and values kept as bytes until the shape's columns are typed."""
-    iters = table[:, 2]
+    iters = cols[2]
     return {
         "_order": order,
-        "time": _times(table[:, 0]),
-        "rank": _ranks(table[:, 1]),
+        "time": _times(cols[0]),
+        "rank": _ranks(cols[1]),
         "iter": np.where(iters == b"", None, iters.astype(str).astype(object)) if (iters != b"").any() else None,
-        "values": [np.ascontiguousarray(table[:, k]) for k in range(3, table.shape[1])],
+        "values": [np.ascontiguousarray(c) for c in cols[3:]],
     }
 
 

@@ -55,6 +55,10 @@ class LogParser(Protocol):
     def build(self) -> ServerLog:
         """The :class:`~glm5lib.logs.ServerLog` of everything parsed so far."""
 
+    def drain(self) -> ServerLog:
+        """The :class:`~glm5lib.logs.ServerLog` of the rows parsed since the last drain (facts
+        such as server args and start-up as so far), letting go of those rows."""
+
 
 @dataclass(frozen=True)
 class LogEngine:

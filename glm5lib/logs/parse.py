@@ -2,6 +2,7 @@
 
 A file is read in pieces of :data:`CHUNK_BYTES` cut after a newline, so memory stays bounded
 whatever the file's size: beyond the tables themselves, a parse holds a few pieces' worth.
+:func:`iter_log` hands the tables out a piece at a time, so that nothing grows with the file.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from glm5lib.logs.engine import DETECT_BYTES, LogParser, resolve_engine
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.text import resolve_source, split_chunk, split_text
 
-__all__ = ["CHUNK_BYTES", "PROGRESS_BYTES", "parse_log"]
+__all__ = ["CHUNK_BYTES", "PROGRESS_BYTES", "STREAM_BYTES", "iter_log", "parse_log"]
 
 #: Bytes read and parsed at a time.
 CHUNK_BYTES = 4 << 20
@@ -27,6 +28,8 @@ _FIRST_CHUNK_BYTES = 256 << 10
 _FIRST_CHUNK_LINES = 1000
 #: Logs at least this large show a progress bar unless told otherwise.
 PROGRESS_BYTES = 256 << 20
+#: Bytes of log behind each :class:`ServerLog` that :func:`iter_log` yields.
+STREAM_BYTES = 64 << 20
 
 
 def parse_log(
@@ -85,12 +88,23 @@ def _parse_stream(
     engine: str,
     progress: bool | None,
 ) -> ServerLog:
-    adapter = resolve_engine(engine, head)
-    parser = adapter.new_parser(date, incremental=False)
+    parser = resolve_engine(engine, head).new_parser(date, incremental=False)
+    for _ in _feed_stream(parser, read, size, crs, progress):
+        pass
+    return parser.build()
+
+
+def _feed_stream(
+    parser: LogParser, read: Callable[[int], bytes], size: int, crs: bool, progress: bool | None,
+    most: int | None = None,
+) -> Iterator[int]:
+    """Feed the file to ``parser`` a piece at a time; yields the bytes read after each piece,
+    and finishes the parser after the last."""
     feed_chunk = getattr(parser, "feed_chunk", None)
     show = size >= PROGRESS_BYTES if progress is None else progress
+    done = 0
     with tqdm(total=size, unit="B", unit_scale=True, desc="parsing log", disable=not show, leave=False) as bar:
-        pieces = _pieces(read)
+        pieces = _pieces(read, most)
         while True:
             try:
                 chunk = next(pieces)
@@ -102,6 +116,8 @@ def _parse_stream(
             else:
                 parser.feed_bulk(split_chunk(chunk, crs))
             bar.update(len(chunk))
+            done += len(chunk)
+            yield done
         bar.update(len(tail))
     if tail:
         # The last line has no newline: it may be cut off, and is read with care.
@@ -113,15 +129,66 @@ def _parse_stream(
             parser.feed_bulk(lines[:-1])
             parser.feed(lines[-1:], final=True)
     parser.finish()
-    return parser.build()
+    yield done + len(tail)
 
 
-def _pieces(read: Callable[[int], bytes]) -> Iterator[bytes]:
-    """Pieces of whole lines (each ends with a newline); returns what follows the last newline."""
+def iter_log(
+    path_or_text: str | os.PathLike[str] | bytes,
+    *,
+    date: str | None = None,
+    engine: str = "auto",
+    progress: bool | None = None,
+    piece_bytes: int = STREAM_BYTES,
+) -> Iterator[ServerLog]:
+    """Parse a log of any size in bounded memory: one :class:`ServerLog` per piece of about
+    ``piece_bytes`` bytes, holding only the rows of that piece's lines.
+
+    Tables, columns and types are those of :func:`parse_log` (each piece's columns typed on
+    their own, as a follower types what it reads); ``server_args``, ``startup``, ``ready_at``,
+    ``lines``, ``skipped`` and the times are the log's so far. A traceback still open at a
+    piece's end is reported in the piece that closes it. Concatenating the pieces' tables
+    gives :func:`parse_log`'s rows; memory holds a few pieces' worth, whatever the size.
+    """
+    if piece_bytes < 1:
+        raise ValueError(f"piece_bytes must be at least 1, not {piece_bytes}")
+    source = resolve_source(path_or_text)
+    if isinstance(source, str):
+        try:
+            source = source.encode("utf-8")
+        except UnicodeEncodeError:
+            # Lone surrogates: the text is in memory already; it is read as parse_log reads it.
+            yield parse_log(source, date=date, engine=engine, progress=progress)
+            return
+    if isinstance(source, Path):
+        with source.open("rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            crs = _holds_cr(fh)
+            head = fh.read(DETECT_BYTES)
+            fh.seek(0)
+            yield from _stream(fh.read, size, crs, head, date, engine, progress, piece_bytes)
+        return
+    yield from _stream(io.BytesIO(source).read, len(source), b"\r" in source, source[:DETECT_BYTES], date, engine,
+                       progress, piece_bytes)
+
+
+def _stream(read, size, crs, head, date, engine, progress, piece_bytes) -> Iterator[ServerLog]:
+    parser = resolve_engine(engine, head).new_parser(date, incremental=False)
+    last = 0
+    for done in _feed_stream(parser, read, size, crs, progress, piece_bytes):
+        if done - last >= piece_bytes:
+            last = done
+            yield parser.drain()
+    yield parser.drain()
+
+
+def _pieces(read: Callable[[int], bytes], most: int | None = None) -> Iterator[bytes]:
+    """Pieces of whole lines (each ends with a newline, about :data:`CHUNK_BYTES` or ``most``
+    bytes if fewer); returns what follows the last newline."""
     pending = b""
     first = True
+    size = CHUNK_BYTES if most is None else max(1, min(most, CHUNK_BYTES))
     while True:
-        data = read(_FIRST_CHUNK_BYTES if first else CHUNK_BYTES)
+        data = read(min(_FIRST_CHUNK_BYTES, size) if first else size)
         if not data:
             cut = pending.rfind(b"\n") + 1
             if cut:

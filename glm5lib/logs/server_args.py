@@ -1,6 +1,8 @@
 """SGLang's ``server_args=ServerArgs(...)`` line into a dict of Python values.
 
-The repr is read by a small tokenizer that splits it at top-level commas (strings, lists, dicts
+Releases up to 0.5.9 log the dataclass repr ``server_args=ServerArgs(name=value, ...)``; later
+ones (0.5.23: ``ServerArgs`` is a msgspec Struct) log its resolved dict,
+``server_args={'name': value, ...}``. Both are read the same way. The repr is read by a small tokenizer that splits it at top-level commas (strings, lists, dicts
 and enum reprs such as ``<LoadFormat.AUTO: 'auto'>`` kept whole) and :func:`ast.literal_eval`
 per value, so a line wrapped by a terminal or cut off by a paste still yields every complete
 field.
@@ -44,6 +46,8 @@ class ServerArgs(dict):
 
 _TOKEN_SCAN_RE = re.compile(r"'(?:[^'\\\n]|\\.)*'|\"(?:[^\"\\\n]|\\.)*\"|[\[\](){},<>]|['\"]")
 _FIELD_NAME_RE = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*=(.*)$", re.DOTALL)
+# An item of the dict form (0.5.23): 'name': value
+_DICT_ITEM_RE = re.compile(r"^\s*'([A-Za-z_][A-Za-z0-9_]*)'\s*:(.*)$", re.DOTALL)
 _CLOSERS = {"]": "[", ")": "(", "}": "{", ">": "<"}
 
 
@@ -87,12 +91,16 @@ def _parse(text: str) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
         body = text.split("server_args=", 1)[1] if "server_args=" in text else text
     # A terminal or a paste wraps the line; the repr itself never holds a raw newline.
     body = body.replace("\r", "").replace("\n", "")
-    pieces, closed = _split_top_level(body)
+    dict_form = start < 0 and body.lstrip().startswith("{")
+    if dict_form:
+        body = body.lstrip()[1:]
+    pieces, closed = _split_top_level(body, "}" if dict_form else ")")
+    field_re = _DICT_ITEM_RE if dict_form else _FIELD_NAME_RE
     result: dict[str, Any] = {}
     unparsed: list[str] = []
     incomplete = not closed
     for i, piece in enumerate(pieces):
-        m = _FIELD_NAME_RE.match(piece)
+        m = field_re.match(piece)
         last_open = (not closed) and i == len(pieces) - 1
         if not m:
             if piece.strip():
@@ -113,12 +121,16 @@ def _parse(text: str) -> tuple[dict[str, Any], bool, tuple[str, ...]]:
 @functools.lru_cache(maxsize=64)
 def closes(body: str) -> bool:
     """Whether the top-level ``)`` of a ``ServerArgs(`` body is in ``body`` (a wrapped line is
-    asked again as each piece comes: the answers are kept)."""
+    asked again as each piece comes: the answers are kept); for the dict form
+    (``server_args={...``), whether its top-level ``}`` is."""
+    head = body.split("server_args=", 1)[1].lstrip() if body.startswith("server_args=") else ""
+    if head.startswith("{"):
+        return _split_top_level(head[1:], "}")[1]
     return _split_top_level(body)[1]
 
 
-def _split_top_level(body: str) -> tuple[list[str], bool]:
-    """Split ``a=1, b=[1, 2], c='x, y')...`` at top-level commas; True when the ``)`` was seen."""
+def _split_top_level(body: str, closer: str = ")") -> tuple[list[str], bool]:
+    """Split ``a=1, b=[1, 2], c='x, y')...`` at top-level commas; True when the ``closer`` was seen."""
     pieces: list[str] = []
     stack: list[str] = []
     start = 0
@@ -139,7 +151,7 @@ def _split_top_level(body: str) -> tuple[list[str], bool]:
         elif tok in "])}>":
             if stack and stack[-1] == _CLOSERS[tok]:
                 stack.pop()
-            elif tok == ")" and not stack:
+            elif tok == closer and not stack:
                 pieces.append(body[start : m.start()])
                 return pieces, True
         elif tok == "," and not stack:

@@ -613,6 +613,23 @@ class _Parser:
             last_time=_timestamp(self.last_time_str),
         )
 
+    def drain(self) -> ServerLog:
+        """The rows read since the last drain (a traceback still open waits until it closes),
+        let go of here; the log's facts (server args, start-up, times) as so far."""
+        open_blocks, self._open_blocks = self._open_blocks, []
+        try:
+            slog = self.build()
+        finally:
+            self._open_blocks = open_blocks
+        self.errors = []
+        for shape in self.shapes.values():
+            del shape.rows[:], shape.order[:], shape.raw[:], shape.frames[:]
+        del self.http_rows[:]
+        self.http_frames = []
+        self._http_done = None
+        self._cache.clear()
+        return slog
+
     def _http_table(self) -> pd.DataFrame:
         """The access lines read so far, in log order. What was read since the last build is
         added to the table kept from it (a follower builds again and again)."""
@@ -692,10 +709,16 @@ class _Parser:
             # Columns are fixed up first (none of it depends on row order), then one take puts
             # rows into log order and columns into their order (each take is a full copy).
             single = len(parts) == 1
-            if not single:
+            ordered = False
+            if single:
+                frame = parts[0].copy() if self.reuse_frames else parts[0]
+            elif self.reuse_frames:
                 frame = pd.concat(parts, ignore_index=True, sort=False)
             else:
-                frame = parts[0].copy() if self.reuse_frames else parts[0]
+                # Nobody builds again: rows go into log order a column at a time, so that the
+                # table is made once (a join then a take would make it twice).
+                frame = _joined(parts)
+                ordered = True
             if not self.reuse_frames:
                 # Nobody builds again (as for the access lines): the parts go before the take
                 # below copies the table, so that two copies of it are alive at most, not three.
@@ -714,7 +737,7 @@ class _Parser:
                 frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
             extras = [c for c in frame.columns if c not in base and c != "_order"]
             keep = [frame.columns.get_loc(c) for c in base + extras]
-            if single:
+            if single or ordered:
                 frame = frame.iloc[:, keep]
             else:
                 perm = np.argsort(frame["_order"].to_numpy(), kind="stable")
@@ -725,6 +748,25 @@ class _Parser:
         self._cache[kind] = (total, frame)
         return frame.copy()
 
+
+
+def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """``pd.concat(parts)`` in the order of the ``_order`` column, made a column at a time:
+    each column joined as concat joins it (a part without it fills it as concat does), then
+    put in order, so that only one column is ever there twice."""
+    order = np.concatenate([p["_order"].to_numpy() for p in parts])
+    perm = np.argsort(order, kind="stable")
+    del order
+    names: dict[str, None] = {}
+    for p in parts:
+        names.update(dict.fromkeys(p.columns))
+    columns: dict[str, Any] = {}
+    for name in names:
+        pieces = [p[[name]] if name in p.columns else pd.DataFrame(index=pd.RangeIndex(len(p))) for p in parts]
+        joined = pd.concat(pieces, ignore_index=True, sort=False)[name]
+        columns[name] = joined.array.take(perm)
+        del pieces, joined
+    return pd.DataFrame(columns, copy=False)
 
 
 def _timestamp(stamp: str | None) -> pd.Timestamp | None:

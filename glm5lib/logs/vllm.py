@@ -32,7 +32,8 @@ because there is not enough KV cache space ... total_num_cumulative_preemption=N
 ``retractions`` table, SGLang's word for the same event. Start-up facts: ``non-default args:
 {...}`` (or the older ``args: Namespace(...)``) become ``server_args``; ``max_num_seqs`` given
 there becomes ``startup["max_running_requests"]``; the KV cache size in tokens (``GPU KV cache
-size: 2,042,016 tokens``) becomes ``max_total_num_tokens``; ``Maximum concurrency for N tokens
+size: 2,042,016 tokens``) becomes ``max_total_num_tokens`` (and ``device``, ``gpu`` or
+``cpu``, where the line names it); ``Maximum concurrency for N tokens
 per request: X`` becomes ``max_concurrency`` (and ``context_len``); ``# GPU blocks: N`` becomes
 ``num_gpu_blocks``. Fatal lines are classified as ``oom``, ``nccl`` or ``engine_dead``.
 """
@@ -48,10 +49,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.logs.access import access_frame, access_lines
+from glm5lib.logs.chunked import _ACCESS_RE, _read_lines
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import parse_server_args
-from glm5lib.logs.text import strip_ansi
+from glm5lib.logs.text import split_chunk, strip_ansi
 from glm5lib.masking import mask_text
 
 __all__ = ["ENGINE", "VLLM_ERROR_KINDS", "VllmParser", "classify_vllm_fatal", "looks_like_vllm"]
@@ -109,6 +112,8 @@ _VERSION_RE = re.compile(r"vLLM API server version ([\w.+\-]+)|Initializing an? 
 _AVAILABLE_KV_RE = re.compile(r"Available KV cache memory: ([\d.]+) GiB")
 _KV_CACHE_SPACE_RE = re.compile(r"KV cache space (?:is|of) ([\d.]+) ?GiB|kv_cache_size=([\d.]+)GiB")
 _READY_RE = re.compile(r"Application startup complete|Uvicorn running on|Starting vLLM API server")
+_IPV4_RE = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+_PORT_RE = re.compile(r":\d+ - ")
 _HTTP_RE = re.compile(r'INFO:\s+([\d.:\[\]a-f]+):\d+ - "(\w+) (\S+) HTTP/[\d.]+" (\d{3})')
 
 _FATAL_RES = (
@@ -190,6 +195,11 @@ class VllmParser:
         self.retract_rows: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.http_rows: list[list[Any]] = []
+        # Access lines read a chunk at a time: their line numbers and rows in _http_distinct.
+        self.http_bulk: list[tuple[np.ndarray, np.ndarray]] = []
+        self._http_distinct: dict[tuple[bytes, ...], int] = {}
+        self.http_order: list[int] = []
+        self._groups: dict[str, bool] = {}
         self.server_args: dict[str, Any] = {}
         self.startup: dict[str, Any] = {"engine": "vllm"}
         self.ready_at: pd.Timestamp | None = None
@@ -213,6 +223,62 @@ class VllmParser:
 
     def finish(self) -> None:
         """Nothing stays open between lines: every vLLM fact fits on one."""
+
+    def feed_chunk(self, chunk: bytes, crs: bool) -> None:
+        """Parse ``chunk`` (whole lines, ending with a newline): uvicorn access lines (most of a
+        busy server's log) a distinct line at a time, the others line by line.
+
+        An access line changes nothing but the ``http`` table (it has no time of its own), so
+        the lines read in bulk only need their rows put in line order at the end; a group of
+        them is read in bulk only when its first line, read line by line, gives one access row
+        and nothing else, and its client is an IPv4 address (then no pattern here can read the
+        port's digits as anything but a port)."""
+        if crs or not chunk:
+            self.feed_bulk(split_chunk(chunk, crs))
+            return
+        buf = b"\n" + chunk
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        nl = np.flatnonzero(arr == 10)
+        n = len(nl) - 1
+        lines, distinct, codes, alike = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
+        if len(lines):
+            # Each group's line (and so each line) read line by line by a parser of its own.
+            reps, first = np.unique(alike, return_index=True)
+            good = np.array([
+                self._plain_access(buf[nl[r] + 1 : nl[r + 1]].decode("ascii"), distinct[codes[k]])
+                for r, k in zip(reps.tolist(), first.tolist(), strict=True)
+            ], dtype=bool)
+            keep = good[np.searchsorted(reps, alike)]
+            lines, codes = lines[keep], codes[keep]
+        base = self.lines
+        if len(lines):
+            known = self._http_distinct
+            remap = np.array([known.setdefault(row, len(known)) for row in distinct], dtype=np.int32)
+            self.http_bulk.append((lines + base, remap[codes]))
+        bulk = np.zeros(n, dtype=bool)
+        bulk[lines] = True
+        nl_at = nl.tolist()
+        for i in np.flatnonzero(~bulk).tolist():
+            self.lines = base + i + 1
+            self._line(buf[nl_at[i] + 1 : nl_at[i + 1]].decode("utf-8", errors="replace").rstrip("\r\n"))
+        self.lines = base + n
+
+    def _plain_access(self, line: str, row: tuple[bytes, ...]) -> bool:
+        """Whether ``line`` (an access line the regex reads as ``row``) is read line by line as
+        one access row and nothing else, whatever its port."""
+        key = _PORT_RE.sub(":", line, count=1)
+        known = self._groups.get(key)
+        if known is None:
+            client, method, path, status = (v.decode("ascii") for v in row)
+            probe = VllmParser()
+            probe._line(line)
+            known = bool(
+                _IPV4_RE.fullmatch(client) and probe.http_rows == [[None, client, method, path, int(status)]]
+                and not (probe.decode_rows or probe.retract_rows or probe.errors or probe.skipped)
+                and probe.startup == {"engine": "vllm"} and not probe.server_args and not probe.became_ready
+            )
+            self._groups[key] = known
+        return known
 
     def _stamp(self, line: str) -> tuple[pd.Timestamp | None, str]:
         """The line's time and its message (the text after vLLM's prefix, or the whole line)."""
@@ -274,6 +340,7 @@ class VllmParser:
         m = _HTTP_RE.search(line)
         if m:
             self.http_rows.append([stamp, m.group(1), m.group(2), m.group(3), int(m.group(4))])
+            self.http_order.append(self.lines - 1)
             return
         if stamp is None:
             self.skipped += 1
@@ -336,6 +403,8 @@ class VllmParser:
             tokens = int(m.group(2).replace(",", ""))
             self.startup.setdefault("max_total_num_tokens", tokens)
             self.startup.setdefault("kv_cache_tokens", tokens)
+            if m.group(1):  # where the KV cache lives: vLLM's automatic batch sizes depend on it
+                self.startup.setdefault("device", m.group(1).lower())
             found = True
         # 0.32 prints both on one line: "CPU KV cache size: N tokens, Maximum concurrency for ..."
         m = _MAX_CONC_RE.search(msg)
@@ -395,6 +464,13 @@ class VllmParser:
             last_time=self.last_time,
         )
 
+    def drain(self) -> ServerLog:
+        """The rows read since the last drain, let go of here; the log's facts as so far."""
+        slog = self.build()
+        for rows in (self.decode_rows, self.retract_rows, self.errors, self.http_rows, self.http_order, self.http_bulk):
+            del rows[:]
+        return slog
+
     def _decode_frame(self) -> pd.DataFrame:
         frame = _frame(self.decode_rows, DECODE_COLUMNS)
         if frame.empty:
@@ -416,11 +492,33 @@ class VllmParser:
 
     def _http_frame(self) -> pd.DataFrame:
         cols = ["time", "client", "method", "path", "status"]
-        if not self.http_rows:
+        if not self.http_rows and not self.http_bulk:
             return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in cols})
-        frame = pd.DataFrame(self.http_rows, columns=cols)
-        frame["time"] = pd.to_datetime(frame["time"])
-        return frame
+        unit = pd.to_datetime(pd.Series([None])).dtype  # as a table of access lines alone
+        rows = None
+        if self.http_rows:
+            rows = pd.DataFrame(self.http_rows, columns=cols)
+            rows["time"] = pd.to_datetime(rows["time"])
+            unit = rows["time"].dtype
+            if not self.http_bulk:
+                return rows
+        # Each column made once, in line order (no table of the rows read in bulk before this one).
+        codes = np.concatenate([c for _, c in self.http_bulk])
+        order = np.concatenate([np.array(self.http_order, dtype=np.int64)] + [o for o, _ in self.http_bulk])
+        perm = np.argsort(order, kind="stable") if rows is not None or len(self.http_bulk) > 1 else None
+        del order
+        bulk = access_frame(list(self._http_distinct), np.arange(len(self._http_distinct)))
+        columns: dict[str, Any] = {}
+        for c in cols:
+            if c == "time":
+                values = np.full(len(codes), np.datetime64("NaT"), dtype=unit)  # no time of their own
+            else:
+                values = bulk[c].to_numpy(dtype=object if c != "status" else np.int64)[codes]
+            if rows is not None:
+                values = np.concatenate((rows[c].to_numpy(dtype=values.dtype), values))
+            columns[c] = values[perm] if perm is not None else values
+            del values
+        return pd.DataFrame(columns)
 
 
 def _empty(columns: tuple[str, ...]) -> pd.DataFrame:

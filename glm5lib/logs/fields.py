@@ -1,0 +1,144 @@
+"""Scheduler lines of one learned shape split into value columns by numpy, no regex per line.
+
+Lines of one shape (``Decode batch, #running-req: 5, #token: 900, ...``) hold the same bytes
+but for their prefix (time and rank) and their values. The shape's regex reads one line; from
+it the bytes between the values are known, and every other line is read by walking from
+value to value a column at a time: a value runs up to the first byte a value may not hold,
+and the bytes after it must be the same as on the line the regex read. A line for which any
+of this fails (a prefix of another layout, an iteration number, a value too long or empty)
+is left to the regex, which decides as before; a line read here is one the regex reads the
+same way (its values hold none of the bytes that end one, so each value ends where it does
+here, and everything else is the same bytes as a line it took).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Windows", "split_lines"]
+
+# Bytes no value holds (glm5lib.logs.chunked._VALUE): a value ends at the first of them.
+_ENDS = np.zeros(256, dtype=bool)
+_ENDS[list(b" \t,()[\n\r\x0b\x0c\x1b")] = True
+_ENDS[0x1C:0x20] = True
+_ENDS[0x80:] = True
+_DIGIT = np.zeros(256, dtype=bool)
+_DIGIT[list(b"0123456789")] = True
+# Widest rows of bytes a Windows gathers through its one view.
+_WIDE = 128
+# Values longer than this go to the regex.
+_MAX_VALUE = 32
+# A stamp is "YYYY-MM-DD HH:MM:SS" and up to 6 digits of a fraction.
+_STAMP_SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord(" "), 13: ord(":"), 16: ord(":")}
+_STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+_RANK_RE = re.compile(rb"[A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*")
+
+
+class Windows:
+    """Rows of bytes of a chunk from any positions, up to :data:`_WIDE` wide: one strided view
+    made once, so that each gather is one fancy index (making a view per gather costs more than
+    a small gather)."""
+
+    __slots__ = ("arr", "view")
+
+    def __init__(self, arr: np.ndarray) -> None:
+        self.arr = arr
+        padded = np.concatenate((arr, np.zeros(_WIDE, dtype=np.uint8)))
+        self.view = np.lib.stride_tricks.as_strided(padded, shape=(len(arr), _WIDE), strides=(1, 1), writeable=False)
+
+    def rows(self, starts: np.ndarray, width: int) -> np.ndarray:
+        """Rows of ``width`` bytes from ``starts`` (past the chunk's end: 0)."""
+        if width <= _WIDE:
+            return self.view[:, :width][np.minimum(starts, len(self.arr) - 1)]
+        arr = np.concatenate((self.arr, np.zeros(width, dtype=np.uint8)))
+        return np.lib.stride_tricks.sliding_window_view(arr, width)[np.minimum(starts, len(self.arr) - 1)]
+
+
+def _text(block: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Rows of bytes cut at their widths -> an array of bytes strings."""
+    width = max(int(widths.max(initial=0)), 1)
+    block = np.ascontiguousarray(block[:, :width])
+    block *= np.arange(width) < widths[:, None]
+    return block.view(f"S{width}").ravel()
+
+
+def split_lines(
+    regex: re.Pattern[bytes], buf: bytes, win: Windows, starts: np.ndarray, ends: np.ndarray, heads: np.ndarray
+) -> tuple[np.ndarray, list[np.ndarray]] | None:
+    """Which of the lines ``buf[starts[k]:ends[k]]`` (``win``: its bytes; each after a newline; ``heads[k]`` the
+    position of the ``]`` before the shape's head) are read here, and their columns (time,
+    rank, iteration, values..., as bytes), or None when the first line shows that this shape
+    is not one to read here (the regex does not take it, or it has an iteration number)."""
+    m = regex.match(buf, int(starts[0]) - 1)
+    if m is None or m.end() != ends[0] or m.group(3):
+        return None
+    if (m.end(2) if m.start(2) >= 0 else m.end(1)) != heads[0]:
+        return None
+    nvalues = len(m.groups()) - 3
+    # The bytes of the first line between its values (and from its head to the first).
+    gaps: list[bytes] = []
+    at = int(heads[0])
+    for g in range(4, 4 + nvalues):
+        gaps.append(buf[at : m.start(g)])
+        at = m.end(g)
+    tail = buf[at : int(ends[0])]
+    first_tail = tail[:1] == b"."
+    n = len(starts)
+    ok = np.ones(n, dtype=bool)
+
+    # ---- the prefix: "[" stamp (" " rank)? "]"
+    stamp = win.rows(starts + 1, 27)
+    for k, c in _STAMP_SEPARATORS.items():
+        ok &= stamp[:, k] == c
+    ok &= _DIGIT[stamp[:, _STAMP_DIGITS]].all(axis=1)
+    frac = stamp[:, 19] == ord(".")
+    digits = _DIGIT[stamp[:, 20:27]]
+    nfrac = np.where(frac, np.argmin(np.concatenate((digits, np.zeros((n, 1), dtype=bool)), axis=1), axis=1), 0)
+    ok &= ~frac | ((nfrac >= 1) & (nfrac <= 6))
+    stamp_w = 19 + np.where(frac, nfrac + 1, 0)
+    after = starts + 1 + stamp_w  # "]" or the space before a rank
+    rank_w = heads - after - 1
+    ok &= (after == heads) | ((win.arr[np.minimum(after, len(win.arr) - 1)] == 32) & (rank_w >= 1))
+    rank_w = np.maximum(rank_w, 0)
+    rank_w = np.where(ok, rank_w, 0)
+    width = int(rank_w.max(initial=0))
+    ranks = _text(win.rows(after + 1, width), rank_w) if width else np.zeros(n, dtype="S1")
+    if width:
+        for value in np.unique(ranks[ok]).tolist():
+            if value and _RANK_RE.fullmatch(value) is None:
+                ok &= ranks != value
+
+    # ---- the values, a column at a time
+    columns: list[np.ndarray] = []
+    at_a = heads.astype(np.int64)
+    for k, gap in enumerate(gaps):
+        if gap:
+            block = win.rows(at_a, len(gap))
+            ok &= (block == np.frombuffer(gap, dtype=np.uint8)).all(axis=1)
+        start = at_a + len(gap)
+        window = win.rows(start, _MAX_VALUE + 1)
+        ended = _ENDS[window]
+        width_a = np.argmax(ended, axis=1)
+        ok &= ended.any(axis=1) & (width_a >= 1)
+        last = window[np.arange(n), np.maximum(width_a - 1, 0)]
+        if k == nvalues - 1 and first_tail:
+            # The last value before the line's end: one "." after it is the line's own.
+            width_a = np.where(last == ord("."), width_a - 1, width_a)
+            ok &= width_a >= 1
+            last = window[np.arange(n), np.maximum(width_a - 1, 0)]
+        ok &= last != ord(".")
+        columns.append(_text(window, np.where(ok, width_a, 0)))
+        at_a = start + width_a
+    if tail:
+        block = win.rows(at_a, len(tail))
+        ok &= (block == np.frombuffer(tail, dtype=np.uint8)).all(axis=1)
+    ok &= at_a + len(tail) == ends
+
+    take = np.flatnonzero(ok)
+    times = _text(stamp, np.where(ok, stamp_w, 0))
+    out: list[Any] = [times[take], ranks[take], np.zeros(len(take), dtype="S1")]
+    out.extend(c[take] for c in columns)
+    return take, out
