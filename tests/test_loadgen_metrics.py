@@ -135,7 +135,7 @@ def _exact_stats(records, concurrency, last_issue, deadline=None, closed=True):
         known = r.chunk_tokens and all(t is not None for t in r.chunk_tokens)
         steps = (np.diff([0, *r.chunk_tokens]) if known
                  else [(r.output_tokens or 0) / max(len(r.chunk_times), 1)] * len(r.chunk_times))
-        tokens += sum(s for t, s in zip(r.chunk_times, steps) if ws < t <= we)
+        tokens += sum(s for t, s in zip(r.chunk_times, steps, strict=True) if ws < t <= we)
     span = we - ws
     out["output_throughput"] = tokens / span
     out["input_throughput"] = sum(r.prompt_tokens or 0 for r in records
@@ -146,7 +146,7 @@ def _exact_stats(records, concurrency, last_issue, deadline=None, closed=True):
     series = {
         "ttft": [r.ttft for r in streamed if r.ttft is not None],
         "tpot": [r.tpot for r in streamed if r.tpot is not None],
-        "itl": [b - a for r in streamed for a, b in zip(r.chunk_times, r.chunk_times[1:])],
+        "itl": [b - a for r in streamed for a, b in zip(r.chunk_times, r.chunk_times[1:], strict=False)],
         "e2e_latency": [r.end - r.start for r in ok],
     }
     for name, values in series.items():
