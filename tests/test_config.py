@@ -25,10 +25,15 @@ from glm5lib.errors import ConfigError
 
 
 def test_catalogue_records_its_sglang_source():
-    assert SGLANG_SOURCE["version"] == "0.5.9"
+    # the default release is the newest bundled one, in one constant
+    from glm5lib.config.releases import BUNDLED_RELEASES, DEFAULT_RELEASE, NEWEST_RELEASE
+
+    assert DEFAULT_RELEASE == NEWEST_RELEASE == "0.5.23" and set(BUNDLED_RELEASES) == {"0.5.8", "0.5.9", "0.5.23"}
+    assert SGLANG_SOURCE["version"] == "0.5.23"
     assert len(SGLANG_SOURCE["sha256"]) == 64
-    # 0.5.9's ServerArgs has several hundred fields; a broken generator yields few
-    assert len(SGLANG_FLAGS) > 300
+    # 0.5.23's ServerArgs has over 500 fields; a broken generator yields few
+    assert len(SGLANG_FLAGS) > 500
+    assert ServerConfig(model_path="m").release == "0.5.23"
 
 
 @pytest.mark.parametrize(
@@ -42,8 +47,9 @@ def test_catalogue_records_its_sglang_source():
     ],
 )
 def test_flag_for_and_field_for_are_inverse(field, flag):
-    assert flag_for(field) == flag
-    assert field_for(flag) == field
+    assert flag_for(field, "0.5.9") == flag
+    assert field_for(flag, "0.5.9") == field
+    assert field_for(flag_for(field)) == field  # the default release (0.5.23: --tp-size first)
 
 
 def test_field_for_accepts_aliases_and_unambiguous_prefixes():
@@ -71,15 +77,18 @@ def test_field_for_ambiguous_prefix_lists_candidates():
 
 
 def test_catalogue_entries_match_sglang_defaults():
-    assert SGLANG_FLAGS["attention_backend"].default is None
-    assert "flashinfer" in SGLANG_FLAGS["attention_backend"].choices
-    assert "triton" in SGLANG_FLAGS["attention_backend"].choices
-    assert SGLANG_FLAGS["moe_runner_backend"].default == "auto"
-    assert SGLANG_FLAGS["disable_cuda_graph"].value_type == "bool"
-    assert SGLANG_FLAGS["cuda_graph_bs"].value_type == "list"
-    assert SGLANG_FLAGS["cuda_graph_bs"].item_type == "int"
-    assert SGLANG_FLAGS["port"].default == 30000
-    assert SGLANG_FLAGS["host"].default == "127.0.0.1"
+    flags_0_5_9 = cfgmod.catalogue("0.5.9").specs
+    for specs, graph_bs in ((flags_0_5_9, "cuda_graph_bs"), (SGLANG_FLAGS, "cuda_graph_bs_decode")):
+        assert specs["attention_backend"].default is None
+        assert "flashinfer" in specs["attention_backend"].choices
+        assert "triton" in specs["attention_backend"].choices
+        assert specs["moe_runner_backend"].default == "auto"
+        assert specs["disable_cuda_graph"].value_type == "bool"
+        assert specs[graph_bs].value_type == "list"
+        assert specs[graph_bs].item_type == "int"
+        assert specs["port"].default == 30000
+        assert specs["host"].default == "127.0.0.1"
+    assert SGLANG_FLAGS["disable_cuda_graph"].deprecated and not flags_0_5_9["disable_cuda_graph"].deprecated
 
 
 def test_no_method_hides_a_field():
@@ -88,8 +97,12 @@ def test_no_method_hides_a_field():
 
 
 def test_validation_rules_name_real_fields():
-    assert set(SGLANG_FLAGS) >= cfgmod._POSITIVE
-    assert set(cfgmod._RANGES) <= set(SGLANG_FLAGS)
+    fields_0_5_9 = set(cfgmod.catalogue("0.5.9").specs)
+    # each rule names a field of 0.5.9 or of 0.5.23 (its per-phase successors of the graph sizes)
+    assert fields_0_5_9 | set(SGLANG_FLAGS) >= cfgmod._POSITIVE
+    assert {f for f in cfgmod._POSITIVE if f not in fields_0_5_9} == {
+        "cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill", "cuda_graph_bs_decode", "cuda_graph_bs_prefill"}
+    assert set(cfgmod._RANGES) <= set(SGLANG_FLAGS) & fields_0_5_9
 
 
 # --------------------------------------------------------------------------- argv
@@ -99,7 +112,7 @@ def test_from_argv_parses_values_switches_lists_and_launcher():
     cfg = ServerConfig.from_argv(
         "python -m sglang.launch_server --model zai-org/GLM-5 --tp 8 --max-running-requests 64 "
         "--attention-backend flashinfer --enable-flashinfer-allreduce-fusion "
-        "--cuda-graph-bs 1 2 4 --mem-fraction-static=0.85 --fp4-gemm-backend auto"
+        "--cuda-graph-bs 1 2 4 --mem-fraction-static=0.85 --fp4-gemm-backend auto", release="0.5.9",
     )
     assert cfg.model_path == "zai-org/GLM-5"
     assert cfg.tp_size == 8
@@ -120,7 +133,7 @@ def test_from_argv_parses_values_switches_lists_and_launcher():
 
 def test_to_argv_round_trips_and_uses_real_flag_names():
     cfg = ServerConfig(
-        model_path="m", tp_size=8, fp4_gemm_runner_backend="auto", disable_cuda_graph=True,
+        "0.5.9", model_path="m", tp_size=8, fp4_gemm_runner_backend="auto", disable_cuda_graph=True,
         cuda_graph_bs=[1, 8], json_model_override_args='{"a": 1}', chunked_prefill_size=-1,
     )
     argv = cfg.to_argv()
@@ -129,8 +142,16 @@ def test_to_argv_round_trips_and_uses_real_flag_names():
     assert "--disable-cuda-graph" in argv
     assert argv[argv.index("--cuda-graph-bs") + 1 : argv.index("--cuda-graph-bs") + 3] == ["1", "8"]
     assert argv[argv.index("--chunked-prefill-size") + 1] == "-1"
-    assert ServerConfig.from_argv(argv) == cfg
-    assert ServerConfig.from_argv(argv).explicit == cfg.explicit
+    assert ServerConfig.from_argv(argv, release="0.5.9") == cfg
+    assert ServerConfig.from_argv(argv, release="0.5.9").explicit == cfg.explicit
+    # the same settings on the default release (0.5.23): its flags, the same values back
+    new = cfg.for_release("0.5.23")
+    argv = new.to_argv()
+    assert "--disable-cuda-graph" not in argv and argv.count("disabled") == 2
+    assert argv[argv.index("--cuda-graph-bs-decode") + 1 : argv.index("--cuda-graph-bs-decode") + 3] == ["1", "8"]
+    assert ServerConfig.from_argv(argv) == new and new.diff(cfg) == {}
+    with pytest.raises(ConfigError, match="no flag sets it"):
+        ServerConfig(model_path="m", grpc_worker_threads="2").to_argv()
 
 
 def test_switch_set_false_is_not_written():
@@ -209,8 +230,11 @@ def test_parse_known_argv_still_validates_known_flags():
 )
 def test_keyword_validation(fields, bad):
     with pytest.raises(ConfigError) as info:
-        ServerConfig(**fields)
+        ServerConfig("0.5.9", **fields)
     assert info.value.field == bad
+    with pytest.raises(ConfigError) as info:  # the default release: a renamed field's successor
+        ServerConfig(**fields)
+    assert info.value.field in (bad, {"cuda_graph_bs": "cuda_graph_bs_decode"}.get(bad))
 
 
 def test_unknown_keyword_suggests_closest_field():
@@ -406,7 +430,9 @@ def test_python_m_glm5lib_config_runs():
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert "--disable-cuda-graph" in done.stdout
+    # the fix on the default release, 0.5.23: CUDA graphs off without the deprecated switch
+    assert "'--cuda-graph-backend-decode', 'disabled', '--cuda-graph-backend-prefill', 'disabled'" in done.stdout
+    assert "--disable-cuda-graph" not in done.stdout
 
 
 # --------------------------------------------------------------------------- property
@@ -447,6 +473,7 @@ _ROUND_TRIP_FIELDS = [
     name for name, spec in SGLANG_FLAGS.items()
     if spec.value_type != "none" and spec.action in (None, "store_true") and spec.nargs != "?"
     and not (spec.value_type == "bool" and spec.default is True)
+    and spec.flags  # 0.5.23 has fields no flag sets: they cannot round-trip through argv
 ]
 
 

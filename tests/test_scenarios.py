@@ -77,7 +77,7 @@ SCENARIOS = [
         ("prefill_budget",), "2,048-token prompts through a 256-token prefill budget, 8-token answers",
     ),
     Scenario(
-        "cuda-graph", ("--cuda-graph-max-bs", "8", "--max-running-requests", "64"),
+        "cuda-graph", ("--cuda-graph-max-bs-decode", "8", "--max-running-requests", "64"),
         dict(levels=[32], input_len=64, output_len=256),
         ("cuda_graph",), "a running batch of 32 with graphs captured up to 8",
     ),

@@ -192,7 +192,9 @@ def test_banner_is_the_first_line_and_server_info_says_standin(srv):
     info = json.loads(body)
     assert status == 200
     assert info["standin"]["profile"] == "glm5-nvfp4-8x-rtxpro6000"
-    assert info["version"].startswith("glm5lib-standin-")
+    # the emulated release's version, as SGLang reports its own; the stand-in says what it is
+    assert info["version"] == "0.5.23" and info["standin"]["release"] == "0.5.23"
+    assert info["standin"]["glm5lib_version"]
     assert info["max_running_requests"] == 4 and info["api_key"] == "***"
     assert "--log-requests" in info["standin"]["not_modelled"]
     assert info["max_total_num_tokens"] > 0
@@ -464,7 +466,13 @@ def test_client_disconnect_aborts_the_request(srv):
 
 
 def test_stream_output_log_level_and_sigint():
-    with run_standin("--stream-output", "--log-level", "warning") as s:
+    from glm5lib.sim.args import parse_sim_argv
+
+    # 0.5.23 renamed --stream-output: the same switch there, read the same way
+    assert parse_sim_argv(["--incremental-streaming-output"]).server_args["incremental_streaming_output"] is True
+    with pytest.raises(ConfigError, match="--incremental-streaming-output"):
+        parse_sim_argv(["--stream-output"])
+    with run_standin("--sim-release", "0.5.9", "--stream-output", "--log-level", "warning") as s:
         _, raw = _post(s.base_url + "/generate", {"text": "a", "stream": True,
                        "sampling_params": {"max_new_tokens": 4, "ignore_eos": True}}, key=None)
         texts = [c["text"] for c in _sse(raw)[:-1]]
@@ -554,6 +562,6 @@ def test_sim_release_emulates_that_release_flags_and_server_args():
     capped = parse_sim_argv(["--sim-release", "0.5.23", "--cuda-graph-max-bs-decode", "64"])
     assert capped.step.cuda_graph and capped.step.cuda_graph_max_bs == 64
     with pytest.raises(ConfigError, match="--cuda-graph-max-bs-decode"):
-        parse_sim_argv(["--cuda-graph-max-bs-decode", "64"])  # not a 0.5.9 flag
+        parse_sim_argv(["--sim-release", "0.5.9", "--cuda-graph-max-bs-decode", "64"])  # not a 0.5.9 flag
     with pytest.raises(ConfigError, match="--sim-release"):
         parse_sim_argv(["--sim-release", "0.4.0"])

@@ -32,7 +32,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
         return 0
     if action == "flags":
         pattern = (args.pattern or "").lower().replace("-", "_")
-        cat = catalogue(args.release) if args.release else catalogue(DEFAULT_RELEASE)
+        cat = catalogue(args.release)  # None: the installed SGLang, else the default release
         source = cat.source
         print(f"# SGLang {cat.release} ({source.get('origin') or source.get('commit')})")
         for spec in cat.specs.values():
@@ -100,12 +100,12 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     sub.add_parser("list", help="list the shipped configs")
     flags = sub.add_parser("flags", help="search the catalogue of SGLang flags")
     flags.add_argument("pattern", nargs="?", help="substring of a field or flag name")
-    flags.add_argument("--release", help="SGLang release (default: the installed SGLang, else the config's or 0.5.9)")
+    flags.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")
     check = sub.add_parser(
         "check", help="validate sglang.launch_server arguments (after '--')",
         description="Validate launch_server arguments: glm5 config check -- --model-path M --tp 8",
     )
-    check.add_argument("--release", help="SGLang release (default: the installed SGLang, else the config's or 0.5.9)")
+    check.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")
     check.add_argument("argv", nargs=argparse.REMAINDER, help="the launch_server arguments")
     for name, text in (
         ("show", "show a config's fields (secrets masked)"),
@@ -124,5 +124,5 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--module", default="sglang.launch_server", help="module to run (e.g. glm5lib.sim)")
         p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a field first (repeatable)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument("--release", help="SGLang release (default: the installed SGLang, else the config's or 0.5.9)")
+        p.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")
     parser.set_defaults(func=_cmd_config)

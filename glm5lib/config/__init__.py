@@ -35,7 +35,9 @@ from glm5lib.config.releases import (
     RENAMED,
     Catalogue,
     FlagSpec,
+    bundled_catalogue,
     catalogue,
+    default_release,
     guess_release,
 )
 from glm5lib.errors import ConfigError
@@ -53,6 +55,7 @@ __all__ = [
     "FlagSpec",
     "ServerConfig",
     "catalogue",
+    "cuda_graphs_off",
     "field_for",
     "flag_for",
     "mask_value",
@@ -69,10 +72,11 @@ SECRET_FIELDS = frozenset({"api_key", "admin_api_key"})
 CONFIG_FORMAT = "glm5lib.server_config/1"
 
 
-#: field name -> FlagSpec, in SGLang's field-definition order.
-SGLANG_FLAGS: Mapping[str, FlagSpec] = catalogue(DEFAULT_RELEASE).specs
-#: Which SGLang the catalogue was generated from: version, commit, origin, file, sha256.
-SGLANG_SOURCE: Mapping[str, Any] = catalogue(DEFAULT_RELEASE).source
+#: field name -> FlagSpec of the default release's bundled catalogue, in SGLang's field order
+#: (per release: :func:`catalogue`; bundled, so importing glm5lib never imports SGLang).
+SGLANG_FLAGS: Mapping[str, FlagSpec] = bundled_catalogue(DEFAULT_RELEASE).specs
+#: Which SGLang that catalogue was generated from: version, commit, origin, file, sha256.
+SGLANG_SOURCE: Mapping[str, Any] = bundled_catalogue(DEFAULT_RELEASE).source
 
 
 # Bounds SGLang enforces late (or not at all) and that a config can be checked against early.
@@ -88,6 +92,8 @@ _POSITIVE = frozenset({
     "page_size", "cuda_graph_max_bs", "context_length", "stream_interval",
     "tokenizer_worker_num", "num_continuous_decode_steps", "watchdog_timeout",
     "cuda_graph_bs", "dist_timeout", "max_lora_rank", "max_loras_per_batch",
+    # 0.5.23's per-phase successors of cuda_graph_max_bs / cuda_graph_bs
+    "cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill", "cuda_graph_bs_decode", "cuda_graph_bs_prefill",
 })
 _MINUS_ONE_ALLOWED = frozenset({"chunked_prefill_size"})
 
@@ -99,7 +105,7 @@ def _closest(word: str, candidates: Iterable[str], n: int = 3) -> list[str]:
 def _unknown_field_error(
     name: str, what: str = "SGLang server argument", cat: Catalogue | None = None
 ) -> ConfigError:
-    cat = cat or catalogue(DEFAULT_RELEASE)
+    cat = cat or catalogue()
     close = _closest(name, cat.specs)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return ConfigError(
@@ -112,7 +118,7 @@ def _unknown_field_error(
 
 def flag_for(field: str, release: str | None = None) -> str:
     """The canonical command-line flag of a ServerArgs field (``fp4_gemm_runner_backend`` -> ``--fp4-gemm-backend``)."""
-    cat = catalogue(release or DEFAULT_RELEASE)
+    cat = catalogue(release)
     name = cat.field_name(field)
     if name is None:
         raise _unknown_field_error(field, cat=cat)
@@ -124,7 +130,7 @@ def field_for(flag: str, release: str | None = None) -> str:
 
     Accepts every spelling SGLang registers and, like argparse, an unambiguous prefix.
     """
-    cat = catalogue(release or DEFAULT_RELEASE)
+    cat = catalogue(release)
     _FLAG_TO_FIELD, _LONG_FLAGS = cat.flag_to_field, cat.long_flags
     name = flag.split("=", 1)[0]
     if not name.startswith("-"):
@@ -436,7 +442,7 @@ class ServerConfig:
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={mask_value(k, v)!r}" for k, v in self._values.items())
-        pin = "" if self._cat.release == DEFAULT_RELEASE else f"release={self._cat.release!r}, "
+        pin = "" if self._cat.release == default_release() else f"release={self._cat.release!r}, "
         return f"ServerConfig({pin}{inner})"
 
     def to_dict(self, *, full: bool = False, mask: bool = False) -> dict[str, Any]:
@@ -634,7 +640,7 @@ class ServerConfig:
         """From the content of a config file: ``{"server_args": {...}}``, ``{"argv": [...]}`` or flat fields.
 
         The release is ``release``, else the file's ``sglang_version`` (it pins the config),
-        else the default (the installed SGLang, or :data:`DEFAULT_RELEASE`).
+        else the default (the installed SGLang, else :data:`DEFAULT_RELEASE`, the newest bundled).
         """
         where = f" in {source}" if source else ""
         if not isinstance(data, Mapping):
@@ -707,6 +713,11 @@ class ServerConfig:
             spec = specs[name]
             if spec.value_type == "none" or value is None:
                 continue
+            if not spec.flags:
+                raise ConfigError(
+                    f"{name} cannot be set on SGLang {self.release}'s command line (no flag sets it)",
+                    field=name, valid=[],
+                )
             if name == "disable_cuda_graph" and spec.deprecated and self._cat.graphs_by_phase:
                 # the release's own spelling of "CUDA graphs off" (the old switch warns there)
                 for phase in ("decode", "prefill"):
@@ -803,6 +814,15 @@ def _checked(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
+def cuda_graphs_off(server_args: Mapping[str, Any]) -> bool:
+    """Whether a server-args dict (any release: a config, a logged ServerArgs, /get_server_info)
+    turns CUDA graphs off: ``disable_cuda_graph`` up to 0.5.9, both
+    ``cuda_graph_backend_{decode,prefill}`` ``'disabled'`` in 0.5.23 (which logs the deprecated
+    switch as False then)."""
+    value = server_args.get("disable_cuda_graph")
+    return value is True or str(value).lower() == "true" or _graphs_off(server_args)
+
+
 def _graphs_off(values: Mapping[str, Any]) -> bool:
     """Whether per-phase flags (0.5.23-era) turn CUDA graphs off for both phases."""
     decode = values.get("cuda_graph_backend_decode") == "disabled" or values.get("disable_decode_cuda_graph")
@@ -844,7 +864,7 @@ def parse_assignment(text: str, release: str | None = None) -> tuple[str, Any]:
     name, sep, raw = text.partition("=")
     if not sep:
         raise ConfigError(f"--set expects FIELD=VALUE, got {text!r}", field=text)
-    cat = catalogue(release or DEFAULT_RELEASE)
+    cat = catalogue(release)
     name = name.strip().lstrip("-").replace("-", "_")
     field = cat.field_name(name)
     if field is None:

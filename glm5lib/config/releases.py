@@ -30,13 +30,16 @@ from glm5lib.errors import ConfigError
 __all__ = [
     "BUNDLED_RELEASES",
     "DEFAULT_RELEASE",
+    "NEWEST_RELEASE",
     "RENAMED",
     "Catalogue",
     "FlagSpec",
+    "bundled_catalogue",
     "catalogue",
     "default_release",
     "guess_release",
     "installed_release",
+    "nearest_bundled",
 ]
 
 logger = logging.getLogger(__name__)
@@ -47,15 +50,23 @@ BUNDLED_RELEASES: dict[str, str] = {
     "0.5.9": "glm5lib._sglang_flags",
     "0.5.23": "glm5lib._sglang_flags_0_5_23",
 }
-#: The release assumed when neither the config nor the installation says: the one the
-#: investigation's configs were written against.
-DEFAULT_RELEASE = "0.5.9"
-NEWEST_RELEASE = "0.5.23"
+
+def _version_key(release: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", release)[:3])
+
+
+#: The newest bundled release.
+NEWEST_RELEASE = max(BUNDLED_RELEASES, key=_version_key)
+#: The release assumed when neither the config, the server nor the installation says: the
+#: newest bundled one (what a user installing SGLang today gets). Everything that needs a
+#: default release (ServerConfig, the stand-in, the diagnosis) takes it from here.
+DEFAULT_RELEASE = NEWEST_RELEASE
 
 #: Older field -> the field that took over its role in later releases (same meaning, decode phase).
 RENAMED: dict[str, str] = {
     "cuda_graph_max_bs": "cuda_graph_max_bs_decode",
     "cuda_graph_bs": "cuda_graph_bs_decode",
+    "stream_output": "incremental_streaming_output",  # same switch: disjoint output segments
 }
 
 
@@ -80,8 +91,8 @@ class FlagSpec:
 
     @property
     def flag(self) -> str:
-        """The canonical spelling (the first one SGLang registers)."""
-        return self.flags[0]
+        """The canonical spelling (the first one SGLang registers); 0.5.23 has fields no flag sets."""
+        return self.flags[0] if self.flags else "(no command-line flag)"
 
     @property
     def nullable(self) -> bool:
@@ -118,7 +129,9 @@ class Catalogue:
     def __init__(self, release: str, specs: Mapping[str, FlagSpec], source: Mapping[str, Any]):
         self.release = release
         self.specs: Mapping[str, FlagSpec] = dict(specs)
-        self.source: Mapping[str, Any] = dict(source)
+        # the wheel's sha256 under one key whichever name the generator of the time gave it
+        sha = source.get("sha256") or source.get("wheel_sha256")
+        self.source: Mapping[str, Any] = {**source, **({"sha256": sha, "wheel_sha256": sha} if sha else {})}
         self.flag_to_field: dict[str, str] = {
             flag: spec.field for spec in self.specs.values() for flag in spec.flags
         }
@@ -145,10 +158,6 @@ class Catalogue:
         return "cuda_graph_backend_decode" in self.specs
 
 
-def _version_key(release: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", release)[:3])
-
-
 def _base_release(version: str) -> str:
     """``0.5.8.post1`` -> ``0.5.8``; ``0.5.23rc0`` -> ``0.5.23``."""
     found = re.match(r"\d+\.\d+\.\d+", version)
@@ -159,6 +168,16 @@ def _base_release(version: str) -> str:
 def _bundled(release: str) -> Catalogue:
     module = importlib.import_module(BUNDLED_RELEASES[release])
     return Catalogue(release, _specs(module.FLAGS), module.SOURCE)
+
+
+def bundled_catalogue(release: str = DEFAULT_RELEASE) -> Catalogue:
+    """The bundled catalogue of ``release`` (never imports SGLang); unknown releases raise ConfigError."""
+    base = _base_release(str(release))
+    if base not in BUNDLED_RELEASES:
+        known = sorted(BUNDLED_RELEASES, key=_version_key)
+        raise ConfigError(f"no bundled catalogue for SGLang {release!r}; bundled: {', '.join(known)}",
+                          field="release", valid=known)
+    return _bundled(base)
 
 
 def installed_release() -> str | None:
@@ -204,15 +223,23 @@ def catalogue(release: str | None = None) -> Catalogue:
         live = installed_catalogue()
         if live is not None:
             return live
+    nearest = nearest_bundled(release)
+    if nearest != _base_release(str(release)):
+        logger.info("no catalogue for SGLang %s; using %s's (nearest bundled)", release, nearest)
+    return _bundled(nearest)
+
+
+def nearest_bundled(release: str) -> str:
+    """The bundled release that stands for ``release``: itself (``0.5.8.post1`` -> 0.5.8), else the
+    newest bundled one before it (the oldest bundled for an older release). An unknown release
+    raises ConfigError naming the bundled ones."""
     base = _base_release(str(release))
     if base in BUNDLED_RELEASES:
-        return _bundled(base)
+        return base
     known = sorted(BUNDLED_RELEASES, key=_version_key)
     if re.match(r"\d+\.\d+\.\d+", base):
         older = [r for r in known if _version_key(r) <= _version_key(base)]
-        nearest = older[-1] if older else known[0]
-        logger.info("no catalogue for SGLang %s; using %s's (nearest bundled)", release, nearest)
-        return _bundled(nearest)
+        return older[-1] if older else known[0]
     raise ConfigError(
         f"unknown SGLang release {release!r}; bundled catalogues: {', '.join(known)}",
         field="release", valid=known,

@@ -27,7 +27,9 @@ from glm5lib.diagnose.references import (
     config_defaults,
     flag_of,
     norm,
+    release_of,
     resolve_config,
+    shown_as,
 )
 from glm5lib.engines.vllm_defaults import VLLM_AUTOMATIC_FIELDS, vllm_automatic
 from glm5lib.masking import mask_value
@@ -174,7 +176,9 @@ def diff_configs(
     ref_startup = {**ref.startup, **(reference_startup or {})}
     impact = load_impact()
     rows = []
-    for field in sorted(set(cur.args) | set(ref.args)):
+    # renamed fields and "CUDA graphs off" spelt per phase line up across releases
+    fields = {shown_as(f, cur.args, ref.args) for f in set(cur.args) | set(ref.args)}
+    for field in sorted(fields):
         a, a_how, a_explicit = _side(field, cur.args, cur_startup)
         b, b_how, b_explicit = _side(field, ref.args, ref_startup)
         if a == b:
@@ -216,7 +220,7 @@ def diff_configs(
                 "reference": mask_value(field, b),
                 "impact": cls,
                 "rationale": rationale,
-                "flag": flag_of(field),
+                "flag": flag_of(field, release_of(cur.args)),
                 "automatic": automatic,
                 "kind": "context" if context else "setting",
                 "resolved": resolved,

@@ -4,6 +4,12 @@
 log, a run/phase/reference folder or a shipped name into one ``server_args`` dict; :func:`arg`
 reads a field of it with SGLang's default filled in and values normalised so that ``'64'``,
 ``64`` and ``64.0`` compare equal.
+
+Names and defaults are those of the release the arguments come from (:func:`release_of`: the
+``version`` a server reported, else the bundled release whose fields fit the keys, else the
+default release), and fields renamed across releases read each other: a rule asking for
+``cuda_graph_max_bs`` gets 0.5.23's ``cuda_graph_max_bs_decode``, and ``disable_cuda_graph``
+is "CUDA graphs off" whichever flags said it.
 """
 
 from __future__ import annotations
@@ -20,7 +26,13 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.config import SGLANG_FLAGS, ServerConfig, flag_for
+from glm5lib.config import RENAMED, ServerConfig, cuda_graphs_off
+from glm5lib.config.releases import (
+    bundled_catalogue,
+    default_release,
+    guess_release,
+    nearest_bundled,
+)
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log
 from glm5lib.paths import data_dir
@@ -34,8 +46,10 @@ __all__ = [
     "list_references",
     "norm",
     "reference_dir",
+    "release_of",
     "resolve_config",
     "resolve_server_args",
+    "shown_as",
 ]
 
 logger = logging.getLogger(__name__)
@@ -241,21 +255,41 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
     return resolved.args, resolved.label
 
 
-@functools.lru_cache(maxsize=1)
-def config_defaults() -> dict[str, Any]:
-    """Every field's default, from glm5lib.config's flag catalogue when available."""
+def release_of(args: Mapping[str, Any]) -> str:
+    """The bundled SGLang release whose names and defaults fit ``args``: the ``version`` a server
+    reported (``/get_server_info``), else, for a whole logged ServerArgs (100 fields or more), the
+    release whose fields match its keys best, else the default release (the installed SGLang's,
+    else the newest bundled)."""
+    version = args.get("version")
+    if isinstance(version, str) and re.match(r"\d+\.\d+\.\d+", version):
+        return nearest_bundled(version)
+    if len(args) >= 100:
+        return nearest_bundled(guess_release(args))
+    return nearest_bundled(default_release())
+
+
+@functools.lru_cache(maxsize=8)
+def config_defaults(release: str | None = None) -> dict[str, Any]:
+    """Every field's default in ``release``'s bundled catalogue (default: the default release)."""
     defaults = dict(_FALLBACK_DEFAULTS)
-    for name, spec in SGLANG_FLAGS.items():
+    cat = bundled_catalogue(nearest_bundled(release or default_release()))
+    for name, spec in cat.specs.items():
         if getattr(spec, "in_server_args", True):
             defaults[name] = getattr(spec, "default", None)
     return defaults
 
 
-def flag_of(field: str) -> str:
-    """The command-line flag of a field; ``--`` + the field name for fields of other releases."""
-    if field in SGLANG_FLAGS:
-        return flag_for(field)
-    return "--" + field.replace("_", "-")
+def flag_of(field: str, release: str | None = None) -> str:
+    """The command-line flag of a field in ``release`` (default: the default release), renamed
+    fields followed; "CUDA graphs off" on a release that switches graphs per phase is its two
+    flags; ``--`` + the field name for fields the release does not know."""
+    cat = bundled_catalogue(nearest_bundled(release or default_release()))
+    name = cat.field_name(field)
+    if name is None:
+        return "--" + field.replace("_", "-")
+    if name == "disable_cuda_graph" and cat.graphs_by_phase:
+        return " ".join(f"{cat.specs[f'cuda_graph_backend_{phase}'].flag} disabled" for phase in ("decode", "prefill"))
+    return cat.specs[name].flag
 
 
 _NUM_RE = re.compile(r"^[+-]?\d+(\.\d+)?([eE][+-]?\d+)?$")
@@ -284,8 +318,33 @@ def norm(value: Any) -> Any:
     return value
 
 
+_GRAPH_BACKENDS = ("cuda_graph_backend_decode", "cuda_graph_backend_prefill")
+
+
+def shown_as(field: str, *sides: Mapping[str, Any]) -> str:
+    """The field a diff of ``sides`` shows ``field`` under: the older name of a renamed field
+    when a side uses it (``cuda_graph_max_bs_decode`` -> ``cuda_graph_max_bs``), and
+    ``disable_cuda_graph`` for 0.5.23's per-phase graph backends when they only say on
+    (unset) or off (``'disabled'``)."""
+    older = next((old for old, new in RENAMED.items() if new == field), None)
+    if older is not None and any(older in side for side in sides):
+        return older
+    if field in _GRAPH_BACKENDS and all(arg(side, field) in (None, "disabled") for side in sides):
+        return "disable_cuda_graph"
+    return field
+
+
 def arg(args: Mapping[str, Any], field: str) -> Any:
-    """A field of ``args``, normalised, with SGLang's default where it is unset."""
+    """A field of ``args``, normalised, with its release's default where it is unset (a field
+    renamed across releases reads its other name; ``disable_cuda_graph`` reads any spelling of
+    "CUDA graphs off")."""
+    if field == "disable_cuda_graph" and cuda_graphs_off(args):
+        return True
+    if field in _GRAPH_BACKENDS and field not in args and cuda_graphs_off(args):
+        return "disabled"
     if field in args:
         return norm(args[field])
-    return norm(config_defaults().get(field, _FALLBACK_DEFAULTS.get(field)))
+    for other in (RENAMED.get(field), *(old for old, new in RENAMED.items() if new == field)):
+        if other is not None and other in args:
+            return norm(args[other])
+    return norm(config_defaults(release_of(args)).get(field, _FALLBACK_DEFAULTS.get(field)))

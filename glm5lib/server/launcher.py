@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from glm5lib import http
-from glm5lib.config import ServerConfig
+from glm5lib.config import DEFAULT_RELEASE, ServerConfig
+from glm5lib.config.releases import nearest_bundled
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.masking import mask_argv
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
@@ -152,7 +153,12 @@ def launch(
     config = config.with_changes(port=int(port), host=host)
     require_free_port(host, int(port))
     log_path = prepare_log_path(log_path)
-    argv = [python, "-m", BACKENDS[backend], *config.to_argv(), *[str(a) for a in extra_args]]
+    extra_args = [str(a) for a in extra_args]
+    if backend == "sim" and not any(a.startswith("--sim-release") for a in extra_args):
+        emulated = nearest_bundled(config.release)  # the stand-in parses the flags of that release
+        if emulated != DEFAULT_RELEASE:
+            extra_args += ["--sim-release", emulated]
+    argv = [python, "-m", BACKENDS[backend], *config.to_argv(), *extra_args]
     env_overrides, whole_env, secrets = child_env(env, (config.api_key, config.admin_api_key))
     base_url = f"http://{connect_host(host)}:{port}"
     # SGLang logs its readiness line at INFO: above that level only /health can tell

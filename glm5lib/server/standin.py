@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from glm5lib.config import ServerConfig
+from glm5lib.config import DEFAULT_RELEASE, ServerConfig
 from glm5lib.server.launcher import Server, launch
 from glm5lib.server.ports import find_free_port
 
@@ -43,7 +43,9 @@ def run_standin(
 
     A start-up fault raises :class:`~glm5lib.errors.ServerLaunchError` with its cause and log lines.
     """
-    config, sim_flags = ServerConfig.parse_known_argv([str(f) for f in flags])
+    tokens = [str(f) for f in flags]
+    # SGLang's flags are those of the release the stand-in emulates (--sim-release, else its default)
+    config, sim_flags = ServerConfig.parse_known_argv(tokens, release=_sim_release(tokens))
     tmpdir = None
     if log_path is None:
         tmpdir = tempfile.TemporaryDirectory(prefix="glm5-standin-")
@@ -55,3 +57,13 @@ def run_standin(
     finally:
         if tmpdir is not None:
             tmpdir.cleanup()
+
+
+def _sim_release(tokens: list[str]) -> str:
+    """The ``--sim-release`` among the stand-in's flags (``--sim-release X`` or ``=X``), else the default."""
+    for i, token in enumerate(tokens):
+        if token == "--sim-release" and i + 1 < len(tokens):
+            return tokens[i + 1]
+        if token.startswith("--sim-release="):
+            return token.split("=", 1)[1]
+    return DEFAULT_RELEASE

@@ -87,7 +87,7 @@ class StandinServer:
         self.context_len = int(sa["context_length"])
         self.stream_interval = max(1, int(sa["stream_interval"]))
         # --stream-output: /generate chunks carry only the new text (SGLang's incremental mode).
-        self.incremental = bool(sa.get("stream_output"))
+        self.incremental = bool(sa.get("stream_output") or sa.get("incremental_streaming_output"))  # 0.5.23's name
         self.api_key = sa.get("api_key")
         self.text = TokenText(seed=args.seed)
         self.ready = False
@@ -114,6 +114,7 @@ class StandinServer:
             zero_delay=args.zero_delay,
             seed=args.seed,
             schedule_conservativeness=float(sa.get("schedule_conservativeness") or 1.0),
+            release=args.release,
         )
         self.sched = SimScheduler(self.profile, settings, self.log, on_finish=self._on_finish)
         self.gpus = SimGpus(self.profile, self.sched, float(sa["mem_fraction_static"]))
@@ -353,6 +354,8 @@ class StandinServer:
             "not_modelled": list(self.args.not_modelled),
             "faults": self.args.faults.specs(),
             "zero_delay": self.args.zero_delay,
+            "release": self.args.release,
+            "glm5lib_version": __version__,
         }
 
     async def server_info(self, request: web.Request) -> web.Response:
@@ -377,7 +380,7 @@ class StandinServer:
                         "effective_max_running_requests_per_dp": int(sa["max_running_requests"]),
                     }
                 ],
-                "version": f"glm5lib-standin-{__version__}",
+                "version": self.args.release,  # the emulated SGLang's, as SGLang reports its own
                 "standin": self.standin_info(),
             }
         )
@@ -857,7 +860,7 @@ async def serve(args: SimArgs, log: LogWriter | None = None) -> int:
     log = log or LogWriter(tp_size=int(sa["tp_size"]), level=str(sa["log_level"]))
     prof = args.profile
     log.info(banner_line(prof.name, display_path(prof.path) if prof.path else "<in memory>"), rank=None, force=True)
-    log.info(f"server_args={args.server_args_repr()}", rank=None)
+    log.info(args.server_args_line(), rank=None)
     for note in args.notes:
         log.info(f"stand-in: {note}", rank=None)
     if args.not_modelled:

@@ -16,6 +16,7 @@ from glm5lib.config import DEFAULT_RELEASE, ServerConfig, mask_value
 from glm5lib.config.releases import BUNDLED_RELEASES
 from glm5lib.errors import ConfigError
 from glm5lib.sim.faults import Faults, parse_faults
+from glm5lib.sim.lines import server_args_line
 from glm5lib.sim.profile import Profile, StepContext, load_profile
 
 __all__ = ["MODELLED_FIELDS", "SIM_FLAGS", "SimArgs", "parse_sim_argv", "sim_usage"]
@@ -54,6 +55,7 @@ MODELLED_FIELDS = frozenset(
         "decode_log_interval",
         "stream_interval",
         "stream_output",
+        "incremental_streaming_output",
         "log_level",
         "context_length",
         "random_seed",
@@ -68,7 +70,7 @@ SIM_FLAGS: dict[str, tuple[bool, bool, str]] = {
     "--sim-moe-autotune": (False, False, "model the FlashInfer CUTLASS MoE autotune as enabled (profile's flags.moe_autotune_factor)"),
     "--sim-seed": (True, False, "seed of the step-time jitter and output lengths (default: --random-seed or 0)"),
     "--sim-no-access-log": (False, False, "do not print uvicorn-style access lines"),
-    "--sim-release": (True, False, f"SGLang release to emulate: its flags and ServerArgs ({', '.join(BUNDLED_RELEASES)}; default {DEFAULT_RELEASE})"),
+    "--sim-release": (True, False, f"SGLang release to emulate: its flags and ServerArgs ({', '.join(BUNDLED_RELEASES)}; default {DEFAULT_RELEASE}, the newest)"),
 }
 
 
@@ -95,11 +97,16 @@ class SimArgs:
     notes: list[str] = field(default_factory=list)  # how defaults were resolved
     max_total_num_tokens: int = 0
     step: StepContext | None = None
+    release: str = DEFAULT_RELEASE  # the SGLang release emulated: its flags, ServerArgs and log lines
 
     def server_args_repr(self) -> str:
         """``ServerArgs(model_path='...', ...)`` with secrets masked, as SGLang logs it."""
         inner = ", ".join(f"{k}={mask_value(k, v)!r}" for k, v in self.server_args.items())
         return f"ServerArgs({inner})"
+
+    def server_args_line(self) -> str:
+        """The start-up ``server_args=...`` line of the emulated release, secrets masked."""
+        return server_args_line(self.release, {k: mask_value(k, v) for k, v in self.server_args.items()})
 
 
 def _split_sim(argv: list[str]) -> tuple[dict[str, Any], list[str]]:
@@ -170,6 +177,10 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         name: getattr(config, name) for name, spec in specs.items()
         if spec.in_server_args and not name.startswith("_")  # private fields of 0.5.1x ServerArgs
     }
+    if config.catalogue.graphs_by_phase and "disable_cuda_graph" in values:
+        # like 0.5.23, which says "graphs off" in cuda_graph_backend_{decode,prefill} and leaves
+        # the deprecated switch as given
+        values["disable_cuda_graph"] = bool(explicit.get("disable_cuda_graph", False))
     model = profile["model"]
     hw = profile["hardware"]
     defaults = profile["defaults"]
@@ -265,4 +276,5 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         notes=notes,
         max_total_num_tokens=capacity,
         step=step,
+        release=release,
     )

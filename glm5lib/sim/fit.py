@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from glm5lib import logs
+from glm5lib.config import cuda_graphs_off
 from glm5lib.errors import ConfigError
 from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, load_profile
 
@@ -192,7 +193,7 @@ def _finish(slog, base_prof: Profile, data: dict, pts, name, out, log, method: s
         frac = sa.get("mem_fraction_static") or mem["default_mem_fraction_static"]
         free = float(data["hardware"]["memory_total_bytes"]) * float(frac) - float(mem["weights_bytes_per_gpu"])
         free -= float(mem["activation_reserve_bytes"])
-        if not sa.get("disable_cuda_graph"):
+        if not cuda_graphs_off(sa):
             free -= float(mem["cuda_graph_reserve_bytes"])
         if free > 0:
             mem["kv_bytes_per_token_per_gpu"] = max(1, int(free / float(tokens)))

@@ -29,6 +29,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from glm5lib.config.releases import DEFAULT_RELEASE
+from glm5lib.sim.lines import decode_line, line_generation, prefill_line
 from glm5lib.sim.logwriter import LogWriter
 from glm5lib.sim.profile import Profile, StepContext
 
@@ -185,6 +187,7 @@ class SchedulerSettings:
     zero_delay: bool = False
     seed: int = 0
     schedule_conservativeness: float = 1.0
+    release: str = DEFAULT_RELEASE  # the SGLang release whose log lines are written
 
 
 class SimScheduler:
@@ -229,6 +232,8 @@ class SimScheduler:
         self.last_graph = False
         self._log_tokens = 0
         self._log_tic = time.perf_counter()
+        self._prefill_tic = time.perf_counter()
+        self._last_prefill_tokens = 0
         self.busy_time = 0.0
         self.dyn_energy_j = 0.0  # per GPU, above idle power
         self.step_power_w = 0.0  # per GPU, during the current step
@@ -432,11 +437,19 @@ class SimScheduler:
             self.used += grow
             r.prefilled += take
         self.prefill_batches += 1
-        self.log.info(
-            f"Prefill batch, #new-seq: {n_new_seq}, #new-token: {new_tokens}, "
-            f"#cached-token: {cached_tokens}, token usage: {self.token_usage:.2f}, "
-            f"#running-req: {running_before}, #queue-req: {len(self.waiting)}, "
-        )
+        tic = time.perf_counter()
+        gap, self._prefill_tic = tic - self._prefill_tic, tic
+        # 0.5.9 divides the previous batch's tokens by the gap, 0.5.23 this batch's
+        counted = new_tokens if line_generation(self.s.release) == "0.5.23" else self._last_prefill_tokens
+        self._last_prefill_tokens = new_tokens
+        # 0.5.23's #pending-token: prompt tokens still to prefill (the queue and a chunked rest)
+        pending = sum(r.seq_len for r in self.waiting) + sum(
+            r.seq_len - r.prefilled for r, _, _ in batch if r.prefilled < r.seq_len)
+        self.log.info(prefill_line(
+            self.s.release, new_seq=n_new_seq, new_token=new_tokens, cached_token=cached_tokens,
+            usage=self.token_usage, running=running_before, queue=len(self.waiting), pending_token=pending,
+            graph=False, input_throughput=counted / gap if gap > 0 else 0.0,
+        ))
         dt = self.profile.prefill_ms(new_tokens, cached_tokens, self.s.step) / 1000.0
         self.step_power_w = self.profile.power_w(0.0, new_tokens / dt if dt > 0 else 0.0) - self._idle_w
         self.dyn_energy_j += self.step_power_w * dt
@@ -564,9 +577,7 @@ class SimScheduler:
         self.last_gen_throughput = self._log_tokens / gap if gap > 0 else 0.0
         self._log_tic = tic
         self._log_tokens = 0
-        self.log.info(
-            f"Decode batch, #running-req: {bs}, #token: {self.used}, "
-            f"token usage: {self.token_usage:.2f}, cuda graph: {self.last_graph}, "
-            f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "
-            f"#queue-req: {len(self.waiting)}, "
-        )
+        self.log.info(decode_line(
+            self.s.release, running=bs, tokens=self.used, usage=self.token_usage, graph=self.last_graph,
+            gen_throughput=self.last_gen_throughput, queue=len(self.waiting),
+        ))

@@ -149,25 +149,28 @@ def test_patch_step_per_release(release, tmp_path):
     assert copy.read_bytes() == (site / rel).read_bytes()
 
 
-@pytest.fixture(scope="module")
-def standin_output(tmp_path_factory):
-    """A stand-in's log after a few requests, and its /metrics text."""
+@pytest.fixture(scope="module", params=sorted(BUNDLED_RELEASES))
+def standin_output(request, tmp_path_factory):
+    """(release, the log of a stand-in emulating it after a few requests, its /metrics text)."""
     import urllib.request
 
     from glm5lib.http import get
     from glm5lib.server import run_standin
 
+    release = request.param
     log = tmp_path_factory.mktemp("standin") / "server.log"
-    with run_standin("--sim-zero-delay", "--enable-metrics", "--decode-log-interval", "1",
-                     "--sim-no-access-log", log_path=log) as server:
+    with run_standin("--sim-release", release, "--sim-zero-delay", "--enable-metrics", "--decode-log-interval",
+                     "1", "--sim-no-access-log", log_path=log) as server:
         for i in range(3):
             body = json.dumps({"text": f"hello {i}", "sampling_params": {"max_new_tokens": 8}}).encode()
-            request = urllib.request.Request(f"{server.base_url}/generate", data=body,
-                                             headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(request, timeout=30) as response:
+            request_ = urllib.request.Request(f"{server.base_url}/generate", data=body,
+                                              headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request_, timeout=30) as response:
                 assert response.status == 200
         metrics = get(server.base_url, "/metrics").body.decode()
-    return log.read_text(), metrics
+        info = get(server.base_url, "/get_server_info").json()
+    assert info["version"] == release
+    return release, log.read_text(), metrics
 
 
 def _source(release: str, folder: str = "srt") -> str:
@@ -175,28 +178,131 @@ def _source(release: str, folder: str = "srt") -> str:
     return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.py")))
 
 
-@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
-def test_standin_log_lines_use_the_release_scheduler_format(release, standin_output):
+# The stats lines of each release as pieces of its own source, verbatim: each piece is found in
+# the file named, in this order (the order the function appends them). Placeholders the plain
+# path fills in: {iter_msg} is "" (no LOG_FORWARD_ITERS), {token_usage_msg} is the plain
+# model's pool piece (USAGE), the graph label is "cuda graph"; every other {...} is a value.
+_MIXIN = "managers/scheduler_metrics_mixin.py"
+_REPORTER = "managers/scheduler_components/metrics_reporter.py"
+_POOLS = "managers/scheduler_components/pool_stats_observer.py"
+_LINES = {
+    "0.5.8": {
+        "prefill": (_MIXIN, ['f"token usage: {token_usage:.2f}, "', 'f"Prefill batch{iter_msg}, "',
+                             'f"#new-seq: {len(can_run_list)}, "', 'f"#new-token: {adder.log_input_tokens}, "',
+                             'f"#cached-token: {adder.log_hit_tokens}, "', 'f"{token_usage_msg}"',
+                             'f"#running-req: {running_bs}, "', 'f"#queue-req: {len(self.waiting_queue)}, "']),
+        "decode": (_MIXIN, ['f"#token: {num_used}, token usage: {token_usage:.2f}, "',
+                            'f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
+                            """f"{'cuda graph' if self.device == 'cuda' else 'cpu graph'}: {can_run_cuda_graph}, \"""",
+                            'f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "',
+                            'f"#queue-req: {len(self.waiting_queue)}, "']),
+    },
+    "0.5.9": {
+        "prefill": (_MIXIN, ['f"token usage: {token_usage:.2f}, "', 'f"Prefill batch{iter_msg}, "',
+                             'f"#new-seq: {prefill_stats.num_new_seqs}, "',
+                             'f"#new-token: {prefill_stats.log_input_tokens}, "',
+                             'f"#cached-token: {prefill_stats.log_hit_tokens}, "', 'f"{token_usage_msg}"',
+                             'f"#running-req: {prefill_stats.running_bs}, "', 'f"#queue-req: {len(self.waiting_queue)}, "',
+                             'msg += f"input throughput (token/s): {self.last_input_throughput:.2f}, "',
+                             'msg += f"{graph_backend[self.device]}: {can_run_cuda_graph}"']),
+        "decode": (_MIXIN, ['f"#token: {num_used}, token usage: {token_usage:.2f}, "',
+                            'f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
+                            'f"{graph_backend[self.device]}: {can_run_cuda_graph}, "',
+                            'f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "',
+                            'f"#queue-req: {len(self.waiting_queue)}"\n']),
+    },
+    "0.5.23": {
+        "prefill": (_REPORTER, ['f"Prefill batch{iter_msg}, "', 'f"#new-seq: {prefill_stats.num_new_seqs}, "',
+                                'f"#new-token: {prefill_stats.log_input_tokens}, "',
+                                'f"#cached-token: {prefill_stats.log_hit_tokens}, "', 'f"{token_usage_msg}"',
+                                'f"#running-req: {prefill_stats.num_running_reqs.total}, "',
+                                'f"#queue-req: {len(self.scheduler.waiting_queue)}, "',
+                                'f"#pending-token: {prefill_stats.num_pending_tokens}, "',
+                                'msg += f"{self._graph_backend_label}: {can_run_cuda_graph}, "',
+                                'msg += f"input throughput (token/s): {self.last_input_throughput:.2f}"\n']),
+        "decode": (_REPORTER, ['f"Decode batch{iter_msg}, #running-req: {num_running_reqs}, {token_usage_msg}"',
+                               'f"{self._graph_backend_label}: {can_run_cuda_graph}, "',
+                               'f"gen throughput (token/s): {self.last_gen_throughput:.2f}, "',
+                               'f"#queue-req: {len(self.scheduler.waiting_queue)}"\n']),
+    },
+}
+# 0.5.23 builds the pool piece in another file: ", ".join(parts) + ", "
+_USAGE_0_5_23 = {"prefill": 'parts.append(f"token usage: {self.full_token_usage:.2f}")',
+                 "decode": 'f"#token: {self.full_num_used}, token usage: {self.full_token_usage:.2f}"'}
+_LABELS = ("{graph_backend[self.device]}", "{self._graph_backend_label}",
+           "{'cuda graph' if self.device == 'cuda' else 'cpu graph'}")
+
+
+def _piece_regex(piece: str, usage: str) -> str:
     import re
 
-    log, _ = standin_output
+    text = re.search(r'f"(.*)"', piece, re.S).group(1)
+    out, i = "", 0
+    for m in re.finditer(r"\{(?:[^{}]|\{[^{}]*\})*\}", text):
+        out += re.escape(text[i:m.start()])
+        field = m.group(0)
+        out += ("" if field == "{iter_msg}" else usage if field == "{token_usage_msg}"
+                else "cuda graph" if field in _LABELS else r"[^\s,]+")
+        i = m.end()
+    return out + re.escape(text[i:])
+
+
+def _line_regex(release: str, kind: str) -> str:
+    """The full-line regex of ``kind`` in ``release``, each piece checked to be in its source."""
+    import re
+
+    where, pieces = _LINES[release][kind]
+    source = (_site(release) / "sglang" / "srt" / where).read_text()
+    at = -1
+    for piece in pieces:
+        found = source.find(piece, at + 1)
+        assert found > at, f"SGLang {release}'s {where} has no {piece!r} after the pieces before it"
+        at = found
+    if release == "0.5.23":
+        pools = (_site(release) / "sglang" / "srt" / _POOLS).read_text()
+        assert _USAGE_0_5_23[kind] in pools, (release, kind)
+        usage = _piece_regex(_USAGE_0_5_23[kind], "") + re.escape(", ")
+        body = pieces
+    else:
+        usage, body = _piece_regex(pieces[0], ""), pieces[1:]
+    return "".join(_piece_regex(p, usage) for p in body)
+
+
+def test_standin_log_lines_are_the_release_own_format(standin_output):
+    """Each release's decode and prefill lines, as the stand-in emulating it writes them, match
+    the format strings in that release's installed source, and glm5lib's log parser reads them."""
+    import re
+
+    from glm5lib.logs import parse_log
+
+    release, log, _ = standin_output
     lines = [ln.split("] ", 1)[1] for ln in log.splitlines() if "Prefill batch" in ln or "Decode batch" in ln]
-    assert any(ln.startswith("Prefill batch") for ln in lines) and any(ln.startswith("Decode batch") for ln in lines)
-    source = _source(release, "srt/managers")
-    keys = set()
-    for line in lines:
-        keys.update(re.findall(r"(#?[a-z][a-z -]*(?:\(token/s\))?): ", line.split(", ", 1)[1]))
-    missing = sorted(k for k in keys if f"{k}: " not in source and f'"{k}"' not in source
-                     and f"'{k}'" not in source)  # 0.5.8 writes {'cuda graph' if ... else ...}: {...}
-    assert not missing, f"SGLang {release}'s scheduler writes no {missing}"
-    assert "Prefill batch{iter_msg}, " in source or "Prefill batch. " in source or "Prefill batch, " in source
+    for kind, head in (("prefill", "Prefill batch"), ("decode", "Decode batch")):
+        mine = [ln for ln in lines if ln.startswith(head)]
+        assert mine, (release, kind)
+        pattern = re.compile(_line_regex(release, kind))
+        wrong = [ln for ln in mine if not pattern.fullmatch(ln)]
+        assert not wrong, (release, kind, pattern.pattern, wrong[:2])
+    # the server_args line: the dataclass repr up to 0.5.9, the resolved dict in 0.5.23
+    args_line = next(ln for ln in log.splitlines() if "server_args=" in ln)
+    engine = (_site(release) / "sglang" / "srt" / "entrypoints" / "engine.py").read_text()
+    if release == "0.5.23":
+        assert 'logger.info(f"server_args={_server_args_for_logging(server_args)}")' in engine
+        assert "server_args={'model_path': " in args_line
+    else:
+        assert 'logger.info(f"{server_args=}")' in engine
+        assert "server_args=ServerArgs(model_path=" in args_line
+    parsed = parse_log(log)
+    assert len(parsed.decode) and len(parsed.prefill) and len(parsed.server_args) > 300
+    assert ("pending_token" in parsed.prefill.columns) == (release == "0.5.23")
+    assert ("input_throughput" in parsed.prefill.columns) == (release != "0.5.8")
+    assert ServerConfig.from_server_args(parsed.server_args).release == release
 
 
-@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
-def test_standin_metrics_names_exist_in_the_release(release, standin_output):
+def test_standin_metrics_names_exist_in_the_release(standin_output):
     import re
 
-    _, metrics = standin_output
+    release, _, metrics = standin_output
     names = set()
     for line in metrics.splitlines():
         if line.startswith("# TYPE"):
