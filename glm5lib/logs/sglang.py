@@ -654,15 +654,13 @@ class _Parser:
         self.http_frames = []
         new = [f for f in new if len(f)]
         if new:
-            part = pd.concat(new, ignore_index=True, sort=False) if len(new) > 1 else new[0]
-            if len(new) > 1:
-                # Lines read line by line fall between those read in bulk (all of them after
-                # what earlier builds kept).
-                part = part.iloc[np.argsort(part["_order"].to_numpy(), kind="stable")]
+            # Lines read line by line fall between those read in bulk (all of them after what
+            # earlier builds kept): joined in line order, a column at a time.
+            part = _joined(new) if len(new) > 1 else new[0]
+            del new
             part = part.assign(time=to_timestamps(part["time"]).to_numpy())
             part.pop("_order")
             done = self._http_done
-            del new
             self._http_done = part if done is None else pd.concat([done, part], ignore_index=True, sort=False)
             del part, done
         if self._http_done is None:
