@@ -394,3 +394,24 @@ def test_numbers_by_digit_arithmetic_are_numpys(values):
         expected = col.astype(np.int64) if fast.dtype == np.int64 else col.astype(np.float64)
         assert fast.dtype == expected.dtype and (fast == expected).all()
         assert fast.dtype == np.float64 or as_int
+
+
+def test_a_followers_tables_are_the_callers_to_change(tmp_path):
+    path = tmp_path / "server.log"
+    text = realistic_mix(300, 9, odd=0.0)
+    half = text.index("\n", len(text) // 2) + 1
+    path.write_text(text[:half])
+    follower = logs.follow_log(path)
+    first = follower.update()
+    status, running = first.http["status"].iloc[0], first.prefill["running_req"].iloc[0]
+    first.http.loc[0, "status"] = -1
+    first.prefill["running_req"] = -1
+    again = follower.update()  # nothing new: the kept tables again
+    assert again.http["status"].iloc[0] == status and again.prefill["running_req"].iloc[0] == running
+    again.http.loc[0, "status"] = -2
+    with path.open("a") as fh:
+        fh.write(text[half:])
+    final = follower.finish()
+    assert final.http["status"].iloc[0] == status and final.prefill["running_req"].iloc[0] == running
+    assert (first.http["status"].iloc[0], again.http["status"].iloc[0]) == (-1, -2)
+    assert_same(final, line_by_line(text.encode()), "after changes")

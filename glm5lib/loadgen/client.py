@@ -93,6 +93,12 @@ class RequestRecord:
             return None
         return (last - self.first_token) / (tokens - 1)
 
+    @classmethod
+    def from_json(cls, line: str | bytes) -> RequestRecord:
+        """The record a ``to_json()`` line was made from (its derived fields are left out)."""
+        data = json.loads(line)
+        return cls(**{k: data[k] for k in _JSON_FIELDS if k in data})
+
     def to_json(self) -> str:
         return json.dumps(
             {
@@ -118,6 +124,13 @@ class RequestRecord:
             },
             separators=(",", ":"),
         )
+
+
+# The fields of a requests.jsonl line that are the record's own (the rest are derived from them).
+_JSON_FIELDS = (
+    "level", "index", "warmup", "level_id", "start", "first_token", "end", "chunk_times", "chunk_tokens",
+    "prompt_tokens", "output_tokens", "status", "http_status", "error", "id", "token_source",
+)
 
 
 def build_body(

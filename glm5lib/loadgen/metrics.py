@@ -9,20 +9,30 @@ request's lifetime still measures the decode rate. Where a server gave only a fi
 count, that count is spread evenly over the request's chunks (``token_source`` says so); chunks
 are never taken for tokens. bench_serving's own figure (finished requests' tokens over the
 whole level) is kept as ``output_throughput_overall``.
+
+The records can be a list or a source that reads them again on each call (a sweep re-reads a
+level's lines of requests.jsonl): the figures are made in two passes, the first folding each
+record into compact numeric columns (8 bytes a value; the inter-token intervals one value a
+token), the second counting the tokens of each request inside the window, so a long level
+needs no request's record in memory at once.
 """
 
 from __future__ import annotations
 
 import bisect
+from array import array
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from glm5lib.loadgen.client import RequestRecord
 
-__all__ = ["SWEEP_COLUMNS", "level_stats", "steady_window"]
+__all__ = ["SWEEP_COLUMNS", "Records", "error_summary", "level_stats", "steady_window"]
+
+#: A level's records: a list, or a callable that gives them again (in the same order) each call.
+Records = Sequence[RequestRecord] | Callable[[], Iterable[RequestRecord]]
 
 SWEEP_COLUMNS = [
     "concurrency",
@@ -63,6 +73,52 @@ SWEEP_COLUMNS = [
     "level_id",
 ]
 
+_NAN = float("nan")
+_OK, _ERROR, _CANCELLED = 0, 1, 2
+_STATUS = {"ok": _OK, "cancelled": _CANCELLED}
+
+
+def _again(records: Records) -> Callable[[], Iterable[RequestRecord]]:
+    return records if callable(records) else (lambda: records)
+
+
+def _f(value: float | None) -> float:
+    return _NAN if value is None else float(value)
+
+
+class _Columns:
+    """A level's records folded into numeric columns, in the records' order."""
+
+    def __init__(self, records: Iterable[RequestRecord]) -> None:
+        self.start, self.first_token, self.end = array("d"), array("d"), array("d")
+        self.prompt, self.output, self.ttft, self.tpot = array("d"), array("d"), array("d"), array("d")
+        self.status = array("b")
+        self.itl = array("d")  # every gap between two chunks of a request that streamed
+        self.errors: Counter[str] = Counter()
+        self.sources: set[str] = set()
+        for rec in records:
+            self.add(rec)
+        self.np = {name: np.frombuffer(getattr(self, name), dtype=float) if len(getattr(self, name)) else
+                   np.empty(0) for name in ("start", "first_token", "end", "prompt", "output", "ttft", "tpot")}
+        self.code = np.frombuffer(self.status, dtype=np.int8) if len(self.status) else np.empty(0, np.int8)
+
+    def add(self, rec: RequestRecord) -> None:
+        status = _STATUS.get(rec.status, _ERROR)
+        self.status.append(status)
+        self.start.append(_f(rec.start))
+        self.first_token.append(_f(rec.first_token))
+        self.end.append(_f(rec.end))
+        self.prompt.append(_f(rec.prompt_tokens))
+        self.output.append(_f(rec.output_tokens))
+        self.ttft.append(_f(rec.ttft) if status != _ERROR else _NAN)
+        self.tpot.append(_f(rec.tpot) if status != _ERROR else _NAN)
+        if status == _ERROR:
+            self.errors[rec.error or "unknown error"] += 1
+        if rec.chunk_times:
+            self.sources.add(rec.token_source)
+            if status != _ERROR and len(rec.chunk_times) > 1:
+                self.itl.frombytes(np.diff(rec.chunk_times).tobytes())
+
 
 def _token_steps(rec: RequestRecord) -> tuple[list[float], list[float]]:
     """(times, tokens added at each time) for one request."""
@@ -82,39 +138,115 @@ def _token_steps(rec: RequestRecord) -> tuple[list[float], list[float]]:
     return times, [0.0] * len(times)
 
 
-def _streaming_peak(records: Sequence[RequestRecord]) -> tuple[float | None, int]:
+def _streaming_peak(cols: _Columns) -> tuple[float | None, int]:
     """(first time the number of streaming requests reached its peak, the peak).
 
     A request streams from its first token to its end (finished, failed or cancelled).
     """
-    events: list[tuple[float, int]] = []
-    for r in records:
-        if r.first_token is None:
-            continue
-        events.append((r.first_token, 1))
-        if r.end is not None:
-            events.append((r.end, -1))
-    if not events:
+    first, end = cols.np["first_token"], cols.np["end"]
+    streamed = ~np.isnan(first)
+    ends = end[streamed & ~np.isnan(end)]
+    times = np.concatenate([first[streamed], ends])
+    if not times.size:
         return None, 0
+    steps = np.concatenate([np.ones(int(streamed.sum()), np.int64), -np.ones(ends.size, np.int64)])
     # At equal times an end is counted before a start, so a hand-over is not a peak.
-    events.sort(key=lambda e: (e[0], e[1]))
-    count = peak = 0
-    at: float | None = None
-    for t, step in events:
-        count += step
-        if count > peak:
-            peak, at = count, t
-    return at, peak
+    order = np.lexsort((steps, times))
+    count = np.cumsum(steps[order])
+    at = int(np.argmax(count))
+    if count[at] <= 0:
+        return None, 0
+    return float(times[order][at]), int(count[at])
 
 
-def _last_at_or_before(times: list[float], limit: float) -> list[float]:
-    """The last of the (sorted) ``times`` at or before ``limit``, as a list of 0 or 1."""
-    i = bisect.bisect_right(times, limit)
-    return [times[i - 1]] if i else []
+def _chunk_pass(again: Callable[[], Iterable[RequestRecord]], windows: list[tuple[float, float]],
+                ) -> list[tuple[float | None, float]]:
+    """For each ``(a, b)`` window: (the last token arrival in ``(a, b]``, the tokens that arrived in it)."""
+    last: list[float | None] = [None] * len(windows)
+    tokens = [0.0] * len(windows)
+    for rec in again():
+        times, steps = _token_steps(rec)
+        if not times:
+            continue
+        arr = np.asarray(times)
+        for k, (a, b) in enumerate(windows):
+            i = bisect.bisect_right(times, b)
+            if i and times[i - 1] > a and (last[k] is None or times[i - 1] > last[k]):  # type: ignore[operator]
+                last[k] = times[i - 1]
+            mask = (arr > a) & (arr <= b)  # the step at a ended the ramp-up
+            if mask.any():
+                tokens[k] += float(np.asarray(steps)[mask].sum())
+    return list(zip(last, tokens, strict=True))
+
+
+def _window(
+    cols: _Columns,
+    again: Callable[[], Iterable[RequestRecord]],
+    concurrency: int,
+    last_issue: float | None,
+    *,
+    deadline: float | None,
+    closed: bool,
+) -> tuple[float, float, str, float]:
+    """:func:`steady_window`'s ``(start, end, note)`` and the output tokens that arrived in it."""
+    c = cols.np
+    has_start, has_end = ~np.isnan(c["start"]), ~np.isnan(c["end"])
+    level_start = float(c["start"][has_start].min()) if has_start.any() else 0.0
+    level_end = float(c["end"][has_end].max()) if has_end.any() else level_start
+    whole = (level_start, level_end)
+    if np.isnan(c["first_token"]).all():
+        return level_start, level_end, "whole level (no tokens)", _chunk_pass(again, [whole])[0][1]
+
+    # -- start
+    candidates: list[tuple[float, str]] = []
+    issued = np.flatnonzero(has_start)
+    issued = issued[np.argsort(c["start"][issued], kind="stable")][:concurrency]
+    first = issued[~((cols.code[issued] == _ERROR) & np.isnan(c["first_token"][issued]))]
+    if first.size and not np.isnan(c["first_token"][first]).any():
+        candidates.append((float(c["first_token"][first].max()), f"all first {first.size} requests streaming"))
+    peak_at, peak = _streaming_peak(cols)
+    if peak_at is not None:
+        candidates.append((peak_at, f"streaming count first at its peak of {peak}"))
+    done = c["end"][(cols.code == _OK) & has_end]
+    first_done = float(done.min()) if done.size else None
+    if not closed and first_done is not None:
+        candidates.append((first_done, "first completion"))
+    ws, why_start = min(candidates)
+
+    # -- end
+    cancelled = c["end"][(cols.code == _CANCELLED) & has_end]
+    if cancelled.size:
+        we = float(cancelled.min()) if deadline is None else min(deadline, float(cancelled.min()))
+        why_end = f"deadline, {cancelled.size} in flight cancelled"
+    else:
+        ends_at = [(t, why) for t, why in ((last_issue, "last request issued"), (first_done, "first completion"))
+                   if t is not None]
+        if ends_at:
+            we, why_end = max(ends_at)
+        else:
+            we, why_end = level_end, "end of level"
+        why_end += ", drain dropped"
+    we = min(we, level_end)
+    # Tokens arrive in steps (one per decode iteration, for every stream at once), so the window
+    # runs from one arrival (the ramp-up's last first token) to the last arrival before its end:
+    # N steps counted over N step intervals, not over a fraction more. No token arrived between
+    # that arrival and the first end, so the tokens counted up to either are the same.
+    (last_arrival, tokens), (_, whole_tokens) = _chunk_pass(again, [(ws, we), whole])
+    if last_arrival is not None:
+        we = last_arrival
+    if we <= ws:
+        return level_start, level_end, (
+            f"whole level (no steady state: ramp-up over at +{ws - level_start:.2f} s "
+            f"({why_start}), load ended at +{we - level_start:.2f} s ({why_end}))"
+        ), whole_tokens
+    return ws, we, (
+        f"steady {we - ws:.2f} s of {level_end - level_start:.2f}: from +{ws - level_start:.2f} s "
+        f"({why_start}) to +{we - level_start:.2f} s ({why_end})"
+    ), tokens
 
 
 def steady_window(
-    records: Sequence[RequestRecord],
+    records: Records,
     concurrency: int,
     last_issue: float | None,
     *,
@@ -138,68 +270,16 @@ def steady_window(
     end]``, so a short window spans whole decode steps. When this leaves no window, the whole
     level is used and the note says so.
     """
-    starts = [r.start for r in records if r.start is not None]
-    ends = [r.end for r in records if r.end is not None]
-    level_start = min(starts) if starts else 0.0
-    level_end = max(ends) if ends else level_start
-    if not any(r.first_token is not None for r in records):
-        return level_start, level_end, "whole level (no tokens)"
-
-    # -- start
-    candidates: list[tuple[float, str]] = []
-    issued = sorted((r for r in records if r.start is not None), key=lambda r: r.start)  # type: ignore[arg-type,return-value]
-    first = [r for r in issued[:concurrency] if not (r.status == "error" and r.first_token is None)]
-    if first and all(r.first_token is not None for r in first):
-        candidates.append(
-            (max(r.first_token for r in first), f"all first {len(first)} requests streaming")  # type: ignore[type-var]
-        )
-    peak_at, peak = _streaming_peak(records)
-    if peak_at is not None:
-        candidates.append((peak_at, f"streaming count first at its peak of {peak}"))
-    completions = sorted(r.end for r in records if r.status == "ok" and r.end is not None)
-    first_done = completions[0] if completions else None
-    if not closed and first_done is not None:
-        candidates.append((first_done, "first completion"))
-    ws, why_start = min(candidates)
-
-    # -- end
-    cancelled = [r.end for r in records if r.status == "cancelled" and r.end is not None]
-    if cancelled:
-        we = min(cancelled) if deadline is None else min(deadline, min(cancelled))
-        why_end = f"deadline, {len(cancelled)} in flight cancelled"
-    else:
-        ends_at = [(t, why) for t, why in ((last_issue, "last request issued"), (first_done, "first completion"))
-                   if t is not None]
-        if ends_at:
-            we, why_end = max(ends_at)
-        else:
-            we, why_end = level_end, "end of level"
-        why_end += ", drain dropped"
-    we = min(we, level_end)
-    # Tokens arrive in steps (one per decode iteration, for every stream at once), so the window
-    # runs from one arrival (the ramp-up's last first token) to the last arrival before its end:
-    # N steps counted over N step intervals, not over a fraction more.
-    last_arrival = max(
-        (t for r in records for t in _last_at_or_before(r.chunk_times, we) if t > ws), default=None
-    )
-    if last_arrival is not None:
-        we = last_arrival
-    if we <= ws:
-        return level_start, level_end, (
-            f"whole level (no steady state: ramp-up over at +{ws - level_start:.2f} s "
-            f"({why_start}), load ended at +{we - level_start:.2f} s ({why_end}))"
-        )
-    return ws, we, (
-        f"steady {we - ws:.2f} s of {level_end - level_start:.2f}: from +{ws - level_start:.2f} s "
-        f"({why_start}) to +{we - level_start:.2f} s ({why_end})"
-    )
+    again = _again(records)
+    ws, we, note, _ = _window(_Columns(again()), again, concurrency, last_issue, deadline=deadline, closed=closed)
+    return ws, we, note
 
 
-def _pct(values: Any, prefix: str, out: dict[str, Any]) -> None:
+def _pct(values: np.ndarray, prefix: str, out: dict[str, Any]) -> None:
     arr = np.asarray(values, dtype=float) * 1000.0
     if arr.size == 0:
         for stat in ("mean", "median", "p90", "p99"):
-            out[f"{stat}_{prefix}_ms"] = float("nan")
+            out[f"{stat}_{prefix}_ms"] = _NAN
         return
     out[f"mean_{prefix}_ms"] = float(arr.mean())
     out[f"median_{prefix}_ms"] = float(np.median(arr))
@@ -207,17 +287,20 @@ def _pct(values: Any, prefix: str, out: dict[str, Any]) -> None:
     out[f"p99_{prefix}_ms"] = float(np.percentile(arr, 99))
 
 
-def error_summary(records: Sequence[RequestRecord], limit: int = 5) -> str:
-    """``'12x HTTP 500: ...; 3x disconnected ...'`` for the failed requests."""
-    counts = Counter(r.error or "unknown error" for r in records if r.status == "error")
+def _summary(counts: Counter[str], limit: int) -> str:
     parts = [f"{n}x {msg}" for msg, n in counts.most_common(limit)]
     if len(counts) > limit:
         parts.append(f"... {len(counts) - limit} more kinds")
     return "; ".join(parts)
 
 
+def error_summary(records: Iterable[RequestRecord], limit: int = 5) -> str:
+    """``'12x HTTP 500: ...; 3x disconnected ...'`` for the failed requests."""
+    return _summary(Counter(r.error or "unknown error" for r in records if r.status == "error"), limit)
+
+
 def level_stats(
-    records: Sequence[RequestRecord],
+    records: Records,
     *,
     concurrency: int,
     last_issue: float | None,
@@ -226,45 +309,40 @@ def level_stats(
 ) -> dict[str, Any]:
     """The sweep.csv figures for one level's (non-warm-up) records.
 
-    ``output_throughput``, ``input_throughput``, ``total_throughput`` and ``request_throughput``
-    are over the steady-state window (see :func:`steady_window`; ``deadline`` is when a
-    duration-bound level stopped, ``closed`` False for open-loop arrivals);
-    ``output_throughput_overall`` is bench_serving's figure, finished requests' tokens over the
-    whole level.
+    ``records`` is a list, or a callable giving them again in the same order each time (read
+    twice: see the module docstring). ``output_throughput``, ``input_throughput``,
+    ``total_throughput`` and ``request_throughput`` are over the steady-state window (see
+    :func:`steady_window`; ``deadline`` is when a duration-bound level stopped, ``closed`` False
+    for open-loop arrivals); ``output_throughput_overall`` is bench_serving's figure, finished
+    requests' tokens over the whole level.
     """
-    ok = [r for r in records if r.status == "ok"]
+    again = _again(records)
+    cols = _Columns(again())
+    c, code = cols.np, cols.code
+    ok = code == _OK
     row: dict[str, Any] = {
-        "completed": len(ok),
-        "failed": sum(r.status == "error" for r in records),
-        "cancelled": sum(r.status == "cancelled" for r in records),
+        "completed": int(ok.sum()),
+        "failed": int((code == _ERROR).sum()),
+        "cancelled": int((code == _CANCELLED).sum()),
     }
-    starts = [r.start for r in records if r.start is not None]
-    ends = [r.end for r in records if r.end is not None]
-    start = min(starts) if starts else float("nan")
-    end = max(ends) if ends else float("nan")
+    has_start, has_end = ~np.isnan(c["start"]), ~np.isnan(c["end"])
+    start = float(c["start"][has_start].min()) if has_start.any() else _NAN
+    end = float(c["end"][has_end].max()) if has_end.any() else _NAN
     row["start_time"], row["end_time"] = start, end
-    row["duration"] = end - start if starts and ends else float("nan")
-    row["total_input_tokens"] = int(sum(r.prompt_tokens or 0 for r in ok))
-    row["total_output_tokens"] = int(sum(r.output_tokens or 0 for r in ok))
+    row["duration"] = end - start if has_start.any() and has_end.any() else _NAN
+    row["total_input_tokens"] = int(np.nan_to_num(c["prompt"][ok]).sum())
+    row["total_output_tokens"] = int(np.nan_to_num(c["output"][ok]).sum())
 
-    ws, we, note = steady_window(records, concurrency, last_issue, deadline=deadline, closed=closed)
+    ws, we, note, out_tokens = _window(cols, again, concurrency, last_issue, deadline=deadline, closed=closed)
     row["window_start"], row["window_end"], row["window_note"] = ws, we, note
     span = we - ws
-    out_tokens = 0.0
-    in_tokens = 0
-    inflight = 0.0
-    for r in records:
-        times, steps = _token_steps(r)
-        if times:
-            a = np.asarray(times)
-            mask = (a > ws) & (a <= we)  # the step at ws ended the ramp-up
-            if mask.any():
-                out_tokens += float(np.asarray(steps)[mask].sum())
-        if r.first_token is not None and ws < r.first_token <= we:
-            in_tokens += r.prompt_tokens or 0
-        if r.start is not None and r.end is not None:
-            inflight += max(0.0, min(r.end, we) - max(r.start, ws))
-    done_in_window = sum(1 for r in ok if r.end is not None and ws < r.end <= we)
+    first = c["first_token"]
+    in_window = ~np.isnan(first) & (first > ws) & (first <= we)
+    in_tokens = int(np.nan_to_num(c["prompt"][in_window]).sum())
+    both = has_start & has_end
+    overlap = np.minimum(c["end"][both], we) - np.maximum(c["start"][both], ws)
+    inflight = sum(np.maximum(overlap, 0.0).tolist())  # summed in order, as one would by hand
+    done_in_window = int((ok & has_end & (c["end"] > ws) & (c["end"] <= we)).sum())
     if span > 0:
         row["output_throughput"] = out_tokens / span
         row["input_throughput"] = in_tokens / span
@@ -272,26 +350,21 @@ def level_stats(
         row["mean_concurrency"] = inflight / span
     else:
         for k in ("output_throughput", "input_throughput", "request_throughput", "mean_concurrency"):
-            row[k] = float("nan")
+            row[k] = _NAN
     row["total_throughput"] = row["output_throughput"] + row["input_throughput"]
     dur = row["duration"]
-    row["output_throughput_overall"] = row["total_output_tokens"] / dur if dur and dur > 0 else float("nan")
+    row["output_throughput_overall"] = row["total_output_tokens"] / dur if dur and dur > 0 else _NAN
 
-    sources = {r.token_source for r in records if r.chunk_times}
+    sources = cols.sources
     row["token_source"] = sources.pop() if len(sources) == 1 else ("mixed" if sources else "none")
 
     # TTFT, ITL and TPOT are measured by every request that streamed, including those cut at a
     # duration-bound level's deadline (TPOT so far: up to its last chunk), so a level shorter than
     # one request's lifetime still reports latency; end-to-end latency needs a finished request.
-    streamed = [r for r in records if r.status in ("ok", "cancelled")]
-    ttft = [t for t in (r.ttft for r in streamed) if t is not None]
-    e2e = [r.end - r.start for r in ok if r.end is not None and r.start is not None]
-    tpot = [t for t in (r.tpot for r in streamed) if t is not None]
-    itl_parts = [np.diff(r.chunk_times) for r in streamed if len(r.chunk_times) > 1]
-    itl = np.concatenate(itl_parts) if itl_parts else np.empty(0)
-    _pct(ttft, "ttft", row)
-    _pct(itl, "itl", row)
-    _pct(tpot, "tpot", row)
+    e2e = (c["end"] - c["start"])[ok & both]
+    _pct(c["ttft"][~np.isnan(c["ttft"])], "ttft", row)
+    _pct(np.frombuffer(cols.itl, dtype=float) if len(cols.itl) else np.empty(0), "itl", row)
+    _pct(c["tpot"][~np.isnan(c["tpot"])], "tpot", row)
     _pct(e2e, "e2e_latency", row)
-    row["error_summary"] = error_summary(records)
+    row["error_summary"] = _summary(cols.errors, 5)
     return row

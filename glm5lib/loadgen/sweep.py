@@ -5,23 +5,30 @@ rate, optionally capped at C in flight), bounded by a request count, a duration,
 duration-bound level stops issuing at its deadline and cancels what is still in flight (recorded
 as ``cancelled``, not failed), so a server with a long queue does not stretch a level for minutes.
 Records go to ``requests.jsonl`` as each request finishes and a row to ``sweep.csv`` as each level
-finishes, so an interrupted sweep loses nothing and resumes where it stopped.
+finishes, so an interrupted sweep loses nothing and resumes where it stopped. Memory holds only
+the requests in flight and the level's counters: the level's figures are computed from its lines
+of ``requests.jsonl`` (a temporary file when there is no run folder) when it ends, so a long level
+takes no more memory than a short one.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import gc
+import json
 import logging
 import math
 import os
 import signal
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import aiohttp
 import numpy as np
@@ -52,6 +59,21 @@ LOOP_LAG_BOUND_MS = 25.0
 # Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
 # notebook bar is a message to the front end; faster updates flood long cells (and nbval).
 PROGRESS_INTERVAL_S = 1.0
+# Seconds between returns of the C heap's free pages to the system during a level (glibc).
+HEAP_TRIM_INTERVAL_S = 10.0
+
+
+def _heap_trimmer() -> Callable[[], Any] | None:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc; absent from musl and macOS
+    except (AttributeError, OSError):
+        return None
+
+
+# Streams allocate and free a chunk buffer (the whole text so far) per chunk; glibc keeps the freed
+# pages, scattered between live objects, so a long level's RSS climbs by kilobytes per request
+# while the memory in use stays flat. malloc_trim(0) hands them back (well under a millisecond).
+_TRIM_HEAP = _heap_trimmer()
 
 
 class _ServerLike(Protocol):
@@ -120,7 +142,7 @@ class _LevelState:
         self.output_tokens = 0
         self.last_issue: float | None = None
         self.deadline: float | None = None
-        self.records: list[RequestRecord] = []
+        self.first_error: str | None = None  # the level's records are on disk, not kept here
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
@@ -169,24 +191,26 @@ class _Sweep:
             self.headers["Authorization"] = f"Bearer {self.api_key}"
         self.url = self.base_url + API_PATHS[settings.api]
         self.out_dir: Path | None = Path(run_dir) if run_dir is not None else None
-        self.jsonl = None
+        self.jsonl: BinaryIO | None = None
+        self.records_path: Path | None = None
         self.proc = psutil.Process(os.getpid())
         self.stopped_at: int | None = None
 
     # -- records ---------------------------------------------------------------------------
     def _sink(self, rec: RequestRecord, state: _LevelState | None) -> None:
         if self.jsonl is not None:
-            self.jsonl.write(rec.to_json() + "\n")
+            self.jsonl.write(rec.to_json().encode() + b"\n")
             self.jsonl.flush()
         if state is None:
             return
-        state.records.append(rec)
         if rec.status == "ok":
             state.completed += 1
         elif rec.status == "cancelled":
             state.cancelled += 1
         else:
             state.failed += 1
+            if state.first_error is None:
+                state.first_error = rec.error or ""
             if rec.connection_lost:
                 state.gate.clear()
                 state.unchecked = True
@@ -294,8 +318,7 @@ class _Sweep:
             and state.rejected >= min(20, max(1, state.planned))
             and state.rejected == state.failed
         ):
-            bad = next((r.error for r in state.records if r.status == "error"), "")
-            raise _Aborted(f"every request was rejected by the server: {bad}")
+            raise _Aborted(f"every request was rejected by the server: {state.first_error or ''}")
         state.gate.set()
 
     def _cancel_stalled(self, state: _LevelState) -> None:
@@ -312,7 +335,7 @@ class _Sweep:
 
     # -- self-check ------------------------------------------------------------------------
     @staticmethod
-    async def _lag_probe(lags: list[float], interval: float = 0.01) -> None:
+    async def _lag_probe(lags: array, interval: float = 0.01) -> None:
         clock = time.perf_counter
         while True:  # ended by cancellation; asyncio.sleep never swallows it
             t = clock()
@@ -326,10 +349,13 @@ class _Sweep:
 
     async def _reporter(self, state: _LevelState, level: int, bar: Any, t0: float) -> None:
         """Refresh the bar and call the callback once every PROGRESS_INTERVAL_S, no more often."""
-        last_t, last_tok = t0, 0
+        last_t, last_tok, last_trim = t0, 0, t0
         while True:
             await asyncio.sleep(PROGRESS_INTERVAL_S)
             now = time.time()
+            if _TRIM_HEAP is not None and now - last_trim >= HEAP_TRIM_INTERVAL_S:
+                _TRIM_HEAP(0)
+                last_trim = now
             done = state.completed + state.failed + state.cancelled
             # Tokens so far: finished requests plus what in-flight ones have streamed.
             tokens = state.output_tokens + sum(
@@ -367,12 +393,12 @@ class _Sweep:
     async def _run_level(
         self, session: aiohttp.ClientSession, conc: int, rate: float, specs: list[RequestSpec],
         level_id: str, bar: Any,
-    ) -> tuple[_LevelState, float, float, list[float]]:
+    ) -> tuple[_LevelState, float, float, array]:
         state = _LevelState(planned=len(specs))
         t0 = time.time()
         deadline = t0 + self.settings.duration if self.settings.duration else None
         state.deadline = deadline
-        lags: list[float] = []
+        lags = array("d")  # 100 a second: 8 bytes each, not a float object each
         cpu0 = self.proc.cpu_times()
         wall0 = time.perf_counter()
         it = iter(specs)
@@ -531,6 +557,22 @@ class _Sweep:
                     f"({type(exc).__name__}); pass model=..."
                 ) from None
 
+    def _level_records(self, offset: int, level_id: str) -> Callable[[], Iterator[RequestRecord]]:
+        """The level's records as they are on disk, read again on each call (from ``offset``)."""
+        self.jsonl.flush()
+        path, needle = self.records_path, f'"level_id":{json.dumps(level_id)}'.encode()
+
+        def read() -> Iterator[RequestRecord]:
+            with open(path, "rb") as lines:
+                lines.seek(offset)
+                for line in lines:
+                    if needle in line:
+                        rec = RequestRecord.from_json(line)
+                        if not rec.warmup:
+                            yield rec
+
+        return read
+
     def _write_row(self, row: dict[str, Any]) -> None:
         if self.out_dir is not None:
             write_level_row(self.out_dir, row)
@@ -548,7 +590,13 @@ class _Sweep:
                     if match is not None:
                         done_rows[n] = match
                         log.info("level %s already in %s: skipped (resume)", conc, self.out_dir / rundir.SWEEP)
-            self.jsonl = open(self.out_dir / rundir.REQUESTS, "a", encoding="utf-8")  # noqa: SIM115
+            self.records_path = self.out_dir / rundir.REQUESTS
+        else:
+            # Without a run folder the records are spooled to a temporary file all the same: a
+            # level's statistics are read back from its lines, not kept in memory.
+            spool = tempfile.TemporaryDirectory(prefix="glm5-sweep-")
+            self.records_path = Path(spool.name) / rundir.REQUESTS
+        self.jsonl = open(self.records_path, "ab")  # noqa: SIM115
         rows: list[dict[str, Any]] = []
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=None)
@@ -580,8 +628,9 @@ class _Sweep:
                     rows.append(row)
                     completed_levels.append(conc)
         finally:
-            if self.jsonl is not None:
-                self.jsonl.close()
+            self.jsonl.close()
+            if self.out_dir is None:
+                spool.cleanup()
         frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
         frame.attrs["stopped_at"] = self.stopped_at
         return frame
@@ -630,6 +679,8 @@ class _Sweep:
         if self.callback is not None:
             self._call_back({"event": "level_start", "level": conc, "request_rate": rate,
                              "requests": n, "duration": self.settings.duration})
+        self.jsonl.flush()
+        offset = self.jsonl.tell()
         try:
             try:
                 state, cpu_pct, _wall, lags = await self._run_level(session, conc, rate, specs, level_id, bar)
@@ -649,9 +700,9 @@ class _Sweep:
                     bar.n = bar.total
                     bar.refresh()
                 bar.close()
-        stats = level_stats(state.records, concurrency=conc, last_issue=state.last_issue,
-                            deadline=state.deadline, closed=math.isinf(rate))
-        lag_p99 = float(np.percentile(lags, 99)) * 1000.0 if lags else float("nan")
+        stats = level_stats(self._level_records(offset, level_id), concurrency=conc,
+                            last_issue=state.last_issue, deadline=state.deadline, closed=math.isinf(rate))
+        lag_p99 = float(np.percentile(np.frombuffer(lags), 99)) * 1000.0 if lags else float("nan")
         bound, lag_ratio = client_limited(cpu_pct, lag_p99, stats.get("median_itl_ms", float("nan")))
         row: dict[str, Any] = {
             **self._key(conc, rate),

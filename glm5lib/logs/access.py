@@ -88,8 +88,10 @@ def access_lines(
     starts, ends = starts[lines], nl[lines + 1]
 
     # The port: digits between the last colon before the separator and the separator.
-    colons = np.flatnonzero(arr == 58)
-    colon = colons[np.maximum(np.searchsorted(colons, seps) - 1, 0)] if len(colons) else np.zeros_like(seps)
+    # (Looked for in the few bytes before the separator: a port has 5 digits at most.)
+    before = _gather(arr, seps - _MAX_PORT - 1, np.full(len(seps), _MAX_PORT + 1), _MAX_PORT + 1)[:, ::-1]
+    is_colon = before == 58
+    colon = np.where(is_colon.any(axis=1), seps - 1 - np.argmax(is_colon, axis=1), -1)
     port = seps - colon - 1
     client_w, rest_w = colon - starts, ends - seps
     ok = (colon > starts) & (port >= 1) & (port <= _MAX_PORT) & (client_w <= _MAX_CLIENT) & (rest_w <= _MAX_REST)
