@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -658,7 +659,7 @@ class _Parser:
             # earlier builds kept): joined in line order, a column at a time.
             if len(new) == 1:
                 part = new[0]
-            elif all(a["_order"].iat[-1] < b["_order"].iat[0] for a, b in zip(new, new[1:])):
+            elif all(a["_order"].iat[-1] < b["_order"].iat[0] for a, b in pairwise(new)):
                 part = pd.concat(new, ignore_index=True, sort=False)  # in order already
             else:
                 part = _joined(new)
