@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -656,7 +657,12 @@ class _Parser:
         if new:
             # Lines read line by line fall between those read in bulk (all of them after what
             # earlier builds kept): joined in line order, a column at a time.
-            part = _joined(new) if len(new) > 1 else new[0]
+            if len(new) == 1:
+                part = new[0]
+            elif all(a["_order"].iat[-1] < b["_order"].iat[0] for a, b in pairwise(new)):
+                part = pd.concat(new, ignore_index=True, sort=False)  # in order already
+            else:
+                part = _joined(new)
             del new
             part = part.assign(time=to_timestamps(part["time"]).to_numpy())
             part.pop("_order")
