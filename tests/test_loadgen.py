@@ -636,6 +636,12 @@ def test_run_sweep_lists_its_options_in_its_signature():
         # the keywords' defaults are the settings' defaults
         for name in SweepSettings.field_names():
             assert params[name].default == getattr(SweepSettings(), name) or name == "token_ids", name
+        # one list: the settings' fields, in order, between the URL and levels and the outputs
+        assert list(params)[2 : 2 + len(SweepSettings.field_names())] == SweepSettings.field_names()
+    # a keyword that is neither a setting nor an output is refused as Python refuses it
+    with pytest.raises(TypeError, match="durations"):
+        run_sweep("http://127.0.0.1:1", [1], durations=5, progress=False)
+    assert "read_timeout" in run_sweep.__doc__ and ", *, api: " in str(inspect.signature(run_sweep))
 
 
 @pytest.mark.parametrize("kwargs, field", [
