@@ -145,6 +145,7 @@ class _LevelState:
         self.last_issue: float | None = None
         self.deadline: float | None = None
         self.first_error: str | None = None  # the level's records are on disk, not kept here
+        self.fatal_before = 0  # fatal lines in the server's log when the level began
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
@@ -323,6 +324,27 @@ class _Sweep:
             raise _Aborted(f"every request was rejected by the server: {state.first_error or ''}")
         state.gate.set()
 
+    async def _fatal_count(self) -> int:
+        if self.server is None:
+            return 0
+        try:
+            return len(await asyncio.to_thread(self.server.fatal_lines))
+        except Exception:  # a log that cannot be read says nothing either way
+            return 0
+
+    async def _no_new_fatal_lines(self, state: _LevelState) -> None:
+        """Raise _Aborted when the server logged a fatal error during the level (it is dying)."""
+        if self.server is None:
+            return
+        try:
+            lines = list(await asyncio.to_thread(self.server.fatal_lines))
+        except Exception:
+            return
+        if len(lines) > state.fatal_before:
+            where = f" (log: {self.server.log_path})" if getattr(self.server, "log_path", None) else ""
+            raise _Aborted(f"the server logged a fatal error during the level{_exit_details(self.server)}{where}",
+                           lines)
+
     def _cancel_stalled(self, state: _LevelState) -> None:
         # One sweep-wide check instead of aiohttp's per-read timer, which would be re-armed for
         # every chunk of every stream.
@@ -397,6 +419,7 @@ class _Sweep:
         level_id: str, bar: Any,
     ) -> tuple[_LevelState, float, float, array]:
         state = _LevelState(planned=len(specs))
+        state.fatal_before = await self._fatal_count()
         t0 = time.time()
         deadline = t0 + self.settings.duration if self.settings.duration else None
         state.deadline = deadline
@@ -478,10 +501,14 @@ class _Sweep:
                     break
                 if deadline is not None and time.time() >= deadline:
                     break
-            if aborted is None and not stopped and (state.unchecked or (state.completed == 0 and state.rejected)):
-                # The level ended before the watchdog looked at its last failures.
+            if aborted is None and not stopped and (state.unchecked or state.failed or state.inflight):
+                # A level some of whose requests did not finish is finished only if the server
+                # outlived it: one that died or hung near the level's end (the watchdog not yet
+                # told, told while the process was still exiting, or streams that stopped merely
+                # cut at the deadline) would leave a row that resume keeps.
                 try:
                     await self._health_gate(session, state)
+                    await self._no_new_fatal_lines(state)
                 except _Aborted as exc:
                     aborted = exc
         finally:
