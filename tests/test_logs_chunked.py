@@ -394,3 +394,45 @@ def test_numbers_by_digit_arithmetic_are_numpys(values):
         expected = col.astype(np.int64) if fast.dtype == np.int64 else col.astype(np.float64)
         assert fast.dtype == expected.dtype and (fast == expected).all()
         assert fast.dtype == np.float64 or as_int
+
+
+def test_a_followers_tables_are_the_callers_to_change(tmp_path):
+    path = tmp_path / "server.log"
+    text = realistic_mix(300, 9, odd=0.0)
+    half = text.index("\n", len(text) // 2) + 1
+    path.write_text(text[:half])
+    follower = logs.follow_log(path)
+    first = follower.update()
+    status, running = first.http["status"].iloc[0], first.prefill["running_req"].iloc[0]
+    first.http.loc[0, "status"] = -1
+    first.prefill["running_req"] = -1
+    again = follower.update()  # nothing new: the kept tables again
+    assert again.http["status"].iloc[0] == status and again.prefill["running_req"].iloc[0] == running
+    again.http.loc[0, "status"] = -2
+    with path.open("a") as fh:
+        fh.write(text[half:])
+    final = follower.finish()
+    assert final.http["status"].iloc[0] == status and final.prefill["running_req"].iloc[0] == running
+    assert (first.http["status"].iloc[0], again.http["status"].iloc[0]) == (-1, -2)
+    assert_same(final, line_by_line(text.encode()), "after changes")
+
+
+def test_access_lines_of_many_alike_shapes_read_as_line_by_line():
+    # Many distinct lines of one width (more than a few rounds take: the rest are hashed),
+    # ports of every length, and lines that only look alike.
+    rng = random.Random(10)
+    lines = [STANDIN_PREFILL.format(s=0, n=1, c=2, r=3)]
+    for k in range(3000):
+        path = f"/v1/p{rng.randint(0, 40):03d}"
+        port = str(rng.randint(0, 99999))
+        status = rng.choice(["200 OK", "404 Not Found", "500 Internal Server Error"])
+        client = rng.choice(["127.0.0.1", "10.0.0.12", "a:b", "host"])
+        lines.append(f'INFO:     {client}:{port} - "GET {path} HTTP/1.1" {status}')
+        if k % 97 == 0:
+            lines.append(f'INFO:     {client}:{port}x - "GET {path} HTTP/1.1" {status}')
+            lines.append(f'INFO:     {client}:123456 - "GET {path} HTTP/1.1" {status}')
+            lines.append(STANDIN_DECODE.format(s=k % 60, r=k, c=2, g=3))
+    raw = ("\n".join(lines) + "\n").encode()
+    reference = line_by_line(raw)
+    assert len(reference.http) > 3000 and reference.http["path"].nunique() > 30
+    assert_same(logs.parse_log(raw), reference, "alike")

@@ -565,3 +565,25 @@ def test_sim_release_emulates_that_release_flags_and_server_args():
         parse_sim_argv(["--sim-release", "0.5.9", "--cuda-graph-max-bs-decode", "64"])  # not a 0.5.9 flag
     with pytest.raises(ConfigError, match="--sim-release"):
         parse_sim_argv(["--sim-release", "0.4.0"])
+
+
+def test_each_release_line_format_reads_back_the_same():
+    # the formats themselves are checked against each release's source in tests/contract
+    from glm5lib.logs import parse_log
+    from glm5lib.sim.lines import decode_line, prefill_line, server_args_line
+
+    for release in ("0.5.8", "0.5.9", "0.5.23"):
+        decode = decode_line(release, running=5, tokens=700, usage=0.25, graph=True, gen_throughput=880.0, queue=3)
+        prefill = prefill_line(release, new_seq=2, new_token=512, cached_token=0, usage=0.1, running=5, queue=3,
+                               pending_token=1024, graph=False, input_throughput=4096.0)
+        assert decode.endswith(", ") == prefill.endswith(", ") == (release == "0.5.8")
+        args = server_args_line(release, {"model_path": "m", "max_running_requests": 64})
+        assert args.startswith("server_args={'model_path'" if release == "0.5.23" else "server_args=ServerArgs(model_path=")
+        text = "\n".join(f"[2026-11-02 10:00:0{i}] {line}" for i, line in enumerate((args, prefill, decode)))
+        log = parse_log(text)
+        assert log.server_args == {"model_path": "m", "max_running_requests": 64}
+        assert log.decode[["running_req", "queue_req", "gen_throughput"]].iloc[0].tolist() == [5, 3, 880.0]
+        row = log.prefill.iloc[0]
+        assert (row["new_token"], row["running_req"]) == (512, 5)
+        assert ("pending_token" in log.prefill and row["pending_token"] == 1024) == (release == "0.5.23")
+        assert ("input_throughput" in log.prefill) == (release != "0.5.8")

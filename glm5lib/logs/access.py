@@ -27,6 +27,10 @@ _MAX_CLIENT = 64
 _MAX_REST = 248
 _MAX_PORT = 5
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
+# Widths around the port, and distinct lines of one width, looked for one at a time before
+# the rest are hashed.
+_CLASSES = 8
+_ROUNDS = 4
 
 
 def _positions(arr: np.ndarray, needle: bytes, anchor: int) -> np.ndarray:
@@ -59,6 +63,72 @@ def _hashes(block: np.ndarray) -> np.ndarray:
     return h
 
 
+def _exact(arr: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
+    """Rows of exactly ``width`` bytes from ``starts``, each as one value (compared as bytes)."""
+    short = int(starts.max(initial=0)) + width - len(arr)
+    if short > 0:
+        arr = np.concatenate((arr, np.zeros(short, dtype=np.uint8)))
+    rows = np.lib.stride_tricks.sliding_window_view(arr, width)[starts]
+    return rows.view(f"V{width}").ravel()
+
+
+def _alike(
+    arr: np.ndarray, starts: np.ndarray, seps: np.ndarray, client_w: np.ndarray, rest_w: np.ndarray, sel: np.ndarray
+) -> np.ndarray:
+    """For each line, the line (its index) it is the same as but for the port's digits, or -1.
+
+    Lines of one width around the port are compared with one of them a part at a time (each
+    row at once, byte for byte); a busy server's lines are a few distinct ones, so a few
+    rounds take them all. What is left after that is grouped by a hash of its bytes, checked
+    the same way."""
+    rep = np.full(len(starts), -1, dtype=np.int64)
+    key = client_w * 65536 + rest_w
+    left: list[np.ndarray] = []
+    todo = sel
+    for _ in range(_CLASSES):
+        if not len(todo):
+            break
+        in_class = key[todo] == key[todo[0]]
+        members, todo = todo[in_class], todo[~in_class]
+        client = _exact(arr, starts[members], int(client_w[members[0]]))
+        rest = _exact(arr, seps[members], int(rest_w[members[0]]))
+        pending = np.arange(len(members))
+        for _ in range(_ROUNDS):
+            if not len(pending):
+                break
+            r = pending[0]
+            same = (client[pending] == client[r]) & (rest[pending] == rest[r])
+            rep[members[pending[same]]] = members[r]
+            pending = pending[~same]
+        if len(pending):
+            left.append(members[pending])
+    if len(todo):
+        left.append(todo)
+    if left:
+        _hashed(arr, starts, seps, client_w, rest_w, np.concatenate(left), rep)
+    return rep
+
+
+def _hashed(
+    arr: np.ndarray, starts: np.ndarray, seps: np.ndarray, client_w: np.ndarray, rest_w: np.ndarray,
+    sel: np.ndarray, rep: np.ndarray,
+) -> None:
+    """``rep`` for the lines ``sel``: grouped by a hash of their bytes but the port's, each
+    group's lines checked byte for byte against its first."""
+    wc = -(-int(client_w[sel].max()) // 8) * 8
+    wr = -(-int(rest_w[sel].max()) // 8) * 8
+    block = np.concatenate(
+        (_gather(arr, starts[sel], client_w[sel], wc), _gather(arr, seps[sel], rest_w[sel], wr)), axis=1
+    )
+    h = _hashes(block) ^ (client_w[sel].astype(np.uint64) << np.uint64(40)) ^ rest_w[sel].astype(np.uint64)
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    words = block.view(np.uint64)
+    same = (words == words[first[inverse]]).all(axis=1)
+    same &= (client_w[sel] == client_w[sel][first[inverse]]) & (rest_w[sel] == rest_w[sel][first[inverse]])
+    rep[sel[same]] = sel[first[inverse]][same]
+
+
 def access_lines(
     regex: re.Pattern[bytes], buf: bytes, arr: np.ndarray, nl: np.ndarray, n: int, read_lines: Any
 ) -> tuple[np.ndarray, list[tuple[bytes, ...]], np.ndarray, np.ndarray]:
@@ -88,8 +158,10 @@ def access_lines(
     starts, ends = starts[lines], nl[lines + 1]
 
     # The port: digits between the last colon before the separator and the separator.
-    colons = np.flatnonzero(arr == 58)
-    colon = colons[np.maximum(np.searchsorted(colons, seps) - 1, 0)] if len(colons) else np.zeros_like(seps)
+    # (Looked for in the few bytes before the separator: a port has 5 digits at most.)
+    before = _gather(arr, seps - _MAX_PORT - 1, np.full(len(seps), _MAX_PORT + 1), _MAX_PORT + 1)[:, ::-1]
+    is_colon = before == 58
+    colon = np.where(is_colon.any(axis=1), seps - 1 - np.argmax(is_colon, axis=1), -1)
     port = seps - colon - 1
     client_w, rest_w = colon - starts, ends - seps
     ok = (colon > starts) & (port >= 1) & (port <= _MAX_PORT) & (client_w <= _MAX_CLIENT) & (rest_w <= _MAX_REST)
@@ -101,25 +173,16 @@ def access_lines(
     index: dict[tuple[bytes, ...], int] = {}  # distinct rows, numbered
     sel = np.flatnonzero(ok)
     if len(sel):
-        wc = -(-int(client_w[sel].max()) // 8) * 8
-        wr = -(-int(rest_w[sel].max()) // 8) * 8
-        block = np.concatenate(
-            (_gather(arr, starts[sel], client_w[sel], wc), _gather(arr, seps[sel], rest_w[sel], wr)), axis=1
-        )
-        h = _hashes(block) ^ (client_w[sel].astype(np.uint64) << np.uint64(40)) ^ rest_w[sel].astype(np.uint64)
-        _, rep, inverse = np.unique(h, return_index=True, return_inverse=True)
-        inverse = inverse.ravel()
-        words = block.view(np.uint64)
-        same = (words == words[rep[inverse]]).all(axis=1)
-        same &= (client_w[sel] == client_w[sel][rep[inverse]]) & (rest_w[sel] == rest_w[sel][rep[inverse]])
-        group_code = np.full(len(rep), -1, dtype=np.int64)
-        for g, r in enumerate(rep.tolist()):
-            i = sel[r]
+        rep = _alike(arr, starts, seps, client_w, rest_w, sel)
+        grouped = np.flatnonzero(rep >= 0)
+        reps = np.unique(rep[grouped])
+        code_of = np.full(len(lines), -1, dtype=np.int64)
+        for i in reps.tolist():
             m = regex.match(buf, int(nl[lines[i]]))
             if m is not None and m.end(1) == colon[i] and m.end() == ends[i]:
-                group_code[g] = index.setdefault(m.groups(), len(index))
-        codes[sel] = np.where(same, group_code[inverse], -1)
-        alike[sel] = np.where(same, lines[sel[rep[inverse]]], lines[sel])
+                code_of[i] = index.setdefault(m.groups(), len(index))
+        codes[grouped] = code_of[rep[grouped]]
+        alike[grouped] = lines[rep[grouped]]
     rest = np.flatnonzero(codes < 0)
     if len(rest):
         at, rows = read_lines(regex, buf, starts[rest], ends[rest])

@@ -30,7 +30,7 @@ _DIGIT[list(b"0123456789")] = True
 # Widest rows of bytes a Windows gathers through its one view.
 _WIDE = 128
 # Values longer than this go to the regex.
-_MAX_VALUE = 32
+_MAX_VALUE = 23
 # A stamp is "YYYY-MM-DD HH:MM:SS" and up to 6 digits of a fraction.
 _STAMP_SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord(" "), 13: ord(":"), 16: ord(":")}
 _STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
@@ -57,11 +57,16 @@ class Windows:
         return np.lib.stride_tricks.sliding_window_view(arr, width)[np.minimum(starts, len(self.arr) - 1)]
 
 
+def _same(block: np.ndarray, expected: bytes) -> np.ndarray:
+    """Which rows of bytes are ``expected`` (a byte-for-byte comparison of each row at once)."""
+    rows = np.ascontiguousarray(block).view(f"V{len(expected)}").ravel()
+    return rows == np.void(expected)
+
+
 def _text(block: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """Rows of bytes cut at their widths -> an array of bytes strings."""
     width = max(int(widths.max(initial=0)), 1)
-    block = np.ascontiguousarray(block[:, :width])
-    block *= np.arange(width) < widths[:, None]
+    block = np.where(np.arange(width) < widths[:, None], block[:, :width], np.uint8(0))
     return block.view(f"S{width}").ravel()
 
 
@@ -114,27 +119,30 @@ def split_lines(
     # ---- the values, a column at a time
     columns: list[np.ndarray] = []
     at_a = heads.astype(np.int64)
+    every = np.arange(n)
     for k, gap in enumerate(gaps):
-        if gap:
-            block = win.rows(at_a, len(gap))
-            ok &= (block == np.frombuffer(gap, dtype=np.uint8)).all(axis=1)
-        start = at_a + len(gap)
-        window = win.rows(start, _MAX_VALUE + 1)
-        ended = _ENDS[window]
-        width_a = np.argmax(ended, axis=1)
-        ok &= ended.any(axis=1) & (width_a >= 1)
-        last = window[np.arange(n), np.maximum(width_a - 1, 0)]
+        # The bytes before the value and the value's window, in one gather.
+        g = len(gap)
+        block = win.rows(at_a, g + _MAX_VALUE + 1)
+        if g:
+            ok &= _same(block[:, :g], gap)
+        window = block[:, g:]
+        # The value ends at the first byte no value holds; none in the window, or none before
+        # it (an empty value), both give 0 and leave the line to the regex.
+        width_a = np.argmax(_ENDS[window], axis=1)
+        ok &= width_a >= 1
+        last = window[every, width_a - 1]
         if k == nvalues - 1 and first_tail:
             # The last value before the line's end: one "." after it is the line's own.
             width_a = np.where(last == ord("."), width_a - 1, width_a)
             ok &= width_a >= 1
-            last = window[np.arange(n), np.maximum(width_a - 1, 0)]
+            last = window[every, width_a - 1]
         ok &= last != ord(".")
         columns.append(_text(window, np.where(ok, width_a, 0)))
-        at_a = start + width_a
+        at_a = at_a + g + width_a
     if tail:
         block = win.rows(at_a, len(tail))
-        ok &= (block == np.frombuffer(tail, dtype=np.uint8)).all(axis=1)
+        ok &= _same(block, tail)
     ok &= at_a + len(tail) == ends
 
     take = np.flatnonzero(ok)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -227,6 +228,16 @@ class _Parser:
                         client, _port, method, target, status = um.groups()
                         self.http_rows.append((base + i, self.last_time_str, client, method, target, int(status)))
                         continue
+            if (
+                blocks_open and not args_open and line[:1] == " " and "[" not in line and "\x1b" not in line
+                and "\r" not in line and "NCCL " not in line and not line.isspace()
+            ):
+                # A traceback's body ("  File ...", "    code"): nothing glued on, no uvicorn,
+                # NCCL or glog line; it goes to the open blocks as _line would put it there.
+                self._block_body_started = True
+                for block in self._open_blocks:
+                    block["lines"].append(line)
+                continue
             if timed_line is not None:
                 # Read lazily, once before a line that is not taken fast (a line with only a
                 # clock, or only a rank, takes the date or the time from it).
@@ -644,24 +655,30 @@ class _Parser:
         self.http_frames = []
         new = [f for f in new if len(f)]
         if new:
-            part = pd.concat(new, ignore_index=True, sort=False) if len(new) > 1 else new[0]
-            if len(new) > 1:
-                # Lines read line by line fall between those read in bulk (all of them after
-                # what earlier builds kept).
-                part = part.iloc[np.argsort(part["_order"].to_numpy(), kind="stable")]
-            part = part.assign(time=to_timestamps(part["time"]).to_numpy())
-            done = self._http_done
+            # Lines read line by line fall between those read in bulk (all of them after what
+            # earlier builds kept): joined in line order, a column at a time.
+            if len(new) == 1:
+                part = new[0]
+            elif all(a["_order"].iat[-1] < b["_order"].iat[0] for a, b in pairwise(new)):
+                part = pd.concat(new, ignore_index=True, sort=False)  # in order already
+            else:
+                part = _joined(new)
             del new
+            part = part.assign(time=to_timestamps(part["time"]).to_numpy())
+            part.pop("_order")
+            done = self._http_done
             self._http_done = part if done is None else pd.concat([done, part], ignore_index=True, sort=False)
             del part, done
         if self._http_done is None:
             return http_frame([])
         if self.reuse_frames:
-            # A new table each time: nothing kept here is handed out.
-            return self._http_done.drop(columns="_order").reset_index(drop=True)
+            # The kept table, handed out so that neither the caller nor we see the other's changes.
+            frame = self._http_done
+            if not isinstance(frame.index, pd.RangeIndex) or frame.index.start:
+                frame = self._http_done = frame.reset_index(drop=True)
+            return _handout(frame)
         # Nobody builds again: the kept table becomes the result, without a copy.
         frame, self._http_done = self._http_done, None
-        frame.pop("_order")
         return frame.reset_index(drop=True) if not isinstance(frame.index, pd.RangeIndex) or frame.index.start else frame
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
@@ -671,7 +688,7 @@ class _Parser:
         )
         cached = self._cache.get(kind)
         if cached is not None and cached[0] == total:
-            return cached[1].copy()
+            return _handout(cached[1])
         parts = []
         for shape in shapes:
             if shape.rows or shape.raw:
@@ -746,8 +763,18 @@ class _Parser:
         if not self.reuse_frames:
             return frame  # nobody keeps this parser: no copy to protect a cache
         self._cache[kind] = (total, frame)
-        return frame.copy()
+        return _handout(frame)
 
+
+
+# pandas 3 copies a shared table when either side writes to it (copy-on-write): a table kept
+# for the next build can be handed out without a copy.
+_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
+
+
+def _handout(frame: pd.DataFrame) -> pd.DataFrame:
+    """A kept table for a caller: shared under copy-on-write, else a copy."""
+    return frame.copy(deep=not _COPY_ON_WRITE)
 
 
 def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:

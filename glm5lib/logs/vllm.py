@@ -90,6 +90,8 @@ _STAT_KEYS = {
     "Prefix cache hit rate": "cache_hit_rate",
     "MM cache hit rate": "mm_cache_hit_rate",
 }
+# Keys as printed -> (column name, whether a percentage), as the stats lines show them.
+_KEY_NAMES: dict[str, tuple[str, bool]] = {}
 _FRACTIONS = {"gpu_token_usage", "cpu_token_usage", "kv_token_usage", "cache_hit_rate", "mm_cache_hit_rate"}
 
 # vLLM's default format: "INFO 05-19 10:13:11 [loggers.py:271] " (0.8+) or "INFO 02-28 21:48:18
@@ -350,12 +352,19 @@ class VllmParser:
     def _stats(self, msg: str, at: int, stamp: pd.Timestamp | None) -> None:
         engine = _ENGINE_RE.search(msg[max(0, at - 16):at])
         row: dict[str, Any] = {"time": stamp, "engine": int(engine.group(1)) if engine else np.nan}
-        for key, value, _unit in _KEY_VALUE_RE.findall(msg[at:]):
-            name = _STAT_KEYS.get(key.strip())
-            if name is None:
-                name = re.sub(r"[^0-9a-z]+", "_", key.strip().lower()).strip("_")
-            number = _number(value)
-            row[name] = number / 100.0 if name in _FRACTIONS else number
+        names = _KEY_NAMES
+        for key, value, _unit in _KEY_VALUE_RE.findall(msg, at):
+            known = names.get(key)
+            if known is None:
+                name = _STAT_KEYS.get(key.strip())
+                if name is None:
+                    name = re.sub(r"[^0-9a-z]+", "_", key.strip().lower()).strip("_")
+                known = (name, name in _FRACTIONS)
+                if len(names) < 4096:
+                    names[key] = known
+            name, fraction = known
+            number = float(value) if "," not in value else _number(value)
+            row[name] = number / 100.0 if fraction else number
         if "gpu_token_usage" in row:
             row["token_usage"] = row.pop("gpu_token_usage")
         elif "kv_token_usage" in row:

@@ -35,6 +35,13 @@ from glm5lib.config import mask_value
 from glm5lib.paths import display_path
 from glm5lib.sim.args import SimArgs
 from glm5lib.sim.gpus import SimGpus
+from glm5lib.sim.lines import (
+    capture_lines,
+    init_distributed_end_line,
+    kv_allocated_line,
+    line_generation,
+    load_weight_end_line,
+)
 from glm5lib.sim.logwriter import LogWriter, banner_line
 from glm5lib.sim.metrics import render_metrics
 from glm5lib.sim.scheduler import Req, SchedulerSettings, SimScheduler
@@ -739,7 +746,8 @@ class StandinServer:
         hw = prof["hardware"]
         total_gb = float(hw["memory_total_bytes"]) / _GB
         t0 = time.time()
-        log.info("Init torch distributed begin.", rank=0)
+        if line_generation(args.release) != "0.5.23":  # 0.5.23 logs no torch.distributed lines
+            log.info("Init torch distributed begin.", rank=0)
         if args.faults.nccl_at_start:
             await asyncio.sleep(0.2)
             self.log.raw(
@@ -759,7 +767,9 @@ class StandinServer:
                 [],
             )
             return False
-        log.info(f"Init torch distributed ends. mem usage={0.62:.2f} GB", rank=0)
+        line = init_distributed_end_line(args.release, elapsed=time.time() - t0, mem_usage=0.62)
+        if line:
+            log.info(line, rank=0)
         avail = total_gb - 0.62 - 1.1
         log.all_ranks(f"Load weight begin. avail mem={avail:.2f} GB")
         load_s = float(prof["startup"]["load_seconds"]) + float(args.faults.slow_start)
@@ -778,10 +788,10 @@ class StandinServer:
             )
             return False
         after = avail - w_gb
-        log.all_ranks(
-            f"Load weight end. elapsed={time.time() - t0:.2f} s, type={(prof['model'].get('architectures') or ['Model'])[0]}, "
-            f"dtype=torch.bfloat16, avail mem={max(after, 0):.2f} GB, mem usage={w_gb:.2f} GB."
-        )
+        log.all_ranks(load_weight_end_line(
+            args.release, elapsed=time.time() - t0, model_type=(prof['model'].get('architectures') or ['Model'])[0],
+            avail=max(after, 0), mem_usage=w_gb,
+        ))
         if args.faults.oom_at_start or args.max_total_num_tokens <= 0:
             self._exit_like_sglang(
                 [
@@ -796,28 +806,25 @@ class StandinServer:
             return False
         tokens = args.max_total_num_tokens
         kv_gb = tokens * float(mem["kv_bytes_per_token_per_gpu"]) / _GB
-        log.all_ranks(f"KV Cache is allocated. #tokens: {tokens}, KV size: {kv_gb:.2f} GB")
+        log.all_ranks(kv_allocated_line(args.release, tokens=tokens, kv_gb=kv_gb))
         after -= kv_gb
         log.all_ranks(f"Memory pool end. avail mem={after:.2f} GB")
         if args.step.cuda_graph:
             bs = args.step.cuda_graph_max_bs
-            log.info(
-                f"Capture cuda graph begin. This can take up to several minutes. avail mem={after:.2f} GB",
-                rank=0,
-            )
             sizes = [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 160,
                                  192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024) if b <= bs]
             if bs not in sizes:
                 sizes.append(bs)
-            log.info(f"Capture cuda graph bs {sizes}", rank=0)
-            await asyncio.sleep(float(prof["startup"]["cuda_graph_capture_seconds"]))
+            capture_s = float(prof["startup"]["cuda_graph_capture_seconds"])
             g_gb = float(mem["cuda_graph_reserve_bytes"]) / _GB
+            before, done = capture_lines(args.release, sizes=sizes, avail_before=after, elapsed=capture_s,
+                                         mem_usage=g_gb, avail_after=after - g_gb)
+            for line in before:
+                log.info(line, rank=0)
+            await asyncio.sleep(capture_s)
             after -= g_gb
-            log.info(
-                f"Capture cuda graph end. Time elapsed: {float(prof['startup']['cuda_graph_capture_seconds']):.2f} s. "
-                f"mem usage={g_gb:.2f} GB. avail mem={after:.2f} GB.",
-                rank=0,
-            )
+            for line in done:
+                log.info(line, rank=0)
         log.info(
             f"max_total_num_tokens={tokens}, chunked_prefill_size={sa['chunked_prefill_size']}, "
             f"max_prefill_tokens={sa['max_prefill_tokens']}, max_running_requests={sa['max_running_requests']}, "

@@ -226,11 +226,67 @@ _LINES = {
                                'f"#queue-req: {len(self.scheduler.waiting_queue)}"\n']),
     },
 }
+# Start-up lines: (head the stand-in's line starts with, file, pieces); 0.5.23 has no
+# torch.distributed line and puts the captured batch sizes in its capture's end line.
+_RUNNER, _POOL, _SETUP = ("model_executor/model_runner.py", "mem_cache/memory_pool.py",
+                          "model_executor/model_runner_components/cuda_graph_setup.py")
+_GRAPH_08 = "{'cpu graph' if self.device == 'cpu' else 'cuda graph'}"
+_STARTUP = {
+    "0.5.8": [
+        ("Init torch distributed ends", _RUNNER,
+         ['f"Init torch distributed ends. mem usage={(before_avail_memory - local_gpu_memory):.2f} GB"']),
+        ("Load weight end", _RUNNER, ['f"Load weight end. "', 'f"type={type(self.model).__name__}, "',
+                                      'f"dtype={self.dtype}, "', 'f"avail mem={after_avail_memory:.2f} GB, "',
+                                      'f"mem usage={self.weight_load_mem_usage:.2f} GB."']),
+        ("KV Cache is allocated", _POOL, ['f"KV Cache is allocated. #tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"']),
+        ("Capture cuda graph begin", _RUNNER, ['f"Capture ' + _GRAPH_08 + ' begin. This can take up to several minutes. '
+                                               'avail mem={before_mem:.2f} GB"']),
+        ("Capture cuda graph bs", "model_executor/cuda_graph_runner.py", ['f"Capture cuda graph bs {self.capture_bs}"']),
+        ("Capture cuda graph end", _RUNNER, ['f"Capture ' + _GRAPH_08 + ' end. Time elapsed: {time.perf_counter() - tic:.2f} s. "',
+                                             'f"mem usage={self.graph_mem_usage:.2f} GB. avail mem={after_mem:.2f} GB."']),
+    ],
+    "0.5.9": [
+        ("Init torch distributed ends", _RUNNER,
+         ['f"Init torch distributed ends. elapsed={time.perf_counter() - tic:.2f} s, "',
+          'f"mem usage={(before_avail_memory - local_gpu_memory):.2f} GB"']),
+        ("Load weight end", _RUNNER, ['f"Load weight end. "', 'f"elapsed={time.perf_counter() - tic_total:.2f} s, "',
+                                      'f"type={type(self.model).__name__}, "', 'f"dtype={self.dtype}, "',
+                                      'f"avail mem={after_avail_memory:.2f} GB, "',
+                                      'f"mem usage={self.weight_load_mem_usage:.2f} GB."']),
+        ("KV Cache is allocated", _POOL, ['f"KV Cache is allocated. #tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"']),
+        ("Capture cuda graph begin", _RUNNER, ['f"Capture {graph_backend[self.device]} begin. This can take up to several '
+                                               'minutes. avail mem={before_mem:.2f} GB"']),
+        ("Capture cuda graph bs", "model_executor/cuda_graph_runner.py", ['f"Capture cuda graph bs {self.capture_bs}"']),
+        ("Capture cuda graph end", _RUNNER, ['f"Capture {graph_backend[self.device]} end. Time elapsed: '
+                                             '{time.perf_counter() - tic:.2f} s. "',
+                                             'f"mem usage={self.graph_mem_usage:.2f} GB. avail mem={after_mem:.2f} GB."']),
+    ],
+    "0.5.23": [
+        ("Load weight end", _RUNNER, ['f"Load weight end. "', 'f"elapsed={self.weight_load_time:.2f} s, "',
+                                      'f"type={type(self.model).__name__}, "', "f\"{quant_str + ', ' if quant_str else ''}\"",
+                                      'f"avail mem={after_avail_memory:.2f} GB, "',
+                                      'f"mem usage={self.weight_load_mem_usage:.2f} GB."']),
+        ("KV Cache is allocated", _POOL, [
+            "f\"{cache_name} {'VA upper bound' if self.post_capture_active else 'is allocated'}. dtype: {self.dtype}, \"",
+            'f"#tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"']),
+        ("Capture target decode CUDA graph begin", _SETUP, [
+            'f"Capture {capture_name} {graph_backend[model_runner.device]} begin. "',
+            'f"backend={decode_backend}, num_tokens_per_req={num_tokens_per_req}, "', 'f"avail mem={before_mem:.2f} GB"']),
+        ("Capture target decode CUDA graph end", _SETUP, [
+            'f"Capture {capture_name} {graph_backend[model_runner.device]} end. "', 'f"bs={runner.capture_bs}, "',
+            'f"elapsed={capture_time:.2f} s, "', 'f"mem usage={memory_usage_gb:.2f} GB, avail mem={after_mem:.2f} GB."']),
+    ],
+}
+# What the plain CUDA path puts in a placeholder that is not a value.
+_FILLED = {"{iter_msg}": "", "{cache_name}": "KV Cache", "{capture_name}": "target decode",
+           "{'VA upper bound' if self.post_capture_active else 'is allocated'}": "is allocated",
+           "{quant_str + ', ' if quant_str else ''}": "", "{graph_backend[model_runner.device]}": "CUDA graph"}
+_LISTS = ("{self.capture_bs}", "{runner.capture_bs}")
 # 0.5.23 builds the pool piece in another file: ", ".join(parts) + ", "
 _USAGE_0_5_23 = {"prefill": 'parts.append(f"token usage: {self.full_token_usage:.2f}")',
                  "decode": 'f"#token: {self.full_num_used}, token usage: {self.full_token_usage:.2f}"'}
 _LABELS = ("{graph_backend[self.device]}", "{self._graph_backend_label}",
-           "{'cuda graph' if self.device == 'cuda' else 'cpu graph'}")
+           "{'cuda graph' if self.device == 'cuda' else 'cpu graph'}", _GRAPH_08)
 
 
 def _piece_regex(piece: str, usage: str) -> str:
@@ -241,10 +297,20 @@ def _piece_regex(piece: str, usage: str) -> str:
     for m in re.finditer(r"\{(?:[^{}]|\{[^{}]*\})*\}", text):
         out += re.escape(text[i:m.start()])
         field = m.group(0)
-        out += ("" if field == "{iter_msg}" else usage if field == "{token_usage_msg}"
-                else "cuda graph" if field in _LABELS else r"[^\s,]+")
+        out += (re.escape(_FILLED[field]) if field in _FILLED else usage if field == "{token_usage_msg}"
+                else "cuda graph" if field in _LABELS else r"\[[\d, ]*\]" if field in _LISTS else r"[^\s,]+")
         i = m.end()
     return out + re.escape(text[i:])
+
+
+def _in_order(release: str, where: str, pieces: list[str]) -> None:
+    """Each piece is in ``release``'s ``where``, after the one before it."""
+    source = (_site(release) / "sglang" / "srt" / where).read_text()
+    at = -1
+    for piece in pieces:
+        found = source.find(piece, at + 1)
+        assert found > at, f"SGLang {release}'s {where} has no {piece!r} after the pieces before it"
+        at = found
 
 
 def _line_regex(release: str, kind: str) -> str:
@@ -252,12 +318,7 @@ def _line_regex(release: str, kind: str) -> str:
     import re
 
     where, pieces = _LINES[release][kind]
-    source = (_site(release) / "sglang" / "srt" / where).read_text()
-    at = -1
-    for piece in pieces:
-        found = source.find(piece, at + 1)
-        assert found > at, f"SGLang {release}'s {where} has no {piece!r} after the pieces before it"
-        at = found
+    _in_order(release, where, pieces)
     if release == "0.5.23":
         pools = (_site(release) / "sglang" / "srt" / _POOLS).read_text()
         assert _USAGE_0_5_23[kind] in pools, (release, kind)
@@ -292,8 +353,18 @@ def test_standin_log_lines_are_the_release_own_format(standin_output):
     else:
         assert 'logger.info(f"{server_args=}")' in engine
         assert "server_args=ServerArgs(model_path=" in args_line
+    # the start-up lines that differ between releases, each as its release writes it
+    messages = [ln.split("] ", 1)[1] for ln in log.splitlines() if ln.startswith("[") and "] " in ln]
+    for head, where, pieces in _STARTUP[release]:
+        _in_order(release, where, pieces)
+        pattern = re.compile("".join(_piece_regex(p, "") for p in pieces))
+        mine = [m for m in messages if m.startswith(head)]
+        assert mine and all(pattern.fullmatch(m) for m in mine), (release, head, pattern.pattern, mine[:1])
+    heads = {head for head, _, _ in _STARTUP[release]}
+    assert ("Init torch distributed ends" in heads) == any(m.startswith("Init torch distributed") for m in messages)
     parsed = parse_log(log)
     assert len(parsed.decode) and len(parsed.prefill) and len(parsed.server_args) > 300
+    assert parsed.startup["cuda_graph_batch_sizes"][-1] == parsed.startup["cuda_graph_batch_sizes"][-1] > 0
     assert ("pending_token" in parsed.prefill.columns) == (release == "0.5.23")
     assert ("input_throughput" in parsed.prefill.columns) == (release != "0.5.8")
     assert ServerConfig.from_server_args(parsed.server_args).release == release
