@@ -27,7 +27,9 @@ _MAX_CLIENT = 64
 _MAX_REST = 248
 _MAX_PORT = 5
 _MULTIPLIER = np.uint64(0x9E3779B97F4A7C15)
-# Distinct lines of one width looked for one at a time before the rest are hashed.
+# Widths around the port, and distinct lines of one width, looked for one at a time before
+# the rest are hashed.
+_CLASSES = 8
 _ROUNDS = 4
 
 
@@ -80,13 +82,14 @@ def _alike(
     rounds take them all. What is left after that is grouped by a hash of its bytes, checked
     the same way."""
     rep = np.full(len(starts), -1, dtype=np.int64)
-    key = client_w[sel] * 65536 + rest_w[sel]
-    classes, inverse = np.unique(key, return_inverse=True)
-    order = np.argsort(inverse.ravel(), kind="stable")
-    bounds = np.searchsorted(inverse.ravel()[order], np.arange(len(classes) + 1))
+    key = client_w * 65536 + rest_w
     left: list[np.ndarray] = []
-    for c in range(len(classes)):
-        members = sel[order[bounds[c] : bounds[c + 1]]]
+    todo = sel
+    for _ in range(_CLASSES):
+        if not len(todo):
+            break
+        in_class = key[todo] == key[todo[0]]
+        members, todo = todo[in_class], todo[~in_class]
         client = _exact(arr, starts[members], int(client_w[members[0]]))
         rest = _exact(arr, seps[members], int(rest_w[members[0]]))
         pending = np.arange(len(members))
@@ -99,6 +102,8 @@ def _alike(
             pending = pending[~same]
         if len(pending):
             left.append(members[pending])
+    if len(todo):
+        left.append(todo)
     if left:
         _hashed(arr, starts, seps, client_w, rest_w, np.concatenate(left), rep)
     return rep

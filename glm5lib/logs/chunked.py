@@ -410,7 +410,7 @@ def _scheduler_lines(
     their own and read by the regex of the shape that took that group before, so a regex is
     tried only on lines that are almost surely its own."""
     heads = sorted({(cs.needle, cs.follow) for cs in shapes})
-    holding = [_holding(arr, nl, b"] " + h, f, where=True) for h, f in heads]
+    holding = [_holding(arr, nl, b"] " + h, f, anchor=2, where=True) for h, f in heads]  # from its first letter
     head_of = np.concatenate([np.full(len(x[0]), k, dtype=np.int64) for k, x in enumerate(holding)])
     lines = np.concatenate([x[0] for x in holding])
     where = np.concatenate([x[1] for x in holding])
