@@ -10,7 +10,9 @@ such a change must leave the installation as it found it, so a :class:`SourcePat
 - keeps a copy of every file it changes and writes ``patch.json`` plus the diff itself into the
   run folder, so the report shows exactly what was changed in which version;
 - reverts (``patch -R``, or the saved copies when that fails), also at interpreter exit if a
-  notebook stops half-way.
+  notebook stops half-way, and on SIGTERM or SIGHUP before the process ends; a patch left
+  applied by a process killed outright (SIGKILL) is found by its marker file beside the package
+  and reverted, with a warning, the next time the same diff is applied.
 
 Diffs use ``a/``/``b/`` prefixes relative to the folder that *holds* the package (site-packages),
 e.g. ``--- a/sglang/srt/model_executor/model_runner.py``, as ``git diff`` writes them.
@@ -42,9 +44,12 @@ import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
+
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, PatchError
 from glm5lib.paths import data_dir
+from glm5lib.server.process import at_termination
 
 __all__ = [
     "PATCH_RECORD",
@@ -281,6 +286,10 @@ class SourcePatch:
         )
         self._backup: dict[str, bytes] = {}
         self._atexit_registered = False
+        self._untrap = None  # unregisters the revert on SIGTERM/SIGHUP
+        # Says who applied the diff until it is reverted, so that a run killed before it could
+        # revert is found and undone by the next one.
+        self._marker = self.root / f".glm5lib-patch-{self.name}.json"
 
     # -- the GNU patch calls ------------------------------------------------------------------
     def _run(self, *extra: str) -> subprocess.CompletedProcess:
@@ -343,6 +352,8 @@ class SourcePatch:
         if result.returncode != 0:
             reverse = self._run("--dry-run", "-R")
             if reverse.returncode == 0:
+                if self._revert_leftover():
+                    return self.check()
                 raise PatchError(
                     f"{self.name} is already applied to {self.package} at {self.root}; "
                     f"revert it first (patch -R) or leave it as it is"
@@ -369,8 +380,12 @@ class SourcePatch:
                 raise PatchError(f"{path} is not writable; run as the owner of the installation")
             self._backup[rel] = path.read_bytes()
         self.record.file_sha256_before = self._hashes()
+        process = psutil.Process()
+        self._marker.write_text(json.dumps({"diff_sha256": self.record.diff_sha256, "pid": process.pid,
+                                            "started": process.create_time(), "applied_at": _now()}))
         result = self._run()
         if result.returncode != 0:
+            self._marker.unlink(missing_ok=True)
             self._restore()
             self.record.status = "failed"
             self._write_record()
@@ -385,6 +400,7 @@ class SourcePatch:
         if not self._atexit_registered:
             atexit.register(self._revert_at_exit)
             self._atexit_registered = True
+        self._untrap = self._untrap or at_termination(self._revert_at_exit)
         self._write_record()
         return self.record
 
@@ -400,11 +416,34 @@ class SourcePatch:
             self.record.status = "failed"
             self._write_record()
             raise PatchError(f"could not revert {self.name} in {self.root}; reinstall {self.package}")
+        self._marker.unlink(missing_ok=True)
+        if self._untrap is not None:
+            self._untrap()
+            self._untrap = None
         self.record.status = "reverted"
         self.record.reverted_at = _now()
         log.info("reverted %s in %s", self.name, self.root)
         self._write_record()
         return self.record
+
+    def _revert_leftover(self) -> bool:
+        """Revert this diff where the marker says a process that has since ended applied it."""
+        try:
+            left = json.loads(self._marker.read_text())
+            owner = psutil.Process(left["pid"])
+            if owner.create_time() == left["started"] and owner.is_running():
+                return False  # applied by a process still running: it reverts its own
+        except psutil.NoSuchProcess:
+            pass
+        except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+            return False
+        if left.get("diff_sha256") != self.record.diff_sha256 or self._run("-R").returncode != 0:
+            return False
+        self._marker.unlink(missing_ok=True)
+        self.record.note = (f"reverted a leftover: {self.name} was still applied by pid {left['pid']} "
+                            f"(applied {left.get('applied_at')}), which ended without reverting it")
+        log.warning("%s in %s", self.record.note, self.root)
+        return True
 
     def _restore(self) -> None:
         for rel, data in self._backup.items():

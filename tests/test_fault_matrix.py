@@ -3,8 +3,11 @@ every record kept, a rerun that resumes, and no process left behind.
 
 Start-up faults make :func:`glm5lib.server.launch` raise; faults during a sweep make
 :func:`glm5lib.loadgen.run_sweep` raise :class:`~glm5lib.errors.SweepAbortedError` with the rows of
-the finished levels already in sweep.csv and every request record in requests.jsonl whole.
-Levels are small (short prompts, 1.5 s or 4 requests each) to keep the matrix fast.
+the finished levels already in sweep.csv and every request record in requests.jsonl whole (a
+level the server died or hung in is not among them, even when its streams were only cut at the
+deadline). With the patch applied, a crash, Ctrl-C, SIGTERM or SIGHUP reverts it, and a patch left
+by a run killed outright is reverted by the next. Levels are small (short prompts, 1.5 s or 4
+requests each) to keep the matrix fast.
 """
 
 from __future__ import annotations
@@ -12,7 +15,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 
+import psutil
 import pytest
 
 from glm5lib import patching
@@ -133,6 +139,26 @@ def test_nan_in_duration_bound_levels(tmp_path, fault):
     _check_kept_and_resume(tmp_path, run_dir, err)
 
 
+@pytest.mark.parametrize("fault", [f"hang-after-steps={STEPS}", "hang-after-s=2.5"])
+def test_hang_in_duration_bound_levels(tmp_path, fault):
+    """No request finishes in these levels (cancelled at the deadline): the hang's trigger counts
+    decode steps or seconds. The level it hangs in is not kept, though its streams were cut at the
+    deadline rather than failed, and three unanswered probes give the word for it."""
+    run_dir = tmp_path / "run"
+    with _standin(tmp_path, fault) as server, pytest.raises(SweepAbortedError) as info:
+        _sweep(server, run_dir, health_timeout=0.5)
+    err = info.value
+    assert "hung" in str(err) and "/health did not answer" in str(err)
+    assert err.completed_levels and err.completed_levels[0] == LEVELS[0]
+    kept = load_sweep(run_dir)
+    assert (kept["completed"] == 0).all() and (kept["cancelled"] == kept["concurrency"]).all()
+    records = _records(run_dir)
+    for row in kept.itertuples():  # the server streamed to the end of every level kept
+        last_chunk = max(t for r in records if r["level_id"] == row.level_id for t in r["chunk_times"])
+        assert row.end_time - last_chunk < 0.5, (row.concurrency, row.end_time - last_chunk)
+    _check_kept_and_resume(tmp_path, run_dir, err)
+
+
 def test_hang_mid_sweep_is_named(tmp_path):
     """A hung server answers nothing, /health included: the level's requests never end, and
     three unanswered probes end the sweep with the word for it."""
@@ -249,3 +275,87 @@ def test_fault_during_the_patched_phase_reverts_the_patch(tmp_path, fault):
     assert json.loads((run_dir / patching.PATCH_RECORD).read_text())["status"] == "reverted"
     assert not server.alive() and not srv.live_servers()
     assert list(load_sweep(run_dir)["concurrency"]) == [2]
+
+
+# The patched phase in a Python of its own: the patch applied, a stand-in launched and a sweep
+# running, as in notebook 4, until the test ends it with a signal.
+PATCHED_PHASE = """
+import sys
+from pathlib import Path
+from glm5lib import patching, server
+from glm5lib.loadgen import run_sweep
+
+site, run_dir = Path(sys.argv[1]), Path(sys.argv[2])
+with patching.SourcePatch(sys.argv[3], root=site, record_dir=run_dir):
+    with server.launch(["--max-running-requests", "64"], backend="sim", log_path=run_dir / "server.log",
+                       ready_timeout=60) as srv:
+        def told(event):
+            if event.get("event") == "level_start":
+                print("sweeping", srv.pid, flush=True)
+        run_sweep(srv.base_url, [4], duration=120, input_len=16, output_len=4096, warmup=0,
+                  run_dir=run_dir, progress=False, callback=told)
+"""
+
+
+def _fake_site(tmp_path):
+    site = tmp_path / "site-packages"
+    target = site / "sglang" / "srt" / "model_executor" / "model_runner.py"
+    target.parent.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    target.write_text(MODEL_RUNNER)
+    return site, target
+
+
+def _ended(pid, timeout=30):
+    """Wait for a process that is not our child to end (it was the child's)."""
+    try:
+        _, alive = psutil.wait_procs([psutil.Process(pid)], timeout=timeout)
+    except psutil.NoSuchProcess:
+        return True
+    return not alive
+
+
+def _start_patched_phase(tmp_path, site, run_dir):
+    """The child, once its sweep is under way; and the stand-in's pid."""
+    child = subprocess.Popen([sys.executable, "-c", PATCHED_PHASE, str(site), str(run_dir), PATCH],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = child.stdout.readline()  # blocks until the sweep has started (or the child ended)
+    assert line.startswith("sweeping"), (line, child.stderr.read() if child.poll() is not None else "")
+    return child, int(line.split()[1])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_during_the_patched_phase_reverts_the_patch_and_ends_the_process(tmp_path, sig):
+    """SIGTERM's (and SIGHUP's) default action ends Python without running a finally block or an
+    atexit function: the patched phase reverts on the signal first, then ends as the signal would."""
+    site, target = _fake_site(tmp_path)
+    run_dir = tmp_path / "run" / "fix"
+    child, standin = _start_patched_phase(tmp_path, site, run_dir)
+    assert target.read_text() != MODEL_RUNNER
+    child.send_signal(sig)
+    assert child.wait(timeout=60) == -sig  # ended by the signal, as it would have been
+    assert target.read_text() == MODEL_RUNNER
+    record = json.loads((run_dir / patching.PATCH_RECORD).read_text())
+    assert record["status"] == "reverted"
+    assert f"{signal.Signals(sig).name} received" in child.stderr.read()
+    assert not list(site.glob(".glm5lib-patch-*"))  # no marker left to say it is still applied
+    assert _ended(standin)  # the guard ended the stand-in with the process that launched it
+
+
+def test_a_patch_left_by_a_killed_run_is_reverted_by_the_next_one(tmp_path, caplog):
+    """SIGKILL leaves no chance to revert: the next run finds the marker, says so and reverts the
+    leftover before it applies the diff itself."""
+    site, target = _fake_site(tmp_path)
+    child, standin = _start_patched_phase(tmp_path, site, tmp_path / "run" / "fix")
+    child.kill()
+    child.wait(timeout=30)
+    assert _ended(standin)
+    assert target.read_text() != MODEL_RUNNER and list(site.glob(".glm5lib-patch-*"))  # left applied
+    with caplog.at_level("WARNING", logger="glm5lib.patching"):
+        again = patching.SourcePatch(PATCH, root=site, record_dir=tmp_path / "again")
+        again.apply()
+    assert "reverted a leftover" in again.record.note and f"pid {child.pid}" in again.record.note
+    assert any("reverted a leftover" in r.getMessage() for r in caplog.records)
+    assert target.read_text() != MODEL_RUNNER  # applied once, not twice
+    again.revert()
+    assert target.read_text() == MODEL_RUNNER and not list(site.glob(".glm5lib-patch-*"))

@@ -241,6 +241,35 @@ def test_server_death_stops_the_sweep_and_resume_skips_done_levels(tmp_path):
     assert len(load_requests(tmp_path, complete_levels_only=False)) > 20
 
 
+def test_a_level_the_server_died_at_the_end_of_is_not_kept(tmp_path):
+    """The server fails the last request of level 4 with an HTTP error (no dropped connection,
+    so nothing wakes the watchdog) and exits just after: that level must not become a sweep.csv
+    row that resume would keep, though every other request of it finished."""
+    from glm5lib.errors import SweepAbortedError
+    from glm5lib.loadgen import load_sweep
+
+    dying = ChildServer(tmp_path, "--die-after", "15")  # requests 1-8: level 2; 16 is level 4's last
+    try:
+        with pytest.raises(SweepAbortedError) as info:
+            _sweep(dying.base_url + "/lastgasp", [2, 4], requests_per_level=8, run_dir=tmp_path, server=dying,
+                   health_interval=30.0)
+    finally:
+        dying.stop()
+    err = info.value
+    assert err.level == 4 and err.completed_levels == [2]
+    assert "fatal error" in str(err) or "process is gone" in str(err)
+    assert any("Scheduler hit an exception" in line for line in err.log_lines)
+    assert list(load_sweep(tmp_path)["concurrency"]) == [2]
+    last = [r for r in _records(tmp_path) if r["level"] == 4]
+    assert len(last) == 8 and [r["status"] for r in last].count("error") == 1  # kept on disk, all of them
+    healthy = ChildServer(tmp_path)
+    try:
+        df = _sweep(healthy.base_url + "/ok", [2, 4], requests_per_level=8, run_dir=tmp_path)
+    finally:
+        healthy.stop()
+    assert list(df["concurrency"]) == [2, 4] and df.loc[1, "failed"] == 0  # level 4 measured again
+
+
 def test_server_death_without_a_server_object_is_found_by_health(tmp_path):
     from glm5lib.errors import SweepAbortedError
 
@@ -509,6 +538,9 @@ def _serve(port: int, die_after: int | None) -> None:  # pragma: no cover - runs
         if die_after is not None and n > die_after:
             print("[2026-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
             print("RuntimeError: simulated crash", flush=True)
+            if sc == "lastgasp":  # the dying server still answers this request, with an error
+                asyncio.get_running_loop().call_later(0.5, os._exit, 3)
+                return web.json_response({"error": {"message": "scheduler died"}}, status=500)
             os._exit(3)
         if sc == "auth" and request.headers.get("Authorization") != "Bearer s3cret-key":
             return web.json_response({"error": {"message": "invalid API key"}}, status=401)
@@ -549,9 +581,9 @@ def _serve(port: int, die_after: int | None) -> None:  # pragma: no cover - runs
             if sc == "streamerr" and k == 3:
                 await resp.write(frame({"error": {"message": "NaN in the logits"}}, sc))
                 return resp
-            await resp.write(frame(obj, sc))
-            if k == per_chunk:
+            if k == per_chunk:  # stamped before the write: a busy machine may run the client first
                 first_sent[rid] = {"first_sent": time.time()}
+            await resp.write(frame(obj, sc))
             if sc == "drop" and k == 3:
                 request.transport.close()
                 return resp
@@ -636,6 +668,12 @@ def test_run_sweep_lists_its_options_in_its_signature():
         # the keywords' defaults are the settings' defaults
         for name in SweepSettings.field_names():
             assert params[name].default == getattr(SweepSettings(), name) or name == "token_ids", name
+        # one list: the settings' fields, in order, between the URL and levels and the outputs
+        assert list(params)[2 : 2 + len(SweepSettings.field_names())] == SweepSettings.field_names()
+    # a keyword that is neither a setting nor an output is refused as Python refuses it
+    with pytest.raises(TypeError, match="durations"):
+        run_sweep("http://127.0.0.1:1", [1], durations=5, progress=False)
+    assert "read_timeout" in run_sweep.__doc__ and ", *, api: " in str(inspect.signature(run_sweep))
 
 
 @pytest.mark.parametrize("kwargs, field", [

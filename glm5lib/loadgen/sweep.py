@@ -16,7 +16,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import gc
+import inspect
 import json
 import logging
 import math
@@ -143,6 +145,7 @@ class _LevelState:
         self.last_issue: float | None = None
         self.deadline: float | None = None
         self.first_error: str | None = None  # the level's records are on disk, not kept here
+        self.fatal_before = 0  # fatal lines in the server's log when the level began
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
@@ -321,6 +324,27 @@ class _Sweep:
             raise _Aborted(f"every request was rejected by the server: {state.first_error or ''}")
         state.gate.set()
 
+    async def _fatal_count(self) -> int:
+        if self.server is None:
+            return 0
+        try:
+            return len(await asyncio.to_thread(self.server.fatal_lines))
+        except Exception:  # a log that cannot be read says nothing either way
+            return 0
+
+    async def _no_new_fatal_lines(self, state: _LevelState) -> None:
+        """Raise _Aborted when the server logged a fatal error during the level (it is dying)."""
+        if self.server is None:
+            return
+        try:
+            lines = list(await asyncio.to_thread(self.server.fatal_lines))
+        except Exception:
+            return
+        if len(lines) > state.fatal_before:
+            where = f" (log: {self.server.log_path})" if getattr(self.server, "log_path", None) else ""
+            raise _Aborted(f"the server logged a fatal error during the level{_exit_details(self.server)}{where}",
+                           lines)
+
     def _cancel_stalled(self, state: _LevelState) -> None:
         # One sweep-wide check instead of aiohttp's per-read timer, which would be re-armed for
         # every chunk of every stream.
@@ -395,6 +419,7 @@ class _Sweep:
         level_id: str, bar: Any,
     ) -> tuple[_LevelState, float, float, array]:
         state = _LevelState(planned=len(specs))
+        state.fatal_before = await self._fatal_count()
         t0 = time.time()
         deadline = t0 + self.settings.duration if self.settings.duration else None
         state.deadline = deadline
@@ -476,10 +501,14 @@ class _Sweep:
                     break
                 if deadline is not None and time.time() >= deadline:
                     break
-            if aborted is None and not stopped and (state.unchecked or (state.completed == 0 and state.rejected)):
-                # The level ended before the watchdog looked at its last failures.
+            if aborted is None and not stopped and (state.unchecked or state.failed or state.inflight):
+                # A level some of whose requests did not finish is finished only if the server
+                # outlived it: one that died or hung near the level's end (the watchdog not yet
+                # told, told while the process was still exiting, or streams that stopped merely
+                # cut at the deadline) would leave a row that resume keeps.
                 try:
                     await self._health_gate(session, state)
+                    await self._no_new_fatal_lines(state)
                 except _Aborted as exc:
                     aborted = exc
         finally:
@@ -733,65 +762,54 @@ class _Sweep:
         return row
 
 
-async def run_sweep_async(
-    base_url: str,
-    concurrencies: Sequence[int] | int,
-    *,
-    api: str = "generate",
-    model: str | None = None,
-    input_len: int = 256,
-    output_len: int = 256,
-    range_ratio: float = 1.0,
-    dataset: str | Path | None = None,
-    requests_per_level: int | None = None,
-    duration: float | None = None,
-    warmup: int = 2,
-    mode: str = "closed",
-    rate: float | Sequence[float] | None = None,
-    seed: int = 0,
-    token_ids: bool | None = None,
-    ignore_eos: bool = True,
-    temperature: float = 0.0,
-    extra_body: dict[str, Any] | None = None,
-    read_timeout: float = 300.0,
-    health_interval: float = 2.0,
-    health_timeout: float = 5.0,
-    resume: bool = True,
-    settings: SweepSettings | None = None,
-    run_dir: str | Path | None = None,
-    api_key: str | None = None,
-    server: _ServerLike | None = None,
-    progress: bool = True,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-    stop_event: threading.Event | None = None,
-) -> pd.DataFrame:
+# What a sweep writes to and reports to; the settings keywords come from SweepSettings itself.
+_SWEEP_ARGS = (
+    ("settings", "SweepSettings | None", None),
+    ("run_dir", "str | Path | None", None),
+    ("api_key", "str | None", None),
+    ("server", "_ServerLike | None", None),
+    ("progress", "bool", True),
+    ("callback", "Callable[[dict[str, Any]], None] | None", None),
+    ("stop_event", "threading.Event | None", None),
+)
+
+
+def _signature() -> inspect.Signature:
+    """``(base_url, concurrencies, *, <every SweepSettings field>, settings, run_dir, ...)``."""
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    params = [
+        inspect.Parameter("base_url", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
+        inspect.Parameter("concurrencies", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                          annotation="Sequence[int] | int"),
+    ]
+    params += [inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
+                for f in dataclasses.fields(SweepSettings)]
+    params += [inspect.Parameter(name, keyword, default=default, annotation=kind) for name, kind, default in _SWEEP_ARGS]
+    return inspect.Signature(params, return_annotation="pd.DataFrame")
+
+
+_SIGNATURE = _signature()
+
+
+def _takes_the_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
+    # One list of keywords (SweepSettings' fields), shown by help() and inspect.signature and
+    # checked as Python checks a written-out signature (unknown keywords raise TypeError).
+    fn.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
+    return fn
+
+
+@_takes_the_settings
+async def run_sweep_async(base_url: str, concurrencies: Sequence[int] | int, **options: Any) -> pd.DataFrame:
     """The coroutine behind :func:`run_sweep` (same arguments), for callers already inside an event loop."""
-    sweep = _make(
-        base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
-        progress=progress, callback=callback, stop_event=stop_event, api=api, model=model,
-        input_len=input_len, output_len=output_len, range_ratio=range_ratio, dataset=dataset,
-        requests_per_level=requests_per_level, duration=duration, warmup=warmup, mode=mode, rate=rate,
-        seed=seed, token_ids=token_ids, ignore_eos=ignore_eos, temperature=temperature,
-        extra_body=extra_body, read_timeout=read_timeout, health_interval=health_interval,
-        health_timeout=health_timeout, resume=resume,
-    )
-    return await sweep.run()
+    return await _make(base_url, concurrencies, options).run()
 
 
-def _make(
-    base_url: str,
-    concurrencies: Sequence[int] | int,
-    settings: SweepSettings | None,
-    *,
-    run_dir: str | Path | None,
-    api_key: str | None,
-    server: _ServerLike | None,
-    progress: bool,
-    callback: Callable[[dict[str, Any]], None] | None,
-    stop_event: threading.Event | None,
-    **given: Any,
-) -> _Sweep:
+def _make(base_url: Any, concurrencies: Any, options: dict[str, Any]) -> _Sweep:
     """Validate everything before anything is sent; ``settings`` replaces the setting keywords."""
+    bound = _SIGNATURE.bind(base_url, concurrencies, **options)  # TypeError for an unknown keyword
+    args = {name: bound.arguments.get(name, default) for name, _, default in _SWEEP_ARGS}
+    given = {k: v for k, v in bound.arguments.items() if k in SweepSettings.field_names()}
+    settings = args["settings"]
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise ConfigError(
             f"base_url {base_url!r} is not valid: use a URL like http://127.0.0.1:30000", field="base_url"
@@ -807,9 +825,10 @@ def _make(
             raise ConfigError(f"settings= and the keywords {changed} both set the sweep: use one or the other",
                               field="settings", valid=["settings", *changed])
     sweep_levels(concurrencies, settings)  # validate early
-    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api, _mask(api_key))
-    return _Sweep(base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
-                  progress=progress, callback=callback, stop_event=stop_event)
+    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api, _mask(args["api_key"]))
+    return _Sweep(base_url, concurrencies, settings, run_dir=args["run_dir"], api_key=args["api_key"],
+                  server=args["server"], progress=args["progress"], callback=args["callback"],
+                  stop_event=args["stop_event"])
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -830,38 +849,8 @@ def _run_coro(coro: Any) -> Any:
         loop.close()
 
 
-def run_sweep(
-    base_url: str,
-    concurrencies: Sequence[int] | int,
-    *,
-    api: str = "generate",
-    model: str | None = None,
-    input_len: int = 256,
-    output_len: int = 256,
-    range_ratio: float = 1.0,
-    dataset: str | Path | None = None,
-    requests_per_level: int | None = None,
-    duration: float | None = None,
-    warmup: int = 2,
-    mode: str = "closed",
-    rate: float | Sequence[float] | None = None,
-    seed: int = 0,
-    token_ids: bool | None = None,
-    ignore_eos: bool = True,
-    temperature: float = 0.0,
-    extra_body: dict[str, Any] | None = None,
-    read_timeout: float = 300.0,
-    health_interval: float = 2.0,
-    health_timeout: float = 5.0,
-    resume: bool = True,
-    settings: SweepSettings | None = None,
-    run_dir: str | Path | None = None,
-    api_key: str | None = None,
-    server: _ServerLike | None = None,
-    progress: bool = True,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-    stop_event: threading.Event | None = None,
-) -> pd.DataFrame:
+@_takes_the_settings
+def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **options: Any) -> pd.DataFrame:
     """Drive ``base_url`` at each concurrency level in turn; one row per level.
 
     The settings keywords (``api`` to ``resume``) make a :class:`SweepSettings`, which checks
@@ -886,15 +875,7 @@ def run_sweep(
     Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
     the server dies, and :class:`ConfigError` for bad arguments.
     """
-    sweep = _make(
-        base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
-        progress=progress, callback=callback, stop_event=stop_event, api=api, model=model,
-        input_len=input_len, output_len=output_len, range_ratio=range_ratio, dataset=dataset,
-        requests_per_level=requests_per_level, duration=duration, warmup=warmup, mode=mode, rate=rate,
-        seed=seed, token_ids=token_ids, ignore_eos=ignore_eos, temperature=temperature,
-        extra_body=extra_body, read_timeout=read_timeout, health_interval=health_interval,
-        health_timeout=health_timeout, resume=resume,
-    )
+    sweep = _make(base_url, concurrencies, options)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -38,6 +38,7 @@ from glm5lib.masking import mask_argv, mask_env, mask_text, secret_env_values
 __all__ = [
     "READY_LINE",
     "ServerProcess",
+    "at_termination",
     "child_env",
     "crash_cause_from",
     "live_servers",
@@ -161,6 +162,64 @@ def signals_deferred(signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM)) -
             signal.signal(sig, handler)
         for signum in pending:
             previous[signum](signum, None)  # SIGINT's default handler raises KeyboardInterrupt here
+
+
+# Clean-ups run when SIGTERM or SIGHUP ends the process (newest first), then the signal does
+# what it did before: a Python handler is called, the default action ends the process.
+_TERMINATION_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+_CLEANUPS: dict[int, Any] = {}
+_PREVIOUS: dict[int, Any] = {}
+_CLEANUP_IDS = iter(range(1, 2**62))
+
+
+def at_termination(cleanup: Any) -> Any:
+    """Run ``cleanup()`` if SIGTERM or SIGHUP (a ``kill``, a service manager, a closed terminal, a
+    kernel shut down by signal) ends the process before the returned function is called to
+    unregister it. Without this, SIGTERM's default action ends Python at once: no ``finally``
+    block and no atexit function runs. Signals that are ignored are left so; only the main
+    thread can set handlers, so elsewhere this registers nothing (atexit still covers a normal
+    exit)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    key = next(_CLEANUP_IDS)
+    _CLEANUPS[key] = cleanup
+    for sig in _TERMINATION_SIGNALS:
+        current = signal.getsignal(sig)
+        if sig not in _PREVIOUS and current not in (signal.SIG_IGN, None):
+            _PREVIOUS[sig] = current
+            signal.signal(sig, _on_termination)
+
+    def unregister() -> None:
+        _CLEANUPS.pop(key, None)
+        if not _CLEANUPS and threading.current_thread() is threading.main_thread():
+            _restore_termination_handlers()
+
+    return unregister
+
+
+def _restore_termination_handlers() -> dict[int, Any]:
+    previous = dict(_PREVIOUS)
+    for sig, handler in previous.items():
+        if signal.getsignal(sig) is _on_termination:
+            signal.signal(sig, handler)
+    _PREVIOUS.clear()
+    return previous
+
+
+def _on_termination(signum: int, frame: Any) -> None:
+    logger.warning("%s received: cleaning up before the process ends", signal.Signals(signum).name)
+    while _CLEANUPS:
+        cleanup = _CLEANUPS.pop(max(_CLEANUPS))
+        try:
+            cleanup()
+        except Exception:  # the other clean-ups and the signal still go ahead
+            logger.exception("clean-up on %s failed", signal.Signals(signum).name)
+    handler = _restore_termination_handlers().get(signum, signal.SIG_DFL)
+    if callable(handler):
+        handler(signum, frame)
+    else:  # the default action, as if nothing had been in between
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
 
 
 # The guard: a tiny process that ends a server's process group when the Python that launched
