@@ -136,6 +136,13 @@ def test_patch_step_per_release(release, tmp_path):
     if release == "0.5.23":
         assert check.record.status == "upstream"
         assert "sglang/srt/model_executor/runner/flashinfer_autotune.py" in check.record.note
+        # the workbook's step (apply, measure, revert) goes on and touches nothing
+        before = {p: p.read_bytes() for p in (site / "sglang" / "srt" / "model_executor").rglob("*.py")}
+        step = SourcePatch("sglang-flashinfer-cutlass-moe-autotune", root=site, record_dir=tmp_path)
+        assert step.apply().status == "upstream" and "already upstream in sglang 0.5.23" in step.record.note
+        step.revert()
+        assert {p: p.read_bytes() for p in before} == before
+        assert json.loads(next(tmp_path.glob("*.json")).read_text())["status"] == "upstream"
         return
     assert check.record.status == "checked"
     # apply and revert on a copy of the file it edits
@@ -414,7 +421,7 @@ def test_sglang_bench_serving_runs_against_the_standin(release, tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "bench.jsonl"
-    with run_standin("--sim-zero-delay", "--sim-no-access-log") as server:
+    with run_standin("--sim-release", release, "--sim-zero-delay", "--sim-no-access-log") as server:
         bench = subprocess.run(
             [str(python), "-W", "ignore", "-m", "sglang.bench_serving", "--backend", "sglang",
              "--base-url", server.base_url, "--dataset-name", "random-ids", "--random-input-len", "16",
