@@ -1,9 +1,12 @@
-"""The chunked path: a log read a piece at a time, its frequent lines found by whole-buffer regexes.
+"""The chunked path: a log read a piece at a time, its frequent lines read by numpy and regexes.
 
 A busy server's log is mostly uvicorn access lines, then ``Prefill batch`` and ``Decode batch``
-lines. Here each piece of the file (whole lines, a few megabytes) is searched by one compiled
-regex per line shape, over the raw bytes, and the values land in column arrays: no Python
-object per line for those. Everything else (start-up, tracebacks, NCCL chatter, progress bars,
+lines. Here each piece of the file (whole lines, a few megabytes) is read over its raw bytes,
+and the values land in column arrays: no Python object per line for those. Access lines are
+read a distinct line at a time (:mod:`glm5lib.logs.access`: lines alike but for the port are
+one), scheduler lines of a learned shape are split into columns by numpy, the shape's regex
+reading one of them (:mod:`glm5lib.logs.fields`), and what those leave goes through one
+compiled regex per line shape. Everything else (start-up, tracebacks, NCCL chatter, progress bars,
 lines of a shape not seen yet, anything odd) goes to the line-by-line parser, which stays the
 reference: the state it keeps (the clock, open tracebacks, a wrapped ``server_args`` line) is
 applied at each boundary between the two exactly as a line-by-line read would apply it, and
