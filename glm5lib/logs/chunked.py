@@ -103,7 +103,8 @@ def _stamps(block: np.ndarray) -> np.ndarray:
                     for k in range(14, d.shape[1]):  # the fraction of a second, digit by digit
                         ns += d[:, k] * 10 ** (8 - (k - 14))
                     return ns.view("datetime64[ns]")
-    return np.ascontiguousarray(block).view(f"S{w}").ravel().astype("datetime64[ns]")
+    # (Through str: numpy 1.x crashes parsing a bad date from bytes instead of raising.)
+    return np.ascontiguousarray(block).view(f"S{w}").ravel().astype(str).astype("datetime64[ns]")
 
 
 class _ChunkShape:
@@ -505,7 +506,7 @@ def _times(col: np.ndarray) -> np.ndarray:
         if len(col) and (block[:, -1] != 0).all():
             # Every stamp as wide as the widest (the usual case): digit arithmetic.
             return _stamps(block)
-        return col.astype("datetime64[ns]")
+        return col.astype(str).astype("datetime64[ns]")  # (through str, as in _stamps)
     except ValueError:
         return to_timestamps(pd.Series(col.astype(str).astype(object))).to_numpy(dtype="datetime64[ns]")
 
