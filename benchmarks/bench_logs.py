@@ -30,6 +30,9 @@ process, its peak memory printed: it does not grow with the file. And ``follow``
 reading the ``standin`` mix as a server would write it, 4 MB at a time, an ``update()`` after
 each (the MB/s a server may write and still be kept up with).
 
+With ``--repeat N`` each mix is parsed N times (a fresh process each) and the medians are
+printed: on a shared machine single figures move by 10% or more.
+
     python benchmarks/bench_logs.py [--size-mb 100] [--mix standin,excerpts,tracebacks,vllm,decode]
                                     [--repeat 1] [--keep DIR] [--standin-log PATH] [--stream-mb 1000]
 """
@@ -40,6 +43,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -372,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         ap.error(f"unknown mix {bad[0]!r}: valid values are {', '.join(MIXES)}")
     size = int(args.size_mb * 1e6)
+    summary: list[tuple[str, float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(args.keep) if args.keep else Path(tmp)
         folder.mkdir(parents=True, exist_ok=True)
@@ -388,15 +393,21 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 nbytes = generate(path, size / 2**20)
             print(f"{mix}: {nbytes / 1e6:.1f} MB written in {time.perf_counter() - t0:.1f} s; {shares(path)}")
+            mb = nbytes / 1e6
+            rates, peaks = [], []
             for _ in range(args.repeat):
                 r = measure(path)
-                mb = nbytes / 1e6
+                rates.append(mb / r["cpu"])
+                peaks.append(r["peak_kb"] * 1024 / nbytes)
                 print(
                     f"  parse_log: {mb / r['wall']:.1f} MB/s wall ({r['wall']:.2f} s), {mb / r['cpu']:.1f} MB/s CPU; "
                     f"peak RSS {r['peak_kb'] / 1024:.0f} MB ({r['peak_kb'] * 1024 / nbytes:.2f}x the file; "
                     f"{r['rss0_kb'] / 1024:.0f} MB after import); rows {r['rows']}, skipped {r['skipped']}, "
                     f"lines {r['lines']}"
                 )
+            if args.repeat > 1:
+                summary.append((mix, statistics.median(rates), statistics.median(peaks)))
+                print(f"  median of {args.repeat}: {summary[-1][1]:.1f} MB/s CPU, peak {summary[-1][2]:.2f}x the file")
             if mix == "standin" and args.stream_mb > 0:
                 r = measure(path, FOLLOW_CHILD)
                 print(f"  follow_log: {mb / r['cpu']:.1f} MB/s CPU over {r['updates']} updates of 4 MB; "
@@ -417,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"({r['peak_kb'] * 1024 / nbytes:.2f}x the file); rows {r['rows']}, lines {r['lines']}")
             if not args.keep:
                 path.unlink()
+    if summary:
+        print("medians (MB/s CPU, peak/file): " + "; ".join(f"{m} {r:.1f}, {p:.2f}x" for m, r, p in summary))
     print(f"load average {os.getloadavg()[0]:.1f} (wall figures are worth little above 1 per core)")
     return 0
 

@@ -27,6 +27,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import plots, rundir
+from glm5lib.config import cuda_graphs_off
 from glm5lib.engines.vllm_defaults import vllm_automatic
 from glm5lib.errors import ConfigError
 from glm5lib.levels import per_level
@@ -198,6 +199,8 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     server_args = dict(getattr(server_log, "server_args", None) or {})
     startup = dict(getattr(server_log, "startup", None) or {})
     merged = {**server_args, **(config if isinstance(config, Mapping) else {})}
+    if cuda_graphs_off(merged):  # 0.5.23 says it per phase and logs the deprecated switch as False
+        merged["disable_cuda_graph"] = True
     nested = merged.get("server_args")  # a vLLM config keeps its arguments under server_args
     args = {**merged, **(nested if isinstance(nested, Mapping) else {})}
     cap = startup.get("max_running_requests") or args.get("max_running_requests") or args.get("max_num_seqs")

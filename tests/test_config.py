@@ -74,6 +74,10 @@ def test_field_for_ambiguous_prefix_lists_candidates():
     assert "--disable-cuda-graph-padding" in info.value.valid
     # an exact spelling is never ambiguous, even when it prefixes another flag
     assert field_for("--disable-cuda-graph") == "disable_cuda_graph"
+    # a flag 0.5.23 split per phase says what it became
+    with pytest.raises(ConfigError, match="--cuda-graph-max-bs of earlier releases is --cuda-graph-max-bs-decode"):
+        field_for("--cuda-graph-max-bs", "0.5.23")
+    assert field_for("--cuda-graph-max-bs", "0.5.9") == "cuda_graph_max_bs"
 
 
 def test_catalogue_entries_match_sglang_defaults():

@@ -54,3 +54,13 @@ def test_a_0_5_23_log_lines_up_with_a_0_5_9_era_reference():
     assert (row["current"], row["reference"]) == (1024, 2048)
     # the flag column speaks the current config's release
     assert frame.set_index("field").loc["attention_backend", "flag"] == "--attention-backend"
+
+
+def test_report_says_graphs_off_for_a_0_5_23_phase(tmp_path):
+    # 0.5.23 logs disable_cuda_graph=False and turns graphs off per phase: the report reads the intent
+    from glm5lib import report
+
+    (tmp_path / "fix").mkdir()
+    (tmp_path / "fix" / "server.log").write_text(FIXTURE.read_text())
+    config = report.summarize(tmp_path)["phases"]["fix"]["config"]
+    assert config["disable_cuda_graph"] is True and config["max_running_requests"] == 1024

@@ -142,8 +142,12 @@ def field_for(flag: str, release: str | None = None) -> str:
     if len(fields) == 1:
         return fields[0]
     if len(fields) > 1:
+        older = name[2:].replace("-", "_")
+        successor = cat.field_name(older) if older in RENAMED else None
+        hint = (f" ({name} of earlier releases is {cat.specs[successor].flag} in SGLang {cat.release})"
+                if successor in cat.specs else "")
         raise ConfigError(
-            f"ambiguous SGLang flag {name!r}: it could be {', '.join(sorted(prefixed)[:8])}",
+            f"ambiguous SGLang flag {name!r}: it could be {', '.join(sorted(prefixed)[:8])}{hint}",
             field=name,
             valid=sorted(prefixed),
         )
