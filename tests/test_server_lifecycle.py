@@ -290,3 +290,30 @@ def test_server_dies_with_its_jupyter_kernel(fake_python, how):
         _assert_gone(group)
     finally:
         km.shutdown_kernel(now=True)
+
+
+TERMINATION = """
+import os, signal, time
+from glm5lib.server import process
+seen = []
+signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(("previous", signum)))
+# as a reverted patch does, the last clean-up to run unregisters itself on the way
+unregister = process.at_termination(lambda: (seen.append("first"), unregister()))
+process.at_termination(lambda: seen.append("second"))
+os.kill(os.getpid(), signal.SIGTERM)
+deadline = time.monotonic() + 10
+while len(seen) < 3 and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(seen, signal.getsignal(signal.SIGTERM) is not process._on_termination)
+gone = process.at_termination(lambda: seen.append("never"))
+gone()  # unregistered: the handler before is back and nothing runs
+print(signal.getsignal(signal.SIGTERM) is not process._on_termination)
+"""
+
+
+def test_termination_clean_ups_run_then_the_previous_handler():
+    """at_termination's clean-ups run on SIGTERM, newest first, and then the handler that was
+    there before gets the signal (in a Python of its own: a default action would end the tests)."""
+    out = subprocess.run([sys.executable, "-c", TERMINATION], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == [f"['second', 'first', ('previous', {int(signal.SIGTERM)})] True", "True"]

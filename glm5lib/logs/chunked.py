@@ -1,9 +1,12 @@
-"""The chunked path: a log read a piece at a time, its frequent lines found by whole-buffer regexes.
+"""The chunked path: a log read a piece at a time, its frequent lines read by numpy and regexes.
 
 A busy server's log is mostly uvicorn access lines, then ``Prefill batch`` and ``Decode batch``
-lines. Here each piece of the file (whole lines, a few megabytes) is searched by one compiled
-regex per line shape, over the raw bytes, and the values land in column arrays: no Python
-object per line for those. Everything else (start-up, tracebacks, NCCL chatter, progress bars,
+lines. Here each piece of the file (whole lines, a few megabytes) is read over its raw bytes,
+and the values land in column arrays: no Python object per line for those. Access lines are
+read a distinct line at a time (:mod:`glm5lib.logs.access`: lines alike but for the port are
+one), scheduler lines of a learned shape are split into columns by numpy, the shape's regex
+reading one of them (:mod:`glm5lib.logs.fields`), and what those leave goes through one
+compiled regex per line shape. Everything else (start-up, tracebacks, NCCL chatter, progress bars,
 lines of a shape not seen yet, anything odd) goes to the line-by-line parser, which stays the
 reference: the state it keeps (the clock, open tracebacks, a wrapped ``server_args`` line) is
 applied at each boundary between the two exactly as a line-by-line read would apply it, and
@@ -100,7 +103,8 @@ def _stamps(block: np.ndarray) -> np.ndarray:
                     for k in range(14, d.shape[1]):  # the fraction of a second, digit by digit
                         ns += d[:, k] * 10 ** (8 - (k - 14))
                     return ns.view("datetime64[ns]")
-    return np.ascontiguousarray(block).view(f"S{w}").ravel().astype("datetime64[ns]")
+    # (Through str: numpy 1.x crashes parsing a bad date from bytes instead of raising.)
+    return np.ascontiguousarray(block).view(f"S{w}").ravel().astype(str).astype("datetime64[ns]")
 
 
 class _ChunkShape:
@@ -502,7 +506,7 @@ def _times(col: np.ndarray) -> np.ndarray:
         if len(col) and (block[:, -1] != 0).all():
             # Every stamp as wide as the widest (the usual case): digit arithmetic.
             return _stamps(block)
-        return col.astype("datetime64[ns]")
+        return col.astype(str).astype("datetime64[ns]")  # (through str, as in _stamps)
     except ValueError:
         return to_timestamps(pd.Series(col.astype(str).astype(object))).to_numpy(dtype="datetime64[ns]")
 

@@ -1,8 +1,9 @@
 """The SGLang engine: its log lines into :class:`glm5lib.logs.ServerLog`'s tables.
 
 :class:`_Parser` is a line-at-a-time state machine (the reference path), with a per-line fast
-path for scheduler shapes seen before, retractions and uvicorn access lines, and the whole-file
-bulk path of :mod:`glm5lib.logs.bulk` for large inputs; all three give the same rows.
+path for scheduler shapes seen before, retractions, uvicorn access lines and traceback bodies,
+and the chunked path of :mod:`glm5lib.logs.chunked` for files read a piece at a time
+(:meth:`_Parser.feed_chunk`); all three give the same rows.
 """
 
 from __future__ import annotations

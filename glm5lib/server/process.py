@@ -208,13 +208,15 @@ def _restore_termination_handlers() -> dict[int, Any]:
 
 def _on_termination(signum: int, frame: Any) -> None:
     logger.warning("%s received: cleaning up before the process ends", signal.Signals(signum).name)
+    previous = dict(_PREVIOUS)  # a clean-up that unregisters the last one restores them, too
     while _CLEANUPS:
         cleanup = _CLEANUPS.pop(max(_CLEANUPS))
         try:
             cleanup()
         except Exception:  # the other clean-ups and the signal still go ahead
             logger.exception("clean-up on %s failed", signal.Signals(signum).name)
-    handler = _restore_termination_handlers().get(signum, signal.SIG_DFL)
+    _restore_termination_handlers()
+    handler = previous.get(signum, signal.SIG_DFL)
     if callable(handler):
         handler(signum, frame)
     else:  # the default action, as if nothing had been in between
