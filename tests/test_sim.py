@@ -587,3 +587,16 @@ def test_each_release_line_format_reads_back_the_same():
         assert (row["new_token"], row["running_req"]) == (512, 5)
         assert ("pending_token" in log.prefill and row["pending_token"] == 1024) == (release == "0.5.23")
         assert ("input_throughput" in log.prefill) == (release != "0.5.8")
+
+
+def test_a_config_of_an_older_release_launches_the_stand_in_emulating_it(tmp_path):
+    # --stream-output is 0.5.9's (0.5.23 renamed it): the stand-in must parse 0.5.9's flags
+    from glm5lib.config import ServerConfig
+    from glm5lib.http import get
+    from glm5lib.server import launch
+
+    config = ServerConfig("0.5.9", stream_output=True, max_running_requests=4)
+    with launch(config, backend="sim", log_path=tmp_path / "server.log", extra_args=["--sim-zero-delay"]) as server:
+        assert "--sim-release" in server.argv and server.argv[server.argv.index("--sim-release") + 1] == "0.5.9"
+        assert get(server.base_url, "/get_server_info").json()["version"] == "0.5.9"
+    assert "server_args=ServerArgs(" in (tmp_path / "server.log").read_text()
