@@ -67,6 +67,19 @@ def test_field_for_unknown_flag_suggests_closest():
     assert info.value.valid[0] == "--max-running-requests"
 
 
+def test_intent_flags_are_what_each_release_takes():
+    assert cfgmod.intent_flags("cuda_graph_max_bs", "0.5.23") == "--cuda-graph-max-bs-decode"
+    assert cfgmod.intent_flags("cuda_graph_max_bs", "0.5.9") == "--cuda-graph-max-bs"
+    assert cfgmod.intent_flags("disable_cuda_graph", "0.5.23") == (
+        "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled")
+    assert cfgmod.intent_flags("disable_cuda_graph", "0.5.8") == "--disable-cuda-graph"
+    assert cfgmod.intent_flags("stream_output", "0.5.23") == "--incremental-streaming-output"
+    assert cfgmod.intent_flags("stream_output", "0.5.9") == "--stream-output"
+    assert cfgmod.intent_flags("fp4_gemm_runner_backend", "0.5.23") == "--fp4-gemm-backend"
+    with pytest.raises(ConfigError, match="unknown SGLang server argument 'no_such_field'"):
+        cfgmod.intent_flags("no_such_field", "0.5.23")
+
+
 def test_field_for_ambiguous_prefix_lists_candidates():
     with pytest.raises(ConfigError, match="ambiguous") as info:
         field_for("--disable-cuda")
@@ -445,8 +458,9 @@ def test_python_m_glm5lib_config_runs():
 def _value_strategy(spec):
     from hypothesis import strategies as st
 
-    if spec.choices:
-        return st.sampled_from(list(spec.choices))
+    if spec.choices:  # a list field's choices are those of its items (0.5.23's --lora-target-modules)
+        one = st.sampled_from(list(spec.choices))
+        return st.lists(one, min_size=1, max_size=4) if spec.value_type == "list" else one
     positive = spec.field in cfgmod._POSITIVE or spec.field in cfgmod._MINUS_ONE_ALLOWED
     ints = st.integers(min_value=1 if positive else -(2**31), max_value=2**31)
     texts = st.text(
