@@ -558,3 +558,19 @@ def test_0_5_23_dict_form_server_args_line_reads_as_a_0_5_23_config():
     assert config.disable_cuda_graph is True and config.max_running_requests == 1024
     assert config.diff(ServerConfig.load("glm5-fix", release="0.5.23")).keys() <= {
         "enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "mm_enable_dp_encoder"}
+
+
+def test_logs_summary_says_graphs_off_for_a_0_5_23_log_that_turns_them_off_per_phase(capsys):
+    # 0.5.23 logs the deprecated switch as False while both per-phase backends say 'disabled'
+    from pathlib import Path
+
+    from glm5lib.cli import main
+    from glm5lib.logs import parse_log, summarize
+
+    fixtures = Path(__file__).parent / "fixtures" / "logs"
+    new = summarize(parse_log(fixtures / "sglang-0.5.23-server-args.log"))["server_args"]
+    assert new["disable_cuda_graph"] is True
+    old = summarize(parse_log(fixtures / "glm5-rocm-server-args.log"))["server_args"]
+    assert old["disable_cuda_graph"] is False  # graphs on, said the old way
+    assert main(["logs", str(fixtures / "sglang-0.5.23-server-args.log")]) == 0
+    assert "disable_cuda_graph = True" in capsys.readouterr().out
