@@ -768,7 +768,10 @@ def _finished(frame: pd.DataFrame, kind: str, columns: tuple[str, ...], ordered:
         if c not in frame.columns:
             frame[c] = pd.array([pd.NA] * len(frame), dtype="boolean") if c == "cuda_graph" else np.nan
     if "cuda_graph" in frame.columns and frame["cuda_graph"].dtype == object:
-        frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
+        try:
+            frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
+        except (TypeError, ValueError):
+            pass  # a mangled value ("True0") among them: the column stays as read, as other columns do
     extras = [c for c in frame.columns if c not in base and c != "_order"]
     keep = [frame.columns.get_loc(c) for c in base + extras]
     if ordered or "_order" not in frame.columns:
