@@ -67,6 +67,19 @@ def test_field_for_unknown_flag_suggests_closest():
     assert info.value.valid[0] == "--max-running-requests"
 
 
+def test_intent_flags_are_what_each_release_takes():
+    assert cfgmod.intent_flags("cuda_graph_max_bs", "0.5.23") == "--cuda-graph-max-bs-decode"
+    assert cfgmod.intent_flags("cuda_graph_max_bs", "0.5.9") == "--cuda-graph-max-bs"
+    assert cfgmod.intent_flags("disable_cuda_graph", "0.5.23") == (
+        "--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill disabled")
+    assert cfgmod.intent_flags("disable_cuda_graph", "0.5.8") == "--disable-cuda-graph"
+    assert cfgmod.intent_flags("stream_output", "0.5.23") == "--incremental-streaming-output"
+    assert cfgmod.intent_flags("stream_output", "0.5.9") == "--stream-output"
+    assert cfgmod.intent_flags("fp4_gemm_runner_backend", "0.5.23") == "--fp4-gemm-backend"
+    with pytest.raises(ConfigError, match="unknown SGLang server argument 'no_such_field'"):
+        cfgmod.intent_flags("no_such_field", "0.5.23")
+
+
 def test_field_for_ambiguous_prefix_lists_candidates():
     with pytest.raises(ConfigError, match="ambiguous") as info:
         field_for("--disable-cuda")
@@ -445,8 +458,9 @@ def test_python_m_glm5lib_config_runs():
 def _value_strategy(spec):
     from hypothesis import strategies as st
 
-    if spec.choices:
-        return st.sampled_from(list(spec.choices))
+    if spec.choices:  # a list field's choices are those of its items (0.5.23's --lora-target-modules)
+        one = st.sampled_from(list(spec.choices))
+        return st.lists(one, min_size=1, max_size=4) if spec.value_type == "list" else one
     positive = spec.field in cfgmod._POSITIVE or spec.field in cfgmod._MINUS_ONE_ALLOWED
     ints = st.integers(min_value=1 if positive else -(2**31), max_value=2**31)
     texts = st.text(
@@ -544,3 +558,19 @@ def test_0_5_23_dict_form_server_args_line_reads_as_a_0_5_23_config():
     assert config.disable_cuda_graph is True and config.max_running_requests == 1024
     assert config.diff(ServerConfig.load("glm5-fix", release="0.5.23")).keys() <= {
         "enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "mm_enable_dp_encoder"}
+
+
+def test_logs_summary_says_graphs_off_for_a_0_5_23_log_that_turns_them_off_per_phase(capsys):
+    # 0.5.23 logs the deprecated switch as False while both per-phase backends say 'disabled'
+    from pathlib import Path
+
+    from glm5lib.cli import main
+    from glm5lib.logs import parse_log, summarize
+
+    fixtures = Path(__file__).parent / "fixtures" / "logs"
+    new = summarize(parse_log(fixtures / "sglang-0.5.23-server-args.log"))["server_args"]
+    assert new["disable_cuda_graph"] is True
+    old = summarize(parse_log(fixtures / "glm5-rocm-server-args.log"))["server_args"]
+    assert old["disable_cuda_graph"] is False  # graphs on, said the old way
+    assert main(["logs", str(fixtures / "sglang-0.5.23-server-args.log")]) == 0
+    assert "disable_cuda_graph = True" in capsys.readouterr().out

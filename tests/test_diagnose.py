@@ -321,7 +321,7 @@ def test_cuda_graph_fires_above_max_bs():
     assert len(out) == 1
     assert "cuda graph: False on 50% of decode lines" in out[0].evidence
     assert "above 64" in out[0].evidence and "reached 200" in out[0].evidence
-    assert "--cuda-graph-max-bs to about 200" in out[0].suggestion
+    assert "--cuda-graph-max-bs-decode to about 200" in out[0].suggestion  # the default release: 0.5.23
 
 
 def test_cuda_graph_quiet_when_graphs_cover_batches_or_are_off():

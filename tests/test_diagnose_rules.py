@@ -3,11 +3,15 @@ each on evidence frames built by hand: fires with its numbers and the engine's o
 
 from __future__ import annotations
 
+import re
+
 import pandas as pd
 import pytest
 from test_diagnose import decode_frame, sweep_frame
 
 from glm5lib import diagnose as dg
+from glm5lib.config import catalogue
+from glm5lib.diagnose.rules.crashes import _CRASH_ADVICE
 from glm5lib.logs import to_epoch
 
 
@@ -140,7 +144,7 @@ def test_dp_imbalance_names_the_busy_and_the_idle_replica():
     out = dg.rule_dp_imbalance(ev)
     assert len(out) == 1
     assert "DP0 ran 60 requests on average, DP1 10" in out[0].evidence
-    assert "--load-balance-method minimum_tokens" in out[0].suggestion
+    assert "--load-balance-method total_tokens" in out[0].suggestion
     even = pd.concat([busy, busy.assign(rank="DP1 TP0")], ignore_index=True)
     assert dg.rule_dp_imbalance(dg.Evidence(decode=even)) == []
 
@@ -265,3 +269,24 @@ def test_capacity_fit_drops_the_ramp_lines_of_each_level():
     # inside the measured batches the fit's own error; 16x beyond them, +-40%
     assert p.iloc[0]["throughput_high"] / p.iloc[0]["throughput"] < 1.01
     assert p.iloc[1]["throughput_high"] / p.iloc[1]["throughput"] == pytest.approx(1.4)
+
+
+@pytest.mark.parametrize("release", ["0.5.8", "0.5.9", "0.5.23"])
+def test_sglang_remedies_name_only_flags_and_values_the_release_takes(release):
+    cat = catalogue(release)
+    texts = [dg.remedy(intent, "sglang", release=release) for intent in dg.load_remedies()]
+    texts += [dg.fill_remedy(advice, release) for _, advice in _CRASH_ADVICE.values()]
+    for text in texts:
+        for flag, value in re.findall(r"(--[a-z][a-z0-9-]+)(?: ([a-z0-9]+_[a-z0-9_]+))?", text):
+            spec = cat.specs[cat.flag_to_field[flag]]  # KeyError: a flag the release does not know
+            assert not spec.deprecated, (flag, text)
+            if spec.choices and value:
+                assert value in spec.choices, (flag, value, text)
+
+
+def test_graph_remedy_is_spelt_for_the_release_of_the_evidence():
+    running, graph = [32] * 10 + [200] * 10, [True] * 10 + [False] * 10
+    for args, flag in (({"cuda_graph_max_bs_decode": 64, "version": "0.5.23"}, "--cuda-graph-max-bs-decode"),
+                       ({"cuda_graph_max_bs": 64, "version": "0.5.9"}, "--cuda-graph-max-bs")):
+        out = dg.rule_cuda_graph(dg.Evidence(decode=decode_frame(running, graph=graph), server_args=args))
+        assert f"raise {flag} to about 200 " in out[0].suggestion

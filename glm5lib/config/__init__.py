@@ -58,6 +58,7 @@ __all__ = [
     "cuda_graphs_off",
     "field_for",
     "flag_for",
+    "intent_flags",
     "mask_value",
     "parse_assignment",
     "shipped_configs",
@@ -123,6 +124,21 @@ def flag_for(field: str, release: str | None = None) -> str:
     if name is None:
         raise _unknown_field_error(field, cat=cat)
     return cat.specs[name].flag
+
+
+def intent_flags(field: str, release: str | None = None) -> str:
+    """What sets ``field`` on ``release``'s command line, as :meth:`ServerConfig.to_argv` writes
+    it there: the flag of the field or of its successor (``cuda_graph_max_bs`` ->
+    ``--cuda-graph-max-bs-decode`` on 0.5.23), and for a switch the tokens that turn it on
+    (``disable_cuda_graph`` -> ``--cuda-graph-backend-decode disabled --cuda-graph-backend-prefill
+    disabled`` where the old switch is deprecated). Remedies and advice name flags through this."""
+    cat = catalogue(release)
+    name = cat.field_name(field)
+    if name is None:
+        raise _unknown_field_error(field, cat=cat)
+    spec = cat.specs[name]
+    argv = ServerConfig._make({name: True}, cat=cat).to_argv() if spec.value_type == "bool" else []
+    return " ".join(argv) or spec.flag
 
 
 def field_for(flag: str, release: str | None = None) -> str:

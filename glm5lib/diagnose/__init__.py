@@ -32,7 +32,13 @@ from glm5lib.diagnose.capacity import (
 )
 from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
 from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, Prediction, load_evidence
-from glm5lib.diagnose.knowledge import load_impact, load_incompatibilities, load_remedies, remedy
+from glm5lib.diagnose.knowledge import (
+    fill_remedy,
+    load_impact,
+    load_incompatibilities,
+    load_remedies,
+    remedy,
+)
 from glm5lib.diagnose.references import (
     list_references,
     reference_dir,
@@ -57,6 +63,7 @@ __all__ = [
     "load_evidence",
     "load_impact",
     "load_incompatibilities",
+    "fill_remedy",
     "load_remedies",
     "predict_remedy",
     "recommend_max_running_requests",

@@ -24,6 +24,7 @@ from glm5lib.diagnose.references import (
     find_phase,
     list_references,
     norm,
+    release_of,
     resolve_config,
 )
 from glm5lib.engines.vllm_defaults import vllm_automatic
@@ -245,6 +246,11 @@ class Evidence:
     def engine(self) -> str:
         """The engine that wrote the evidence (``"sglang"`` unless its log adapter says otherwise)."""
         return str((self.startup or {}).get("engine") or "sglang")
+
+    @property
+    def release(self) -> str | None:
+        """The SGLang release of the evidence's server arguments (:func:`release_of`); None for other engines."""
+        return release_of(self.server_args or {}) if self.engine == "sglang" else None
 
     def prefill_budget(self) -> tuple[int | None, str]:
         """Prompt tokens one prefill batch may take, and where that came from.

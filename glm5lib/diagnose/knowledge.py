@@ -11,11 +11,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from glm5lib.config import intent_flags
 from glm5lib.errors import DiagnosisError
 from glm5lib.paths import data_dir
 
 __all__ = [
     "IMPACT_ORDER",
+    "fill_remedy",
     "is_context_field",
     "load_engine_knobs",
     "load_impact",
@@ -152,9 +154,29 @@ class _Blank(dict):
         return "default"
 
 
-def remedy(intent: str, engine: str = "sglang", **values: Any) -> str | None:
-    """The remedy for ``intent`` in ``engine``'s own flags, its ``{placeholders}`` filled from
-    ``values`` (unknown ones read "default"); None where that engine has no such mechanism.
+class _Flags:
+    """``{flag:field}`` in a remedy: what sets ``field`` on the release's command line."""
+
+    def __init__(self, release: str | None):
+        self.release = release
+
+    def __format__(self, field: str) -> str:
+        return intent_flags(field, self.release)
+
+
+def fill_remedy(text: str, release: str | None = None, **values: Any) -> str:
+    """A remedy text with its placeholders filled: ``{flag:field}`` by the flags ``release``
+    (default: the default release) takes for that field (:func:`glm5lib.config.intent_flags`),
+    the others from ``values`` (unknown ones and None read "default")."""
+    filled = {k: ("default" if v is None else v) for k, v in values.items()}
+    return text.format_map(_Blank({**filled, "flag": _Flags(release)}))
+
+
+def remedy(intent: str, engine: str = "sglang", *, release: str | None = None, **values: Any) -> str | None:
+    """The remedy for ``intent`` in ``engine``'s own flags, SGLang's spelt as ``release`` (the
+    SGLang release of the evidence; default: the default release) takes them, its
+    ``{placeholders}`` filled from ``values`` (see :func:`fill_remedy`); None where that engine
+    has no such mechanism.
 
     An engine the file does not know gets SGLang's wording."""
     intents = load_remedies()
@@ -164,4 +186,4 @@ def remedy(intent: str, engine: str = "sglang", **values: Any) -> str | None:
     text = by_engine[engine] if engine in by_engine else by_engine.get("sglang")
     if text is None:
         return None
-    return text.format_map(_Blank({k: ("default" if v is None else v) for k, v in values.items()}))
+    return fill_remedy(text, release, **values)

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.config import RENAMED, ServerConfig, cuda_graphs_off
+from glm5lib.config import RENAMED, ServerConfig, cuda_graphs_off, intent_flags
 from glm5lib.config.releases import (
     bundled_catalogue,
     default_release,
@@ -283,13 +283,10 @@ def flag_of(field: str, release: str | None = None) -> str:
     """The command-line flag of a field in ``release`` (default: the default release), renamed
     fields followed; "CUDA graphs off" on a release that switches graphs per phase is its two
     flags; ``--`` + the field name for fields the release does not know."""
-    cat = bundled_catalogue(nearest_bundled(release or default_release()))
-    name = cat.field_name(field)
-    if name is None:
+    try:
+        return intent_flags(field, nearest_bundled(release or default_release()))
+    except ConfigError:
         return "--" + field.replace("_", "-")
-    if name == "disable_cuda_graph" and cat.graphs_by_phase:
-        return " ".join(f"{cat.specs[f'cuda_graph_backend_{phase}'].flag} disabled" for phase in ("decode", "prefill"))
-    return cat.specs[name].flag
 
 
 _NUM_RE = re.compile(r"^[+-]?\d+(\.\d+)?([eE][+-]?\d+)?$")

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.config import cuda_graphs_off
 from glm5lib.logs.fatal import ERROR_KINDS
 from glm5lib.masking import mask_mapping
 
@@ -140,6 +141,8 @@ def summarize(slog: ServerLog) -> dict[str, Any]:
     decode statistics, errors and the crash cause."""
     args = mask_mapping(slog.server_args)
     important = {k: args[k] for k in IMPORTANT_ARGS if k in args}
+    if "disable_cuda_graph" in important:  # graphs on/off in any release's spelling (0.5.23: per phase)
+        important["disable_cuda_graph"] = cuda_graphs_off(args)
     out: dict[str, Any] = {
         "lines": slog.lines,
         "standin": slog.standin,

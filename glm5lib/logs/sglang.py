@@ -20,6 +20,7 @@ import pandas as pd
 from glm5lib.logs.chunked import feed_chunk, typed_frame
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
+from glm5lib.logs.growing import GrowingTable
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.scheduler import (
     _FAST_VALUE,
@@ -101,14 +102,14 @@ class _Parser:
         self.http_rows: list[tuple[int, str | None, str, str, str, int]] = []
         # Access lines read a chunk at a time, as tables with an "_order" column.
         self.http_frames: list[pd.DataFrame] = []
-        self._http_done: pd.DataFrame | None = None  # what earlier builds put in order
+        self._http_done: Any = None  # a follower's GrowingTable, or the table of one build
         # Shapes learned so far, for the chunked path: (shape, head, raw keys, keys inside
         # "(mixed ...)" or None).
         self.learned: list[tuple[_Shape, str, list[str], int | None]] = []
         self.errors: list[dict[str, Any]] = []
         self._open_blocks: list[dict[str, Any]] = []
         self._block_body_started = False
-        self._cache: dict[str, tuple[int, pd.DataFrame]] = {}
+        self._tables: dict[str, GrowingTable] = {}  # a follower's tables, kept between builds
         # A follower builds again and again: it keeps the tables and hands out copies.
         self.reuse_frames = True
         self.scan_first_time = False
@@ -639,7 +640,7 @@ class _Parser:
         del self.http_rows[:]
         self.http_frames = []
         self._http_done = None
-        self._cache.clear()
+        self._tables.clear()
         return slog
 
     def _http_table(self) -> pd.DataFrame:
@@ -667,115 +668,116 @@ class _Parser:
             del new
             part = part.assign(time=to_timestamps(part["time"]).to_numpy())
             part.pop("_order")
-            done = self._http_done
-            self._http_done = part if done is None else pd.concat([done, part], ignore_index=True, sort=False)
-            del part, done
+            if self.reuse_frames:
+                # A follower: the rows are appended to the table kept from earlier builds.
+                if self._http_done is None:
+                    self._http_done = GrowingTable()
+                self._http_done.append(part)
+            else:
+                self._http_done = part
+            del part
         if self._http_done is None:
             return http_frame([])
         if self.reuse_frames:
-            # The kept table, handed out so that neither the caller nor we see the other's changes.
-            frame = self._http_done
-            if not isinstance(frame.index, pd.RangeIndex) or frame.index.start:
-                frame = self._http_done = frame.reset_index(drop=True)
-            return _handout(frame)
+            return self._http_done.frame()
         # Nobody builds again: the kept table becomes the result, without a copy.
         frame, self._http_done = self._http_done, None
         return frame.reset_index(drop=True) if not isinstance(frame.index, pd.RangeIndex) or frame.index.start else frame
 
     def _frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        if self.reuse_frames:
+            return self._grown_frame(kind, columns)
         shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.frames or sh.raw)]
-        total = sum(
-            len(sh.rows) + sum(len(f) for f in sh.frames) + sum(len(p["_order"]) for p in sh.raw) for sh in shapes
-        )
-        cached = self._cache.get(kind)
-        if cached is not None and cached[0] == total:
-            return _handout(cached[1])
-        parts = []
-        for shape in shapes:
-            if shape.rows or shape.raw:
-                # Type only the rows added since the last build (a follower builds often).
-                pieces = list(shape.raw)
-                if shape.rows:
-                    table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
-                    table[:] = shape.rows
-                    ranks = table[:, 1]
-                    ranks[np.equal(ranks, None)] = ""
-                    pieces.append({
-                        "_order": np.array(shape.order, dtype=np.int64),
-                        "time": to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy(),
-                        "rank": ranks,
-                        "iter": None if np.equal(table[:, 2], None).all() else table[:, 2],
-                        "values": [table[:, 3 + k] for k in range(len(shape.columns))],
-                    })
-                shape.frames.append(typed_frame(shape.columns, pieces))
-                del shape.rows[:], shape.order[:], shape.raw[:]  # the fast path keeps appending to these lists
-                if len(shape.frames) > 8:
-                    shape.frames[:] = [pd.concat(shape.frames, ignore_index=True, sort=False)]
-            if len(shape.frames) > 1 and any("iter" in f.columns for f in shape.frames):
-                # Rows of one shape, with and without iteration numbers, read by different paths:
-                # every part gets the column, so it lands where one frame of the shape puts it.
-                for f in shape.frames:
-                    if "iter" not in f.columns:
-                        f.insert(3, "iter", np.nan)
-            parts.extend(shape.frames)
-        base = ["time", "rank", *columns]
+        parts = _typed_parts(shapes)
         if not parts:
-            frame = empty_frame(base)
-        else:
-            # Extra columns appear in the order the log first shows them, whichever path read them.
+            return empty_frame(["time", "rank", *columns])
+        # Nobody builds again: rows go into log order a column at a time, so that the table
+        # is made once (a join then a take would make it twice), and the parts go before the
+        # take below copies the table, so that two copies of it are alive at most, not three.
+        parts.sort(key=lambda f: int(f["_order"].min()))
+        frame = parts[0] if len(parts) == 1 else _joined(parts)
+        for shape in shapes:
+            shape.frames.clear()
+        parts.clear()
+        return _finished(frame, kind, columns)
+
+    def _grown_frame(self, kind: str, columns: tuple[str, ...]) -> pd.DataFrame:
+        """A follower's table: the rows typed since the last build are appended to the table
+        kept from it (:class:`GrowingTable`), so that a build costs what its new rows cost."""
+        shapes = [sh for sh in self.shapes.values() if sh.kind == kind and (sh.rows or sh.raw)]
+        table = self._tables.get(kind)
+        if table is None:
+            table = self._tables[kind] = GrowingTable(refinish=lambda f: _finished(f, kind, columns, ordered=True))
+        if shapes:
+            parts = _typed_parts(shapes)
+            for shape in shapes:
+                shape.frames.clear()  # kept by the table from now on
             parts.sort(key=lambda f: int(f["_order"].min()))
-            # Columns are fixed up first (none of it depends on row order), then one take puts
-            # rows into log order and columns into their order (each take is a full copy).
             single = len(parts) == 1
-            ordered = False
-            if single:
-                frame = parts[0].copy() if self.reuse_frames else parts[0]
-            elif self.reuse_frames:
-                frame = pd.concat(parts, ignore_index=True, sort=False)
-            else:
-                # Nobody builds again: rows go into log order a column at a time, so that the
-                # table is made once (a join then a take would make it twice).
-                frame = _joined(parts)
-                ordered = True
-            if not self.reuse_frames:
-                # Nobody builds again (as for the access lines): the parts go before the take
-                # below copies the table, so that two copies of it are alive at most, not three.
-                for shape in shapes:
-                    shape.frames.clear()
-                parts.clear()
-            if "iter" in frame.columns and frame["iter"].isna().all():
-                frame = frame.drop(columns="iter")
-            frame["time"] = to_timestamps(frame["time"])
-            if kind in ("decode", "prefill"):
-                fill_hybrid(frame)
-            for c in columns:
-                if c not in frame.columns:
-                    frame[c] = pd.array([pd.NA] * len(frame), dtype="boolean") if c == "cuda_graph" else np.nan
-            if "cuda_graph" in frame.columns and frame["cuda_graph"].dtype == object:
-                frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
-            extras = [c for c in frame.columns if c not in base and c != "_order"]
-            keep = [frame.columns.get_loc(c) for c in base + extras]
-            if single or ordered:
-                frame = frame.iloc[:, keep]
-            else:
-                perm = np.argsort(frame["_order"].to_numpy(), kind="stable")
-                frame = frame.iloc[perm, keep]
-                frame.index = pd.RangeIndex(len(frame))
-        if not self.reuse_frames:
-            return frame  # nobody keeps this parser: no copy to protect a cache
-        self._cache[kind] = (total, frame)
-        return _handout(frame)
+            frame = parts[0] if single else pd.concat(parts, ignore_index=True, sort=False)
+            table.append(_finished(frame, kind, columns, ordered=single))
+        if not len(table):
+            return empty_frame(["time", "rank", *columns])
+        return table.frame()
 
 
+def _typed_parts(shapes: list[Any]) -> list[pd.DataFrame]:
+    """The shapes' typed tables: the rows read since the last build typed (a follower builds
+    often), with the tables typed before."""
+    parts = []
+    for shape in shapes:
+        if shape.rows or shape.raw:
+            pieces = list(shape.raw)
+            if shape.rows:
+                table = np.empty((len(shape.rows), 3 + len(shape.columns)), dtype=object)
+                table[:] = shape.rows
+                ranks = table[:, 1]
+                ranks[np.equal(ranks, None)] = ""
+                pieces.append({
+                    "_order": np.array(shape.order, dtype=np.int64),
+                    "time": to_timestamps(pd.Series(table[:, 0], dtype=object)).to_numpy(),
+                    "rank": ranks,
+                    "iter": None if np.equal(table[:, 2], None).all() else table[:, 2],
+                    "values": [table[:, 3 + k] for k in range(len(shape.columns))],
+                })
+            shape.frames.append(typed_frame(shape.columns, pieces))
+            del shape.rows[:], shape.order[:], shape.raw[:]  # the fast path keeps appending to these lists
+            if len(shape.frames) > 8:
+                shape.frames[:] = [pd.concat(shape.frames, ignore_index=True, sort=False)]
+        if len(shape.frames) > 1 and any("iter" in f.columns for f in shape.frames):
+            # Rows of one shape, with and without iteration numbers, read by different paths:
+            # every part gets the column, so it lands where one frame of the shape puts it.
+            for f in shape.frames:
+                if "iter" not in f.columns:
+                    f.insert(3, "iter", np.nan)
+        parts.extend(shape.frames)
+    return parts
 
-# pandas 3 copies a shared table when either side writes to it (copy-on-write): a table kept
-# for the next build can be handed out without a copy.
-_COPY_ON_WRITE = int(pd.__version__.split(".")[0]) >= 3
 
+def _finished(frame: pd.DataFrame, kind: str, columns: tuple[str, ...], ordered: bool = True) -> pd.DataFrame:
+    """Joined scheduler rows -> the table: times typed, hybrid pools filled, missing columns
+    added, columns (then extras, in the order the log first shows them) and, unless
+    ``ordered``, rows (by their ``_order``) put in order by one take."""
+    base = ["time", "rank", *columns]
+    if "iter" in frame.columns and frame["iter"].isna().all():
+        frame = frame.drop(columns="iter")
+    frame["time"] = to_timestamps(frame["time"])
+    if kind in ("decode", "prefill"):
+        fill_hybrid(frame)
+    for c in columns:
+        if c not in frame.columns:
+            frame[c] = pd.array([pd.NA] * len(frame), dtype="boolean") if c == "cuda_graph" else np.nan
+    if "cuda_graph" in frame.columns and frame["cuda_graph"].dtype == object:
+        frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
+    extras = [c for c in frame.columns if c not in base and c != "_order"]
+    keep = [frame.columns.get_loc(c) for c in base + extras]
+    if ordered or "_order" not in frame.columns:
+        return frame.iloc[:, keep]
+    perm = np.argsort(frame["_order"].to_numpy(), kind="stable")
+    frame = frame.iloc[perm, keep]
+    frame.index = pd.RangeIndex(len(frame))
+    return frame
 
-def _handout(frame: pd.DataFrame) -> pd.DataFrame:
-    """A kept table for a caller: shared under copy-on-write, else a copy."""
-    return frame.copy(deep=not _COPY_ON_WRITE)
 
 
 def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:

@@ -152,7 +152,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
             "the KV pool size or the requests' max_tokens is unknown, so the reserve could not be sized"
         )
     suggestion = remedy(
-        "lower_admission_reserve", ev.engine, schedule_conservativeness=c, value=value
+        "lower_admission_reserve", ev.engine, release=ev.release, schedule_conservativeness=c, value=value
     )
     return [
         Finding(
@@ -217,7 +217,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     ]
     suggestion = remedy(
         "widen_prefill_budget",
-        ev.engine,
+        ev.engine, release=ev.release,
         value=value,
         chunked_prefill_size=ev.arg("chunked_prefill_size"),
         max_prefill_tokens=ev.arg("max_prefill_tokens"),
@@ -268,7 +268,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
         parts.append(f"the KV pool holds about {value} requests at their full {ctx:,.0f} tokens")
     suggestion = remedy(
         "reduce_retraction",
-        ev.engine,
+        ev.engine, release=ev.release,
         value=value or "what the KV pool holds",
         schedule_conservativeness=_conservativeness(ev),
     )
@@ -321,7 +321,7 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         Finding(
             finding="the server was fed less than the offered load: requests did not reach the scheduler",
             evidence=text,
-            suggestion=str(remedy("unload_the_frontend", ev.engine)),
+            suggestion=str(remedy("unload_the_frontend", ev.engine, release=ev.release)),
             confidence=confidence,
             rule="underfed",
             prediction=predict_remedy(ev, ev.cap()[0], "with the offered load reaching the scheduler"),
@@ -360,7 +360,7 @@ def rule_dp_imbalance(ev: Evidence) -> list[Finding]:
             finding="data-parallel imbalance: one replica queues while another idles",
             evidence=text,
             suggestion=str(
-                remedy("balance_data_parallel", ev.engine, load_balance_method=ev.arg("load_balance_method"))
+                remedy("balance_data_parallel", ev.engine, release=ev.release, load_balance_method=ev.arg("load_balance_method"))
             ),
             confidence=0.7,
             rule="dp_imbalance",

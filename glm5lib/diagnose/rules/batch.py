@@ -114,10 +114,10 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
             ran_batch=int(running.max()),
         )
     if rec is not None and rec.value is not None and rec.value > cap:
-        suggestion = f"{remedy('raise_running_cap', ev.engine, current=cap, value=rec.value)}: {rec.reason}"
+        suggestion = f"{remedy('raise_running_cap', ev.engine, release=ev.release, current=cap, value=rec.value)}: {rec.reason}"
     else:
         suggestion = (
-            remedy("raise_running_cap", ev.engine, current=cap, value="as many as the KV pool holds")
+            remedy("raise_running_cap", ev.engine, release=ev.release, current=cap, value="as many as the KV pool holds")
             + " (check token usage stays below ~0.95 with no retractions after the change)"
         )
         if rec is not None and rec.reason:
@@ -196,7 +196,7 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     suggestion = "to run more requests at once, " + str(
         remedy(
             "enlarge_kv_pool",
-            ev.engine,
+            ev.engine, release=ev.release,
             mem_fraction_static=ev.arg("mem_fraction_static"),
             gpu_memory_utilization=ev.arg("gpu_memory_utilization"),
         )
@@ -254,7 +254,7 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
                 f"{int(max_bs)} ({src}); those batches reached {int(running[over].max())} (p95 {p95:.0f})"
             ),
             suggestion=(
-                str(remedy("cover_batch_with_graphs", ev.engine, value=target))
+                str(remedy("cover_batch_with_graphs", ev.engine, release=ev.release, value=target))
                 + "; at very large batches the launch overhead a graph saves is a small share of the step"
             ),
             confidence=0.8,

@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, Finding, _col
+from glm5lib.diagnose.knowledge import fill_remedy
 
 __all__ = ["rule_crashes"]
 
@@ -13,18 +14,19 @@ _CRASH_ADVICE = {
     "nan": (
         "server crashed: NaN in the logits",
         "NaN logits usually come from an attention or GEMM kernel on this GPU/model pair: switch "
-        "--attention-backend (now {attention_backend}; triton is the most portable), keep "
-        "--moe-runner-backend and --fp4-gemm-backend at auto, and retry with --disable-cuda-graph to rule out capture",
+        "{flag:attention_backend} (now {attention_backend}; triton is the most portable), keep "
+        "{flag:moe_runner_backend} and {flag:fp4_gemm_runner_backend} at auto, and retry with {flag:disable_cuda_graph} "
+        "to rule out capture",
     ),
     "oom_pool": (
         "server failed: not enough memory for the KV pool",
-        "the weights left too little for the KV pool: raise --mem-fraction-static (now {mem_fraction_static}) "
-        "or use more GPUs / a smaller --context-length",
+        "the weights left too little for the KV pool: raise {flag:mem_fraction_static} (now {mem_fraction_static}) "
+        "or use more GPUs / a smaller {flag:context_length}",
     ),
     "oom": (
         "server crashed: CUDA out of memory",
-        "activations or CUDA graphs did not fit beside the KV pool: lower --mem-fraction-static "
-        "(now {mem_fraction_static}), --chunked-prefill-size or --cuda-graph-max-bs",
+        "activations or CUDA graphs did not fit beside the KV pool: lower {flag:mem_fraction_static} "
+        "(now {mem_fraction_static}), {flag:chunked_prefill_size} or {flag:cuda_graph_max_bs}",
     ),
     "nccl": (
         "server crashed: NCCL error",
@@ -34,12 +36,12 @@ _CRASH_ADVICE = {
     ),
     "health_check": (
         "server stopped answering (watchdog)",
-        "the scheduler hung: look at the log just before the watchdog line; raise --watchdog-timeout only "
+        "the scheduler hung: look at the log just before the watchdog line; raise {flag:watchdog_timeout} only "
         "if start-up or a very long batch explains it",
     ),
     "scheduler_exception": (
         "server crashed: scheduler exception",
-        "read the traceback in the log; re-run with the same flags and --log-level debug to reproduce",
+        "read the traceback in the log; re-run with the same flags and {flag:log_level} debug to reproduce",
     ),
     "sigquit": (
         "a server child process died",
@@ -78,9 +80,7 @@ def rule_crashes(ev: Evidence) -> list[Finding]:
                 Finding(
                     finding=title,
                     evidence=evidence,
-                    suggestion=advice.format(
-                        **{k: ("default" if v is None else v) for k, v in fmt.items()}
-                    ),
+                    suggestion=fill_remedy(advice, ev.release, **fmt),
                     confidence=0.95,
                     rule=f"crash:{key}",
                     severity=1.0,
