@@ -29,6 +29,9 @@ default) read by ``iter_log`` (pieces of 64 MB, their rows counted and let go of
 process, its peak memory printed: it does not grow with the file. And ``follow``: a follower
 reading the ``standin`` mix as a server would write it, 4 MB at a time, an ``update()`` after
 each (the MB/s a server may write and still be kept up with).
+Then the time of one small update (256 KB
+appended) at 10, 50, 100 and 200 MB of log written (``--follow-mb``): flat, as an update costs
+what its new lines cost.
 
 With ``--repeat N`` each mix is parsed N times (a fresh process each) and the medians are
 printed: on a shared machine single figures move by 10% or more.
@@ -354,9 +357,46 @@ print(json.dumps({"cpu": cpu, "updates": updates, "peak_kb": resource.getrusage(
                   "rows": {k: len(getattr(slog, k)) for k in ("decode", "prefill", "http")}}))
 """
 
+# A follower's cost per update as the log grows: the mix written 8 MB at a time (an update
+# after each) up to argv[2] MB; at each mark a small update (the mix's first 256 KB of whole
+# lines appended) is timed, the median of 5.
+FOLLOW_FLAT_CHILD = r"""
+import json, os, statistics, sys, tempfile, time
+from glm5lib.logs import follow_log
+src, total = sys.argv[1], int(float(sys.argv[2]) * 1e6)
+body = open(src, "rb").read()
+small = body[: body.rfind(b"\n", 0, 256 << 10) + 1]
+marks = [m for m in (10e6, 50e6, 100e6, 200e6, 500e6) if m <= total] or [total]
+out_marks = []
+with tempfile.TemporaryDirectory() as tmp:
+    path = os.path.join(tmp, "server.log")
+    follower = follow_log(path)
+    written, at = 0, 0
+    with open(path, "wb") as out:
+        for mark in marks:
+            while written < mark:
+                end = body.rfind(b"\n", at, min(at + (8 << 20), len(body))) + 1
+                if end <= at:
+                    at, end = 0, body.rfind(b"\n", 0, 8 << 20) + 1
+                out.write(body[at:end]); out.flush()
+                written += end - at
+                at = end if end < len(body) else 0
+                follower.update()
+            times = []
+            for _ in range(5):
+                out.write(small); out.flush()
+                c = time.perf_counter()
+                slog = follower.update()
+                times.append(time.perf_counter() - c)
+                written += len(small)
+            out_marks.append({"mb": written / 1e6, "update_ms": statistics.median(times) * 1e3,
+                              "rows": {k: len(getattr(slog, k)) for k in ("decode", "prefill", "http")}})
+print(json.dumps({"small_kb": len(small) / 1024, "marks": out_marks}))
+"""
 
-def measure(path: Path, child: str = CHILD) -> dict:
-    out = subprocess.run([sys.executable, "-c", child, str(path)], capture_output=True, text=True, check=True)
+
+def measure(path: Path, child: str = CHILD, *extra: str) -> dict:
+    out = subprocess.run([sys.executable, "-c", child, str(path), *extra], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -368,6 +408,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", help="write the mixes into this folder and keep them")
     ap.add_argument("--standin-log", help="a stand-in log to repeat (default: run the stand-in for a few seconds)")
     ap.add_argument("--standin-seconds", type=float, default=8.0, help="how long to drive the stand-in (s)")
+    ap.add_argument("--follow-mb", type=float, default=200.0,
+                    help="log size up to which follow_log's cost per update is measured (MB, default 200)")
     ap.add_argument("--stream-mb", type=float, default=1000.0,
                     help="size of the log iter_log reads in pieces (MB, default 1000; 0: skip, and skip follow)")
     args = ap.parse_args(argv)
@@ -412,6 +454,9 @@ def main(argv: list[str] | None = None) -> int:
                 r = measure(path, FOLLOW_CHILD)
                 print(f"  follow_log: {mb / r['cpu']:.1f} MB/s CPU over {r['updates']} updates of 4 MB; "
                       f"peak RSS {r['peak_kb'] / 1024:.0f} MB; rows {r['rows']}")
+                r = measure(path, FOLLOW_FLAT_CHILD, str(args.follow_mb))
+                print(f"  follow_log per update ({r['small_kb']:.0f} KB appended, median of 5) as the log grows: "
+                      + "; ".join(f"{m['mb']:.0f} MB written: {m['update_ms']:.1f} ms" for m in r["marks"]))
             if not args.keep:
                 path.unlink()
         if args.stream_mb > 0:

@@ -13,6 +13,7 @@ requests each) to keep the matrix fast.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -172,6 +173,26 @@ def test_hang_mid_sweep_is_named(tmp_path):
     _check_kept_and_resume(tmp_path, run_dir, err, [2, 4], **options)
 
 
+def test_slow_health_under_load_is_busy_not_hung(tmp_path, caplog):
+    """SGLang's /health waits for the scheduler's step in progress, seconds behind a long prefill:
+    a server whose /health takes longer than health_timeout while its streams flow is busy. Its
+    level completes and keeps its row; a real hang later still stops the sweep as "hung"."""
+    caplog.set_level(logging.INFO, logger="glm5lib.loadgen.health")
+    run_dir = tmp_path / "run"
+    with (
+        _standin(tmp_path, "health-delay=3", "hang-after-s=3.5") as server,
+        pytest.raises(SweepAbortedError) as info,
+    ):
+        _sweep(server, run_dir, [2, 4, 8], health_interval=0.3, health_timeout=0.5)
+    err = info.value
+    assert "hung" in str(err) and "/health did not answer" in str(err)
+    assert err.completed_levels and err.completed_levels[0] == 2
+    assert any("busy, not hung" in r.getMessage() for r in caplog.records)  # /health was slow
+    kept = load_sweep(run_dir)
+    assert list(kept["concurrency"]) == list(err.completed_levels)
+    assert (kept["cancelled"] == kept["concurrency"]).all()  # streamed to the deadline
+
+
 def test_server_killed_mid_level(tmp_path):
     run_dir = tmp_path / "run"
     server = _standin(tmp_path)
@@ -217,6 +238,7 @@ def test_fault_triggers_parse_and_fire_at_the_first_reached():
     assert not faults.hang_due(finished=10**6, steps=10**6, seconds=2.4)
     assert faults.hang_due(finished=0, steps=0, seconds=2.5)
     assert parse_faults(["reset-after=3"]).specs() == ["reset-after=3"]
+    assert parse_faults(["health-delay=2.5"]).specs() == ["health-delay=2.5"]
     for bad in ("nan-after-s=-1", "nan-after-steps=1.5", "hang-after-s=inf", "nan-after-steps"):
         with pytest.raises(ConfigError) as info:
             parse_faults([bad])

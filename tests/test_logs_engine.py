@@ -6,6 +6,7 @@ that an engine plugs in by name alone and fills the same ServerLog tables.
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -95,3 +96,38 @@ def test_an_engine_whose_adapter_is_not_installed_is_not_offered(monkeypatch):
     monkeypatch.setattr(log_engine, "ENGINE_MODULES", modules)
     assert "absent" not in logs.available_engines()
     assert logs.parse_log((FIX / "sglang-0.5.log").read_text()).decode.shape[0] == 7
+
+
+def test_iter_log_keeps_a_vllm_v0_prefix_hit_rate_that_follows_a_piece_boundary():
+    # V0 prints the prefix cache hit rate on a line of its own after the stats line it
+    # belongs to; here a piece ends exactly between the two.
+    filler = "".join(
+        f"2025-07-08 17:23:59 - vllm.engine.async_llm_engine - INFO - Added request {k:06d}.\n" for k in range(1200)
+    )
+    stats = (
+        "2025-07-08 17:24:{s:02d} - vllm.engine.metrics - INFO - Avg prompt throughput: 2.8 tokens/s, Avg generation "
+        "throughput: 0.1 tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.2%, "
+        "CPU KV cache usage: 0.0%.\n"
+    )
+    hit = "2025-07-08 17:24:{s:02d} - vllm.engine.metrics - INFO - Prefix cache hit rate: GPU: {g}%, CPU: 0.00%\n"
+    head = filler + stats.format(s=0, r=1)
+    text = head + hit.format(s=0, g="52.22") + stats.format(s=5, r=2) + hit.format(s=5, g="10.00") + filler
+    whole = logs.parse_log(text, engine="vllm")
+    assert whole.decode["cache_hit_rate"].tolist() == [0.5222, 0.1]
+    pieces = list(logs.iter_log(text.encode(), engine="vllm", piece_bytes=len(head.encode())))
+    assert len(pieces) > 2 and pieces[0].lines == head.count("\n")  # the boundary is where it should be
+    decode = pd.concat([p.decode for p in pieces if len(p.decode)], ignore_index=True)
+    assert decode["cache_hit_rate"].tolist() == [0.5222, 0.1]
+    assert decode["running_req"].tolist() == whole.decode["running_req"].tolist()
+
+
+def test_no_log_module_imports_another_ones_underscore_names():
+    # What the modules of glm5lib.logs share is public within the package (chunked's access
+    # regex and line reader, scheduler's shapes, text's prefix regexes...).
+    package = Path(logs.__file__).parent
+    private = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("glm5lib"):
+                private += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not private, private

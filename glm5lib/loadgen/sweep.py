@@ -23,7 +23,6 @@ import json
 import logging
 import math
 import os
-import signal
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ import psutil
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, LoadGenError, SweepAbortedError
 from glm5lib.loadgen.client import API_PATHS, RequestRecord, build_body, stream_request
+from glm5lib.loadgen.health import check_alive, exit_details
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
 from glm5lib.loadgen.records import find_level, load_requests, load_sweep, write_level_row
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
@@ -118,14 +118,6 @@ def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float)
     return bool(ratio >= 1.0 or (busy and ratio >= LOOP_LAG_ITL_FRACTION)), ratio
 
 
-def _call_probe(probe: Callable[..., bool], timeout: float) -> bool:
-    """``server.healthy(timeout=...)``, or ``server.healthy()`` for one that takes no timeout."""
-    try:
-        return bool(probe(timeout=timeout))
-    except TypeError:
-        return bool(probe())
-
-
 class _LevelState:
     """Counters the progress bar, the callback and the watchdog read while a level runs."""
 
@@ -149,20 +141,15 @@ class _LevelState:
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
+        self.last_data: float | None = None  # the newest chunk of a request that has ended
 
-
-def _exit_details(server: Any) -> str:
-    """`` (nan, exit status -9)``: why a launched server ended, when it can say."""
-    details = []
-    with contextlib.suppress(Exception):
-        cause = server.crash_cause() if callable(getattr(server, "crash_cause", None)) else None
-        if cause:
-            details.append(str(cause))
-    code = getattr(server, "returncode", None)
-    if isinstance(code, int):
-        killed = code < 0 and -code in signal.valid_signals()
-        details.append(f"exit status {code}" + (f", killed by {signal.Signals(-code).name}" if killed else ""))
-    return f" ({', '.join(details)})" if details else ""
+    def newest_data(self) -> float | None:
+        """time.time() of the newest chunk any request of the level received (None: none yet)."""
+        newest = self.last_data
+        for rec, _task in list(self.inflight.values()):
+            if rec.chunk_times and (newest is None or rec.chunk_times[-1] > newest):
+                newest = rec.chunk_times[-1]
+        return newest
 
 
 class _Sweep:
@@ -206,6 +193,8 @@ class _Sweep:
             self.jsonl.flush()
         if state is None:
             return
+        if rec.chunk_times and (state.last_data is None or rec.chunk_times[-1] > state.last_data):
+            state.last_data = rec.chunk_times[-1]
         if rec.status == "ok":
             state.completed += 1
         elif rec.status == "cancelled":
@@ -247,52 +236,12 @@ class _Sweep:
             self._sink(rec, state)
 
     # -- health ----------------------------------------------------------------------------
-    async def _check_alive(self, session: aiohttp.ClientSession) -> tuple[bool, str, list[str]]:
-        """(alive, why not, fatal log lines)."""
-        if self.server is not None:
-            log_path = getattr(self.server, "log_path", None)
-            where = f" (log: {log_path})" if log_path else ""
-            alive = await asyncio.to_thread(self.server.alive)
-            why = f"the server process is gone{_exit_details(self.server)}{where}"
-            if alive:
-                healthy = getattr(self.server, "healthy", None)
-                if healthy is None:
-                    return True, "", []
-                for attempt in range(3):
-                    try:
-                        if await asyncio.to_thread(_call_probe, healthy, self.settings.health_timeout):
-                            return True, "", []
-                    except Exception as exc:  # a health probe that raises counts as a failed one
-                        log.debug("health probe raised %r", exc)
-                    if attempt < 2:
-                        await asyncio.sleep(0.5)
-                why = (
-                    f"the server process is running but /health did not answer within "
-                    f"{self.settings.health_timeout:g} s (3 tries): hung{where}"
-                )
-                if not await asyncio.to_thread(self.server.alive):  # it died while we probed
-                    why = f"the server process is gone{_exit_details(self.server)}{where}"
-            lines: list[str] = []
-            with contextlib.suppress(Exception):
-                lines = list(await asyncio.to_thread(self.server.fatal_lines))
-            if lines and "hung" in why:  # still writing its traceback: the log says why, not /health
-                why = f"the server logged a fatal error{_exit_details(self.server)}{where}"
-            return False, why, lines
-        failures = []
-        for attempt in range(3):
-            try:
-                async with session.get(
-                    self.base_url + "/health", headers=self.headers,
-                    timeout=aiohttp.ClientTimeout(total=self.settings.health_timeout),
-                ) as resp:
-                    if resp.status < 500:
-                        return True, "", []
-                    failures.append(f"/health answered HTTP {resp.status}")
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
-                failures.append(f"/health failed: {type(exc).__name__}: {exc}")
-            if attempt < 2:
-                await asyncio.sleep(0.5)
-        return False, failures[-1] + " (3 tries)", []
+    async def _check_alive(
+        self, session: aiohttp.ClientSession, state: _LevelState | None = None,
+    ) -> tuple[bool, str, list[str]]:
+        """(alive, why not, fatal log lines); streams of ``state`` that still receive data say alive."""
+        return await check_alive(session, self.base_url, self.headers, self.settings.health_timeout,
+                                 server=self.server, last_data=state.newest_data if state is not None else None)
 
     async def _watchdog(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
         interval = min(self.settings.health_interval, self.settings.read_timeout or math.inf)
@@ -313,7 +262,7 @@ class _Sweep:
     async def _health_gate(self, session: aiohttp.ClientSession, state: _LevelState) -> None:
         """Raise _Aborted when the server is dead or rejects everything; else reopen the gate."""
         state.unchecked = False
-        alive, why, lines = await self._check_alive(session)
+        alive, why, lines = await self._check_alive(session, state)
         if not alive:
             raise _Aborted(why, lines)
         if (
@@ -342,7 +291,7 @@ class _Sweep:
             return
         if len(lines) > state.fatal_before:
             where = f" (log: {self.server.log_path})" if getattr(self.server, "log_path", None) else ""
-            raise _Aborted(f"the server logged a fatal error during the level{_exit_details(self.server)}{where}",
+            raise _Aborted(f"the server logged a fatal error during the level{exit_details(self.server)}{where}",
                            lines)
 
     def _cancel_stalled(self, state: _LevelState) -> None:

@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.logs.access import access_frame, access_lines
-from glm5lib.logs.chunked import _ACCESS_RE, _read_lines
+from glm5lib.logs.chunked import ACCESS_RE, read_lines
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import parse_server_args
@@ -210,6 +210,7 @@ class VllmParser:
         self.skipped = 0
         self.skipped_examples: list[str] = []
         self.stopping = False
+        self.finished = False
         self.first_time: pd.Timestamp | None = None
         self.last_time: pd.Timestamp | None = None
 
@@ -224,7 +225,8 @@ class VllmParser:
         self.feed(lines, final=False)
 
     def finish(self) -> None:
-        """Nothing stays open between lines: every vLLM fact fits on one."""
+        """The input has ended: the last stats row takes no later prefix cache hit rate."""
+        self.finished = True
 
     def feed_chunk(self, chunk: bytes, crs: bool) -> None:
         """Parse ``chunk`` (whole lines, ending with a newline): uvicorn access lines (most of a
@@ -242,7 +244,7 @@ class VllmParser:
         arr = np.frombuffer(buf, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10)
         n = len(nl) - 1
-        lines, distinct, codes, alike = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
+        lines, distinct, codes, alike = access_lines(ACCESS_RE, buf, arr, nl, n, read_lines)
         if len(lines):
             # Each group's line (and so each line) read line by line by a parser of its own.
             reps, first = np.unique(alike, return_index=True)
@@ -474,10 +476,17 @@ class VllmParser:
         )
 
     def drain(self) -> ServerLog:
-        """The rows read since the last drain, let go of here; the log's facts as so far."""
+        """The rows read since the last drain, let go of here; the log's facts as so far.
+
+        The last V0 stats row waits for the next drain while the input goes on: its prefix
+        cache hit rate comes on a line of its own, which may be in the next piece."""
+        held = []
+        if not self.finished and self.decode_rows and "cache_hit_rate" not in self.decode_rows[-1]:
+            held.append(self.decode_rows.pop())
         slog = self.build()
         for rows in (self.decode_rows, self.retract_rows, self.errors, self.http_rows, self.http_order, self.http_bulk):
             del rows[:]
+        self.decode_rows.extend(held)
         return slog
 
     def _decode_frame(self) -> pd.DataFrame:

@@ -35,6 +35,7 @@ from glm5lib.config import mask_value
 from glm5lib.paths import display_path
 from glm5lib.sim.args import SimArgs
 from glm5lib.sim.gpus import SimGpus
+from glm5lib.sim.health import health_status
 from glm5lib.sim.lines import (
     capture_lines,
     init_distributed_end_line,
@@ -340,7 +341,7 @@ class StandinServer:
         return app
 
     async def health(self, request: web.Request) -> web.Response:
-        return web.Response(status=200 if self.ready else 503)
+        return web.Response(status=await health_status(self.ready, self.sched, self.args.faults.health_delay))
 
     async def health_generate(self, request: web.Request) -> web.Response:
         if not self.ready:

@@ -20,6 +20,8 @@
 - ``reset-after=N``: once N requests have finished, every streaming connection open at that
   moment is reset (TCP RST, as a crashed proxy or a dropped NAT entry does); the server itself
   keeps running and answers new requests.
+- ``health-delay=SECONDS``: while requests run, ``/health`` answers SECONDS late (as SGLang's does
+  behind a long prefill step); the server streams normally all the while.
 
 Whatever triggers are given, a fault fires at the first that is reached.
 """
@@ -45,6 +47,7 @@ FAULT_KINDS = {
     "hang-after-steps": "N (decode steps before the server stops answering)",
     "hang-after-s": "SECONDS (after ready, before the server stops answering)",
     "reset-after": "N (requests finished before the open connections are reset)",
+    "health-delay": "SECONDS (extra time /health takes while requests run)",
 }
 
 
@@ -62,6 +65,7 @@ class Faults:
     hang_after_steps: int | None = None
     hang_after_s: float | None = None
     reset_after: int | None = None
+    health_delay: float = 0.0
 
     def nan_due(self, finished: int, steps: int, seconds: float) -> bool:
         """Whether the NaN crash is due after ``finished`` requests, ``steps`` decode steps and
@@ -94,6 +98,8 @@ class Faults:
             out.append(f"hang-after-s={self.hang_after_s:g}")
         if self.reset_after is not None:
             out.append(f"reset-after={self.reset_after}")
+        if self.health_delay:
+            out.append(f"health-delay={self.health_delay:g}")
         return out
 
 
@@ -154,6 +160,8 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     faults.nan_after_s = _non_negative_float(value)
                 elif kind == "hang-after-s":
                     faults.hang_after_s = _non_negative_float(value)
+                elif kind == "health-delay":
+                    faults.health_delay = _non_negative_float(value)
                 elif kind == "slow-start":
                     faults.slow_start = float(value)
                     if faults.slow_start < 0:

@@ -239,6 +239,7 @@ class SimScheduler:
         self.step_power_w = 0.0  # per GPU, during the current step
         self.step_gen_rate = 0.0  # generated tok/s during the current step
         self.step_end_time = 0.0
+        self.last_step_done = 0.0  # time.monotonic() a step last ended (SGLang's last_receive_tstamp)
         self._t_next = -1e9
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
@@ -333,8 +334,9 @@ class SimScheduler:
         self.busy_time += seconds
         if self.s.zero_delay:
             await asyncio.sleep(0)
-            return
-        await asyncio.sleep(max(0.0, self._t_next - now))
+        else:
+            await asyncio.sleep(max(0.0, self._t_next - now))
+        self.last_step_done = time.monotonic()
 
     def _drop_aborted(self) -> None:
         if any(r.aborted for r in self.running):
