@@ -89,3 +89,24 @@ def test_a_mangled_cuda_graph_value_keeps_the_column_as_read():
     )
     for slog in (logs.parse_log(text), logs.parse_log(text.encode())):
         assert slog.prefill["cuda_graph"].tolist() == [False, "True0"]
+
+
+def test_error_rows_kept_from_an_update_are_not_copied_again(tmp_path):
+    crash = (
+        "[2026-03-01 10:00:0{s} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "scheduler.py", line 1, in event_loop\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    path = tmp_path / "server.log"
+    path.write_text(crash.format(s=1) + _lines(0, 20) + crash.format(s=2) + _lines(20, 20))
+    follower = logs.follow_log(path)
+    first = follower.update()
+    with path.open("a") as fh:
+        fh.write(crash.format(s=3))  # a traceback still open: the next update shows it as read so far
+    second = follower.update()
+    with path.open("a") as fh:
+        fh.write(_lines(40, 2))
+    third = follower.update()
+    assert len(first.errors) == 2 and len(second.errors) == 3 and len(third.errors) == 3
+    assert np.shares_memory(_memory(first.errors["kind"]), _memory(third.errors["kind"]))
+    pd.testing.assert_frame_equal(third.errors, logs.parse_log(path.read_text()).errors)
