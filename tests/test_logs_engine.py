@@ -6,6 +6,7 @@ that an engine plugs in by name alone and fills the same ServerLog tables.
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
@@ -118,3 +119,15 @@ def test_iter_log_keeps_a_vllm_v0_prefix_hit_rate_that_follows_a_piece_boundary(
     decode = pd.concat([p.decode for p in pieces if len(p.decode)], ignore_index=True)
     assert decode["cache_hit_rate"].tolist() == [0.5222, 0.1]
     assert decode["running_req"].tolist() == whole.decode["running_req"].tolist()
+
+
+def test_no_log_module_imports_another_ones_underscore_names():
+    # What the modules of glm5lib.logs share is public within the package (chunked's access
+    # regex and line reader, scheduler's shapes, text's prefix regexes...).
+    package = Path(logs.__file__).parent
+    private = []
+    for path in sorted(package.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("glm5lib"):
+                private += [f"{path.name}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not private, private

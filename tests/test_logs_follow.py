@@ -76,3 +76,16 @@ def _memory(column: pd.Series) -> np.ndarray:
     """The numpy array holding a column's values."""
     array = column.array
     return getattr(array, "_ndarray", None) if hasattr(array, "_ndarray") else array._data
+
+
+def test_a_mangled_cuda_graph_value_keeps_the_column_as_read():
+    # Two shapes (cuda graph before and after the throughput), one value mangled: the joined
+    # column holds text, and stays as read instead of failing the whole parse.
+    text = (
+        "[2026-02-10 23:32:05] Prefill batch, #new-seq: 2, #new-token: 578, #cached-token: 0, token usage: 0.00, "
+        "#running-req: 1, #queue-req: 0, input throughput (token/s): 0.14, cuda graph: False\n"
+        "[2026-04-05 20:02:51] Prefill batch, #new-seq: 1, #new-token: 158, #cached-token: 0, token usage: 0.08, "
+        "#running-req: 31, #queue-req: 0, cuda graph: True0, input throughput (token/s): 559.53\n"
+    )
+    for slog in (logs.parse_log(text), logs.parse_log(text.encode())):
+        assert slog.prefill["cuda_graph"].tolist() == [False, "True0"]

@@ -32,25 +32,30 @@ import pandas as pd
 
 from glm5lib.logs.access import access_frame, access_lines
 from glm5lib.logs.fields import Windows, split_lines
-from glm5lib.logs.scheduler import _convert_column
+from glm5lib.logs.scheduler import convert_column
 from glm5lib.logs.tables import to_timestamps
-from glm5lib.logs.text import _PREFIX_RE, split_chunk
+from glm5lib.logs.text import PREFIX_RE, split_chunk
 
-__all__ = ["feed_chunk", "typed_frame"]
+__all__ = [
+    "ACCESS_RE",
+    "feed_chunk",
+    "read_lines",
+    "typed_frame",
+]
 
 # What no line read here may hold: a line break (other than its final newline, which the
 # regexes look ahead to), an escape, a byte of a non-ASCII character, a "[" (so nothing is glued on).
 _NOT = rb"\n\r\x0b\x0c\x1c-\x1f\x1b\x80-\xff\["
-# One scheduler value, as glm5lib.logs.scheduler._FAST_VALUE but over ASCII bytes.
+# One scheduler value, as glm5lib.logs.scheduler.FAST_VALUE but over ASCII bytes.
 _VALUE = rb"([^ \t," + _NOT + rb"()]*[^ \t,." + _NOT + rb"()])"
 _PREFIX = (
     rb"\n\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*))?\] "
 )
 _LINE_END = rb"\.?(?:, ?)?\r?(?=\n)"
-# A uvicorn access line as the line-by-line fast path reads it (glm5lib.logs.text._UVICORN_RE
+# A uvicorn access line as the line-by-line fast path reads it (glm5lib.logs.text.UVICORN_RE
 # after "INFO:  "): client, method, path, status; the rest of the line is anything allowed.
 _NONSPACE = rb"[^ \t" + _NOT + rb"]"
-_ACCESS_RE = re.compile(
+ACCESS_RE = re.compile(
     rb"\nINFO:  [ \t]*+(" + _NONSPACE + rb"+?):\d++ - \"(\w++) (" + _NONSPACE + rb"++) [^\"" + _NOT + rb"]*+\" (\d\d\d)"
     rb"[^" + _NOT + rb"]*+\r?(?=\n)"
 )
@@ -188,7 +193,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             found = _scheduler_lines(parser, shapes, buf, arr, nl)
             for _cs, idx, _table in found:
                 kind[idx] = 1
-    acc_idx, acc_rows, acc_codes, _ = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
+    acc_idx, acc_rows, acc_codes, _ = access_lines(ACCESS_RE, buf, arr, nl, n, read_lines)
     if len(acc_idx):
         kind[acc_idx] = 2
 
@@ -383,7 +388,7 @@ def _holding(
     return (lines[first], at[first]) if where else lines[first]
 
 
-def _read_lines(
+def read_lines(
     regex: re.Pattern[bytes], buf: bytes, starts: np.ndarray, ends: np.ndarray
 ) -> tuple[np.ndarray, list[Any]]:
     """Which of the lines ``buf[starts[k]:ends[k]]`` ``regex`` takes, and its groups for them.
@@ -458,7 +463,7 @@ def _scheduler_lines(
                 rest[split[0]] = False
                 pending = pending[rest]
             if len(pending):
-                at, rows = _read_lines(cs.regex, buf, starts[pending], ends[pending])
+                at, rows = read_lines(cs.regex, buf, starts[pending], ends[pending])
                 if rows:
                     table = np.array(rows, dtype="S")
                     hit = np.zeros(len(pending), dtype=bool)
@@ -492,7 +497,7 @@ def _scan_first_time(parser: Any, buf: bytes, nl: np.ndarray, count: int, crs: b
     """The first dated prefix among the log's first lines (as the whole-file parse reads it)."""
     end = nl[min(count, len(nl) - 1)]
     for line in split_chunk(buf[1 : end + 1], crs)[:count]:
-        m = _PREFIX_RE.match(line)
+        m = PREFIX_RE.match(line)
         if m is not None and m.group(1):
             parser.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
             return
@@ -557,7 +562,7 @@ def _column(col: np.ndarray) -> Any:
             return col.astype(np.float64)
         except (ValueError, OverflowError):
             pass
-    return _convert_column(col.astype(str).astype(object))
+    return convert_column(col.astype(str).astype(object))
 
 
 # Powers of ten as floats, each exact (10**22 is the last one a float holds exactly).
@@ -634,7 +639,7 @@ def typed_frame(columns: tuple[str, ...], pieces: list[dict[str, Any]]) -> pd.Da
         "rank": np.concatenate([p["rank"] for p in pieces]),
     }
     if any(p["iter"] is not None for p in pieces):
-        cols["iter"] = _convert_column(np.concatenate([
+        cols["iter"] = convert_column(np.concatenate([
             p["iter"] if p["iter"] is not None else np.full(k, None, dtype=object) for p, k in zip(pieces, n, strict=True)
         ]))
     for k, name in enumerate(columns):
@@ -645,7 +650,7 @@ def typed_frame(columns: tuple[str, ...], pieces: list[dict[str, Any]]) -> pd.Da
         if all(v.dtype.kind == "S" for v in values):
             cols[name] = _column(np.concatenate(values))
         else:
-            cols[name] = _convert_column(
+            cols[name] = convert_column(
                 np.concatenate([v.astype(str).astype(object) if v.dtype.kind == "S" else v for v in values])
             )
     frame = pd.DataFrame(cols)

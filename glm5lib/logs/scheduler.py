@@ -14,9 +14,22 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["DECODE_COLUMNS", "PREFILL_COLUMNS", "RETRACT_COLUMNS"]
+__all__ = [
+    "DECODE_COLUMNS",
+    "FAST_VALUE",
+    "PREFILL_COLUMNS",
+    "RETRACT_COLUMNS",
+    "RETRACT_FAST_RE",
+    "SHAPE_PREFIX",
+    "Shape",
+    "bucket_key",
+    "column_name",
+    "convert_column",
+    "parse_scheduler_msg",
+    "shape_regex",
+]
 
-# Known keys -> column names. Anything else is snake_cased by _column_name.
+# Known keys -> column names. Anything else is snake_cased by column_name.
 _KEY_MAP = {
     "#running-req": "running_req",
     "#token": "num_token",
@@ -69,7 +82,7 @@ RETRACT_COLUMNS = ("retracted_reqs", "new_token_ratio_before", "new_token_ratio_
 _BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False}
 
 
-def _column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a memo
+def column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a memo
     name = _cache.get(key)
     if name is None:
         name = _KEY_MAP.get(key)
@@ -80,29 +93,29 @@ def _column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - 
 
 
 # A dated prefix in the form a learned shape regex accepts (others take the general path).
-_SHAPE_PREFIX = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*))?\] "
+SHAPE_PREFIX = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*))?\] "
 
 
-_SHAPE_PREFIX_RE = re.compile(_SHAPE_PREFIX)
+_SHAPE_PREFIX_RE = re.compile(SHAPE_PREFIX)
 # A value in a fast-path regex: no space, comma, bracket or final dot, so that its groups are
 # what the slow path reads.
-_FAST_VALUE = r"([^\s,()\[\x1b]*[^\s,().\[\x1b])"
+FAST_VALUE = r"([^\s,()\[\x1b]*[^\s,().\[\x1b])"
 # The retraction line of 2024 to 2026 builds, for the fast path of _Parser._feed (no ">" in
 # its values, whose "->" splits one in two); "(?:(\[)(?!))?" never matches: the iteration
 # group, None as on the slow path.
-_RETRACT_FAST_RE = re.compile(
-    _SHAPE_PREFIX + r"(?:(\[)(?!))?KV cache pool is full\. Retract requests\. "
+RETRACT_FAST_RE = re.compile(
+    SHAPE_PREFIX + r"(?:(\[)(?!))?KV cache pool is full\. Retract requests\. "
     r"#retracted_reqs: ([^\s,()\[\x1b>]*[^\s,().\[\x1b>]), "
     r"#new_token_ratio: ([^\s,()\[\x1b>]*[^\s,().\[\x1b>]) -> ([^\s,()\[\x1b>]*[^\s,().\[\x1b>])\.?,?$"
 )
 
 
-def _bucket_key(line: str) -> int:
+def bucket_key(line: str) -> int:
     # Lines of one shape have the same number of commas and "batch" at the same place.
     return (line.count(":") << 20) | (line.count(",") << 12) | line.find("batch")
 
 
-class _Shape:
+class Shape:
     """All scheduler rows of one kind with the same keys; rows are (time, rank, iter, *values)
     read line by line, raw are pieces read in bulk with their values still as bytes, frames
     are rows already typed (values of a column are typed all together, as one read would)."""
@@ -118,7 +131,7 @@ class _Shape:
         self.frames: list[pd.DataFrame] = []
 
 
-def _parse_scheduler_msg(
+def parse_scheduler_msg(
     msg: str,
 ) -> tuple[tuple[str, ...], tuple[str, ...], str | None, list[str] | None, str] | None:
     """A scheduler message -> (columns, raw values, iteration, raw keys or None, head).
@@ -162,14 +175,14 @@ def _parse_scheduler_msg(
     return keys, vals, it, raw_keys, msg[: msg.find("batch") + len("batch")]
 
 
-def _shape_regex(head: str, raw_keys: list[str]) -> re.Pattern[str]:
+def shape_regex(head: str, raw_keys: list[str]) -> re.Pattern[str]:
     """A full-line regex for scheduler lines with exactly these keys (the fast path).
 
-    Values are plain (:data:`_FAST_VALUE`), so that a line it matches gives the values
-    :func:`_parse_scheduler_msg` gives; a line with an empty, spaced or dotted value is left
+    Values are plain (:data:`FAST_VALUE`), so that a line it matches gives the values
+    :func:`parse_scheduler_msg` gives; a line with an empty, spaced or dotted value is left
     to it."""
-    body = ", ".join(re.escape(k) + ": " + _FAST_VALUE for k in raw_keys)
-    return re.compile(_SHAPE_PREFIX + re.escape(head) + r"(?: \[(\d+)\])?[.,] " + body + r"\.?(?:, ?)?$")
+    body = ", ".join(re.escape(k) + ": " + FAST_VALUE for k in raw_keys)
+    return re.compile(SHAPE_PREFIX + re.escape(head) + r"(?: \[(\d+)\])?[.,] " + body + r"\.?(?:, ?)?$")
 
 
 def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
@@ -187,12 +200,12 @@ def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         val = val.strip().rstrip(".,")
         if not key or not val:
             return None
-        keys.append(_column_name(key))
+        keys.append(column_name(key))
         vals.append(val)
     return tuple(keys), tuple(vals)
 
 
-def _convert_column(col: Any) -> Any:
+def convert_column(col: Any) -> Any:
     """Raw string values of one column (an object array, None where absent) -> a typed array."""
     col = np.asarray(col, dtype=object)
     nulls = np.equal(col, None)

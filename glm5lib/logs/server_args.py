@@ -21,7 +21,11 @@ from typing import Any
 from glm5lib.logs.text import strip_ansi
 from glm5lib.masking import mask_mapping
 
-__all__ = ["ServerArgs", "parse_server_args"]
+__all__ = [
+    "SIMPLE_LITERALS",
+    "ServerArgs",
+    "parse_server_args",
+]
 
 class ServerArgs(dict):
     """The dict :func:`parse_server_args` returns; ``incomplete`` is True when the text was cut."""
@@ -161,12 +165,12 @@ def _split_top_level(body: str, closer: str = ")") -> tuple[list[str], bool]:
     return pieces, False
 
 
-_SIMPLE_LITERALS = {"None": None, "True": True, "False": False, "inf": math.inf, "nan": math.nan}
+SIMPLE_LITERALS = {"None": None, "True": True, "False": False, "inf": math.inf, "nan": math.nan}
 
 
 def _literal(raw: str) -> Any:
-    if raw in _SIMPLE_LITERALS:
-        return _SIMPLE_LITERALS[raw]
+    if raw in SIMPLE_LITERALS:
+        return SIMPLE_LITERALS[raw]
     try:
         return ast.literal_eval(raw)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):

@@ -23,17 +23,17 @@ from glm5lib.logs.fatal import classify_fatal
 from glm5lib.logs.growing import GrowingTable
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.scheduler import (
-    _FAST_VALUE,
-    _RETRACT_FAST_RE,
-    _SHAPE_PREFIX,
     DECODE_COLUMNS,
+    FAST_VALUE,
     PREFILL_COLUMNS,
     RETRACT_COLUMNS,
-    _bucket_key,
-    _column_name,
-    _parse_scheduler_msg,
-    _Shape,
-    _shape_regex,
+    RETRACT_FAST_RE,
+    SHAPE_PREFIX,
+    Shape,
+    bucket_key,
+    column_name,
+    parse_scheduler_msg,
+    shape_regex,
 )
 from glm5lib.logs.server_args import closes, parse_server_args
 from glm5lib.logs.startup import read_startup
@@ -46,18 +46,18 @@ from glm5lib.logs.tables import (
     to_timestamps,
 )
 from glm5lib.logs.text import (
-    _ANSI_RE,
-    _CUT_PREFIX_RE,
-    _GLOG_RE,
-    _GLUED_SEARCH_RE,
-    _GPU_PREFIX_RE,
-    _OTHER_RUNTIME_RE,
-    _PREFIX_RE,
-    _RANK_ONLY_PREFIX_RE,
-    _TRACEBACK,
-    _UVICORN_RE,
-    _is_nccl,
-    _is_tqdm,
+    ANSI_RE,
+    CUT_PREFIX_RE,
+    GLOG_RE,
+    GLUED_SEARCH_RE,
+    GPU_PREFIX_RE,
+    OTHER_RUNTIME_RE,
+    PREFIX_RE,
+    RANK_ONLY_PREFIX_RE,
+    TRACEBACK,
+    UVICORN_RE,
+    is_nccl,
+    is_tqdm,
 )
 from glm5lib.masking import mask_text
 
@@ -94,10 +94,10 @@ class _Parser:
         self.standin_path: str | None = None
         self.first_time: str | None = None
         # Scheduler rows, grouped by shape; learned shapes also get a full-line regex.
-        self.shapes: dict[tuple[str, tuple[str, ...]], _Shape] = {}
+        self.shapes: dict[tuple[str, tuple[str, ...]], Shape] = {}
         self._fast: dict[int, list[tuple[Any, Any, Any]]] = {}
         self._fast_patterns: dict[str, tuple[Any, Any, Any]] = {}
-        self._retract_shape: _Shape | None = None
+        self._retract_shape: Shape | None = None
         # Access lines read line by line: (line index, time, client, method, path, status).
         self.http_rows: list[tuple[int, str | None, str, str, str, int]] = []
         # Access lines read a chunk at a time, as tables with an "_order" column.
@@ -105,7 +105,7 @@ class _Parser:
         self._http_done: Any = None  # a follower's GrowingTable, or the table of one build
         # Shapes learned so far, for the chunked path: (shape, head, raw keys, keys inside
         # "(mixed ...)" or None).
-        self.learned: list[tuple[_Shape, str, list[str], int | None]] = []
+        self.learned: list[tuple[Shape, str, list[str], int | None]] = []
         self.errors: list[dict[str, Any]] = []
         self._open_blocks: list[dict[str, Any]] = []
         self._block_body_started = False
@@ -192,7 +192,7 @@ class _Parser:
             prev = i
             # Fast path: a scheduler line of a shape seen before: one regex match, no state.
             if "batch" in line and not args_open:
-                bucket = get(_bucket_key(line))
+                bucket = get(bucket_key(line))
                 if bucket is not None:
                     m = None
                     for match, order_append, rows_append in bucket:
@@ -209,7 +209,7 @@ class _Parser:
                         continue
             if not args_open and "pool is full" in line:
                 # Retractions (one a minute on an overloaded server): one regex, as above.
-                rm = _RETRACT_FAST_RE.match(line)
+                rm = RETRACT_FAST_RE.match(line)
                 if rm is not None:
                     self._retract_fast(base + i, rm.groups())
                     timed_line = line
@@ -220,9 +220,9 @@ class _Parser:
             if not blocks_open and not args_open and line[:1] in ("I", "\x1b"):
                 # uvicorn access lines are the next most frequent: one regex, no dispatch
                 # (coloured ones too), unless a "[" may start a line glued on, which _line splits.
-                plain = line if line[0] == "I" else _ANSI_RE.sub("", line)
+                plain = line if line[0] == "I" else ANSI_RE.sub("", line)
                 if plain.startswith("INFO:  ") and plain.find("[", 1) < 0:
-                    um = _UVICORN_RE.match(plain)
+                    um = UVICORN_RE.match(plain)
                     if um is not None:
                         if timed_line is not None:
                             self._sync_clock(timed_line)
@@ -278,17 +278,17 @@ class _Parser:
             if self.first_time is None:
                 self.first_time = stamp
             return
-        m = _PREFIX_RE.match(line)
+        m = PREFIX_RE.match(line)
         if m is not None:
             self._stamp(m.group(1), m.group(2))
 
     def _line(self, raw: str, cut: bool = False) -> None:
         line = raw.rstrip("\r\n")
         if "\x1b" in line:
-            line = _ANSI_RE.sub("", line)
+            line = ANSI_RE.sub("", line)
         glued = line.find("[", 1)
         if glued > 0:
-            gm = _GLUED_SEARCH_RE.search(line, glued)
+            gm = GLUED_SEARCH_RE.search(line, glued)
             if gm is not None:
                 # A log line glued onto a progress bar or onto another line: two lines.
                 self._line(line[: gm.start()], cut=False)
@@ -308,7 +308,7 @@ class _Parser:
             self._try_finish_args(final=True)
 
         if line[0] == "[":
-            m = _PREFIX_RE.match(line)
+            m = PREFIX_RE.match(line)
             if m is not None:
                 msg = line[m.end() :]
                 stamp = self._stamp(m.group(1), m.group(2))
@@ -317,16 +317,16 @@ class _Parser:
                     rank = f"TP{m.group(4)}"
                 self._message(msg, stamp, rank, line, cut)
                 return
-            g = _GPU_PREFIX_RE.match(line)
+            g = GPU_PREFIX_RE.match(line)
             if g is not None:
                 self._message(line[g.end() :], self.last_time_str, f"TP{g.group(1)}", line, cut)
                 return
-            g = _RANK_ONLY_PREFIX_RE.match(line)
+            g = RANK_ONLY_PREFIX_RE.match(line)
             if g is not None:
                 self._message(line[g.end() :], self.last_time_str, g.group(1), line, cut)
                 return
         elif line[0].isdigit():
-            m = _CUT_PREFIX_RE.match(line)
+            m = CUT_PREFIX_RE.match(line)
             if m is not None:
                 self._message(line[m.end() :], self._stamp(m.group(1), m.group(2)), m.group(3).strip(), line, cut)
                 return
@@ -347,13 +347,13 @@ class _Parser:
             self._retract(msg, stamp, rank, line)
             return
         if msg.startswith(("INFO:", "WARNING:", "ERROR:")):
-            um = _UVICORN_RE.match(msg)
+            um = UVICORN_RE.match(msg)
             if um is not None:
                 self._close_blocks()
                 self.http_rows.append((self.lines, stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
                 return
         kind = classify_fatal(msg)
-        if _TRACEBACK in msg or (kind is not None and kind in ("scheduler_exception",) and msg.rstrip().endswith(":")):
+        if TRACEBACK in msg or (kind is not None and kind in ("scheduler_exception",) and msg.rstrip().endswith(":")):
             self._open_block(kind, stamp, rank, msg)
             return
         self._close_blocks()
@@ -380,22 +380,22 @@ class _Parser:
 
     def _unprefixed(self, line: str, cut: bool) -> None:
         if self._open_blocks:
-            if _UVICORN_RE.match(line) or _is_nccl(line) or _GLOG_RE.match(line):
+            if UVICORN_RE.match(line) or is_nccl(line) or GLOG_RE.match(line):
                 self._close_blocks()
             else:
                 self._block_text(line)
                 return
         stripped = line.strip()
-        if stripped.startswith(_TRACEBACK) or stripped.startswith("Traceback"):
+        if stripped.startswith(TRACEBACK) or stripped.startswith("Traceback"):
             self._open_block(None, self.last_time_str, "", stripped)
             return
-        um = _UVICORN_RE.match(line)
+        um = UVICORN_RE.match(line)
         if um is not None:
             self.http_rows.append(
                 (self.lines, self.last_time_str, um.group(1), um.group(3), um.group(4), int(um.group(5)))
             )
             return
-        if _is_nccl(line) or _GLOG_RE.match(line) or _OTHER_RUNTIME_RE.match(line):
+        if is_nccl(line) or GLOG_RE.match(line) or OTHER_RUNTIME_RE.match(line):
             kind = classify_fatal(line)
             if kind is not None:
                 self.errors.append(
@@ -412,7 +412,7 @@ class _Parser:
                 {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}
             )
             return
-        if _is_tqdm(line) or stripped.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:")):
+        if is_tqdm(line) or stripped.startswith(("INFO:", "WARNING:", "ERROR:", "DEBUG:")):
             return
         if stripped.startswith("#running-req:"):
             # The earliest 2024 builds logged decode stats without a "Decode batch" head.
@@ -433,10 +433,10 @@ class _Parser:
         self._skip(line)
 
     # ---- scheduler
-    def _shape(self, kind: str, keys: tuple[str, ...]) -> _Shape:
+    def _shape(self, kind: str, keys: tuple[str, ...]) -> Shape:
         shape = self.shapes.get((kind, keys))
         if shape is None:
-            shape = self.shapes[(kind, keys)] = _Shape(kind, keys)
+            shape = self.shapes[(kind, keys)] = Shape(kind, keys)
         return shape
 
     def _add(self, kind: str, keys: tuple[str, ...], vals: tuple[str, ...], stamp: str, rank: str, it: str | None = None) -> None:
@@ -449,7 +449,7 @@ class _Parser:
             # The final line of a file still being written, or of a cut paste.
             self._skip(line)
             return
-        parsed = _parse_scheduler_msg(msg)
+        parsed = parse_scheduler_msg(msg)
         if parsed is None:
             self._skip(line)
             return
@@ -458,18 +458,18 @@ class _Parser:
         if raw_keys is None and it is None and keys[0].startswith("mixed_") and len(self._fast_patterns) < 256:
             entry = self._learn_mixed(keys, vals, head, msg, line)
             if entry is not None:
-                bucket = self._fast.setdefault(_bucket_key(line), [])
+                bucket = self._fast.setdefault(bucket_key(line), [])
                 if entry not in bucket:
                     bucket.append(entry)
         if raw_keys is not None and len(self._fast_patterns) < 256:
             entry = self._learn(kind, keys, head, raw_keys, line)
             if entry is not None:
-                bucket = self._fast.setdefault(_bucket_key(line), [])
+                bucket = self._fast.setdefault(bucket_key(line), [])
                 if entry not in bucket:
                     bucket.append(entry)
 
     def _learn(self, kind: str, keys: tuple[str, ...], head: str, raw_keys: list[str], line: str) -> Any:
-        regex = _shape_regex(head, raw_keys)
+        regex = shape_regex(head, raw_keys)
         entry = self._fast_patterns.get(regex.pattern)
         if entry is None and regex.match(line):
             shape = self._shape(kind, keys)
@@ -482,7 +482,7 @@ class _Parser:
         (one in a few dozen lines of a busy server's log), learned from one parsed line.
 
         Values may not hold spaces, commas, brackets or a final dot, so that every line it
-        matches splits into the same keys and values as :func:`_parse_scheduler_msg` gives;
+        matches splits into the same keys and values as :func:`parse_scheduler_msg` gives;
         others go line by line."""
         rest = msg[len(head) :]
         close = rest.find(")")
@@ -493,11 +493,11 @@ class _Parser:
         raw_keys = [p.rpartition(": ")[0] for p in parts]
         if len(raw_keys) != len(keys) or any(not k or k != k.strip() or any(c in k for c in "[\x1b,:()") for k in raw_keys):
             return None
-        value = _FAST_VALUE
+        value = FAST_VALUE
         inner = ", ".join(re.escape(k) + ": " + value for k in raw_keys[: len(inner_parts)])
         body = ", ".join(re.escape(k) + ": " + value for k in raw_keys[len(inner_parts) :])
         # "(?:(\[)(?!))?" never matches: the iteration group, None as on the slow path.
-        pattern = _SHAPE_PREFIX + re.escape(head) + r"(?:(\[)(?!))?\(mixed " + inner + r"\)[.,] " + body + r"\.?(?:, ?)?$"
+        pattern = SHAPE_PREFIX + re.escape(head) + r"(?:(\[)(?!))?\(mixed " + inner + r"\)[.,] " + body + r"\.?(?:, ?)?$"
         entry = self._fast_patterns.get(pattern)
         if entry is None:
             regex = re.compile(pattern)
@@ -522,7 +522,7 @@ class _Parser:
         of a whole file (as the chunked path does)."""
         if self.scan_first_time and self.first_time is None and self.lines < _FIRST_TIME_LINES:
             for line in lines[: _FIRST_TIME_LINES - self.lines]:
-                m = _PREFIX_RE.match(line)
+                m = PREFIX_RE.match(line)
                 if m is not None and m.group(1):
                     self.first_time = f"{m.group(1)} {m.group(2).replace(',', '.')}"
                     break
@@ -555,7 +555,7 @@ class _Parser:
                 keys += ["new_token_ratio_before", "new_token_ratio_after"]
                 vals += [before.strip(), after.strip().rstrip(".,")]
             else:
-                keys.append(_column_name(key))
+                keys.append(column_name(key))
                 vals.append(val.strip().rstrip(".,"))
         if "retracted_reqs" not in keys:
             self._skip(line)
@@ -768,7 +768,10 @@ def _finished(frame: pd.DataFrame, kind: str, columns: tuple[str, ...], ordered:
         if c not in frame.columns:
             frame[c] = pd.array([pd.NA] * len(frame), dtype="boolean") if c == "cuda_graph" else np.nan
     if "cuda_graph" in frame.columns and frame["cuda_graph"].dtype == object:
-        frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
+        try:
+            frame["cuda_graph"] = frame["cuda_graph"].astype("boolean")
+        except (TypeError, ValueError):
+            pass  # a mangled value ("True0") among them: the column stays as read, as other columns do
     extras = [c for c in frame.columns if c not in base and c != "_order"]
     keep = [frame.columns.get_loc(c) for c in base + extras]
     if ordered or "_order" not in frame.columns:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from glm5lib.logs.server_args import _SIMPLE_LITERALS
+from glm5lib.logs.server_args import SIMPLE_LITERALS
 
 __all__ = ["read_startup"]
 
@@ -23,8 +23,8 @@ def _typed(value: str) -> Any:
     if m:
         num = m.group(1)
         return int(num) if num.lstrip("-").isdigit() else float(num)
-    if value in _SIMPLE_LITERALS:
-        return _SIMPLE_LITERALS[value]
+    if value in SIMPLE_LITERALS:
+        return SIMPLE_LITERALS[value]
     return value
 
 

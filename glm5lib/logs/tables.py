@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.logs.fatal import classify_fatal
-from glm5lib.logs.text import _EXC_LINE_RE
+from glm5lib.logs.text import EXC_LINE_RE
 from glm5lib.masking import mask_text
 
 __all__ = ["ERROR_COLUMNS", "HTTP_COLUMNS", "block_row", "empty_frame", "errors_frame", "http_frame", "to_timestamps"]
@@ -69,7 +69,7 @@ def _read_block(lines: list[str], head: str | None) -> tuple[str, str, str]:
     text = mask_text("\n".join(lines))
     message = ""
     for ln in reversed(lines):
-        if _EXC_LINE_RE.match(ln) and not ln.strip().startswith(("File ", "Traceback")):
+        if EXC_LINE_RE.match(ln) and not ln.strip().startswith(("File ", "Traceback")):
             message = ln.strip()
             break
     if not message:

@@ -14,48 +14,69 @@ from pathlib import Path
 # --------------------------------------------------------------------------------------------
 # Line-level recognition
 
-__all__ = ["read_source", "read_text", "resolve_source", "split_bytes", "split_chunk", "split_text", "strip_ansi"]
+__all__ = [
+    "ANSI_RE",
+    "CUT_PREFIX_RE",
+    "EXC_LINE_RE",
+    "GLOG_RE",
+    "GLUED_SEARCH_RE",
+    "GPU_PREFIX_RE",
+    "OTHER_RUNTIME_RE",
+    "PREFIX_RE",
+    "RANK_ONLY_PREFIX_RE",
+    "TRACEBACK",
+    "UVICORN_RE",
+    "is_nccl",
+    "is_tqdm",
+    "read_source",
+    "read_text",
+    "resolve_source",
+    "split_bytes",
+    "split_chunk",
+    "split_text",
+    "strip_ansi",
+]
 
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 # [2025-01-01 12:00:00.123 DP0 TP3] or [12:00:00 TP0] or [2025-01-01 12:00:00] -- then an
 # optional "[gpu_id=0] " (2024 builds) and an optional "INFO file.py:12: " (2026 root handler).
-_PREFIX_RE = re.compile(
+PREFIX_RE = re.compile(
     r"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ?"
     r"(?:\[gpu(?:_id)?=(\d+)\] ?)?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.<>-]+:\d+: )?"
 )
-_GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
+GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
 # "[TP0] message": a prefix whose time was trimmed away when pasted.
-_RANK_ONLY_PREFIX_RE = re.compile(r"\[([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*)\] ")
+RANK_ONLY_PREFIX_RE = re.compile(r"\[([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*)\] ")
 # "2026-05-24 03:51:44 TP0] message": a prefix whose "[" was cut off when pasted.
-_CUT_PREFIX_RE = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ")
-_GLUED_SEARCH_RE = re.compile(r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] ")
-_UVICORN_RE = re.compile(
+CUT_PREFIX_RE = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ")
+GLUED_SEARCH_RE = re.compile(r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] ")
+UVICORN_RE = re.compile(
     r'^(?:INFO|WARNING|ERROR):\s+(\S+?):(\d+) - "(\w+) (\S+) [^"]*" (\d{3})'
 )
-_GLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ")
-_OTHER_RUNTIME_RE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
+GLOG_RE = re.compile(r"^[IWEF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ ")
+OTHER_RUNTIME_RE = re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d")
 _NCCL_RE = re.compile(r"^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN)|NCCL (?:INFO|WARN|version)")
 _TQDM_RE = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\|\s*\d+/\d+ \[|it/s\]|s/it\]")
-_EXC_LINE_RE = re.compile(
+EXC_LINE_RE = re.compile(
     r"^\s*((?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)|"
     r"AssertionError|KeyboardInterrupt|StopIteration)(?::\s?(.*)|\s*$)"
 )
-_TRACEBACK = "Traceback (most recent call last):"
+TRACEBACK = "Traceback (most recent call last):"
 
 
-def _is_nccl(line: str) -> bool:
+def is_nccl(line: str) -> bool:
     # Every alternative of the regex holds "NCCL ": a substring test spares most lines its scan.
     return "NCCL " in line and _NCCL_RE.search(line) is not None
 
 
-def _is_tqdm(line: str) -> bool:
+def is_tqdm(line: str) -> bool:
     # Likewise: every alternative holds "|" or "it/s]" or "s/it]".
     return ("|" in line or "it/s]" in line or "s/it]" in line) and _TQDM_RE.search(line) is not None
 
 
 def strip_ansi(text: str) -> str:
-    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+    return ANSI_RE.sub("", text) if "\x1b" in text else text
 
 
 

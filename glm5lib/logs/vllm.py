@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.logs.access import access_frame, access_lines
-from glm5lib.logs.chunked import _ACCESS_RE, _read_lines
+from glm5lib.logs.chunked import ACCESS_RE, read_lines
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import parse_server_args
@@ -244,7 +244,7 @@ class VllmParser:
         arr = np.frombuffer(buf, dtype=np.uint8)
         nl = np.flatnonzero(arr == 10)
         n = len(nl) - 1
-        lines, distinct, codes, alike = access_lines(_ACCESS_RE, buf, arr, nl, n, _read_lines)
+        lines, distinct, codes, alike = access_lines(ACCESS_RE, buf, arr, nl, n, read_lines)
         if len(lines):
             # Each group's line (and so each line) read line by line by a parser of its own.
             reps, first = np.unique(alike, return_index=True)
