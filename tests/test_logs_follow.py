@@ -110,3 +110,31 @@ def test_error_rows_kept_from_an_update_are_not_copied_again(tmp_path):
     assert len(first.errors) == 2 and len(second.errors) == 3 and len(third.errors) == 3
     assert np.shares_memory(_memory(first.errors["kind"]), _memory(third.errors["kind"]))
     pd.testing.assert_frame_equal(third.errors, logs.parse_log(path.read_text()).errors)
+
+
+def test_a_vllm_followers_access_lines_kept_from_an_update_are_not_copied_again(tmp_path):
+    stats = (
+        "INFO 01-22 18:27:{s:02d} metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+        "41.7 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 2.0%, "
+        "CPU KV cache usage: 0.0%.\n"
+    )
+
+    def lines(start: int, n: int) -> str:
+        return "".join(
+            ACCESS.format(port=40000 + k % 999) + (stats.format(s=k % 60) if k % 50 == 0 else "")
+            for k in range(start, start + n)
+        )
+
+    path = tmp_path / "server.log"
+    path.write_text(lines(0, 3000))
+    follower = logs.follow_log(path, engine="vllm")
+    first = follower.update()
+    with path.open("a") as fh:
+        fh.write(lines(3000, 60))
+    second = follower.update()
+    assert len(first.http) == 3000 and len(second.http) == 3060
+    for col in first.http.columns:
+        assert np.shares_memory(_memory(first.http[col]), _memory(second.http[col])), col
+    whole = logs.parse_log(path.read_text(), engine="vllm")
+    pd.testing.assert_frame_equal(second.http, whole.http)
+    pd.testing.assert_frame_equal(second.decode, whole.decode)
