@@ -270,6 +270,16 @@ def test_a_level_the_server_died_at_the_end_of_is_not_kept(tmp_path):
     assert list(df["concurrency"]) == [2, 4] and df.loc[1, "failed"] == 0  # level 4 measured again
 
 
+def test_a_server_still_starting_is_waited_for_not_taken_for_dead(tmp_path):
+    """/health answers 503 while SGLang starts: the sweep waits for it, then measures."""
+    starting = ChildServer(tmp_path)
+    try:
+        df = _sweep(starting.base_url + "/starting", [2], requests_per_level=4, output_len=4)
+    finally:
+        starting.stop()
+    assert df.iloc[0]["completed"] == 4 and df.iloc[0]["failed"] == 0
+
+
 def test_server_death_without_a_server_object_is_found_by_health(tmp_path):
     from glm5lib.errors import SweepAbortedError
 
@@ -518,6 +528,9 @@ def _serve(port: int, die_after: int | None) -> None:  # pragma: no cover - runs
     first_sent: dict[str, dict[str, float]] = {}
 
     async def health(request):
+        if request.match_info["sc"] == "starting":  # 503 to the first three probes, as while loading
+            count["health"] = count.get("health", 0) + 1
+            return web.Response(status=503 if count["health"] <= 3 else 200)
         return web.Response(status=503 if request.match_info["sc"] == "sick" else 200)
 
     async def models(request):
@@ -544,6 +557,8 @@ def _serve(port: int, die_after: int | None) -> None:  # pragma: no cover - runs
             os._exit(3)
         if sc == "auth" and request.headers.get("Authorization") != "Bearer s3cret-key":
             return web.json_response({"error": {"message": "invalid API key"}}, status=401)
+        if sc == "starting" and count.get("health", 0) <= 3:
+            return web.json_response({"error": {"message": "the server is starting"}}, status=503)
         if sc == "reject":
             return web.json_response({"error": {"message": "unknown sampling parameter 'foo'"}}, status=400)
         if sc == "err500" and n % 2 == 0:

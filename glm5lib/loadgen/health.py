@@ -32,12 +32,15 @@ from typing import Any
 
 import aiohttp
 
-__all__ = ["check_alive", "exit_details"]
+from glm5lib.errors import LoadGenError
+
+__all__ = ["check_alive", "exit_details", "wait_while_starting"]
 
 log = logging.getLogger(__name__)
 
 TRIES = 3
 RETRY_PAUSE_S = 0.5
+STARTING_POLL_S = 0.5
 
 
 def call_probe(probe: Callable[..., bool], timeout: float) -> bool:
@@ -142,3 +145,33 @@ async def _fatal(server: Any) -> list[str]:
     with contextlib.suppress(Exception):
         return list(await asyncio.to_thread(server.fatal_lines))
     return []
+
+
+async def wait_while_starting(
+    session: aiohttp.ClientSession, base_url: str, headers: dict[str, str], limit: float,
+) -> None:
+    """Return once ``/health`` answers anything but 503, which SGLang answers while it starts
+    (before its warm-up) and vLLM while it has no engine yet: a server starting up is not dead.
+    Raises LoadGenError when it still answers 503 after ``limit`` seconds; connection errors and
+    timeouts are left to the caller's own check."""
+    began = time.monotonic()
+    told = False
+    while True:
+        try:
+            async with session.get(base_url + "/health", headers=headers,
+                                   timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+                await resp.read()
+                if resp.status != 503:
+                    return
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return
+        waited = time.monotonic() - began
+        if waited >= limit:
+            raise LoadGenError(
+                f"{base_url}/health still answers HTTP 503 after {waited:.0f} s: the server is starting "
+                "(or shutting down); wait until it is ready or check its log"
+            )
+        if not told:
+            log.info("%s/health answers 503: the server is starting; waiting up to %g s", base_url, limit)
+            told = True
+        await asyncio.sleep(STARTING_POLL_S)

@@ -39,7 +39,7 @@ import psutil
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, LoadGenError, SweepAbortedError
 from glm5lib.loadgen.client import API_PATHS, RequestRecord, build_body, stream_request
-from glm5lib.loadgen.health import check_alive, exit_details
+from glm5lib.loadgen.health import check_alive, exit_details, wait_while_starting
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
 from glm5lib.loadgen.records import find_level, load_requests, load_sweep, write_level_row
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
@@ -63,6 +63,8 @@ LOOP_LAG_BOUND_MS = 25.0
 PROGRESS_INTERVAL_S = 1.0
 # Seconds between returns of the C heap's free pages to the system during a level (glibc).
 HEAP_TRIM_INTERVAL_S = 10.0
+# Seconds the sweep waits for a server whose /health answers 503 (starting) without a read_timeout.
+STARTING_WAIT_S = 600.0
 
 
 def _heap_trimmer() -> Callable[[], Any] | None:
@@ -523,6 +525,7 @@ class _Sweep:
                 f"no server answers at {self.base_url} ({type(exc).__name__}: {exc}); "
                 "start one or check the URL"
             ) from None
+        await wait_while_starting(session, self.base_url, self.headers, self.settings.read_timeout or STARTING_WAIT_S)
         if self.settings.api != "generate" and self.model is None:
             try:
                 async with session.get(self.base_url + "/v1/models", headers=self.headers,
