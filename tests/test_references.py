@@ -85,3 +85,32 @@ def test_values_sglang_resolves_at_start_are_not_differences_from_a_reference():
     frame = diff_configs(chosen, "glm5-fix")
     assert list(frame["field"]) == ["enable_tf32_matmul"] and frame["reference"].tolist() == [False]
     assert "resolved at start-up by SGLang 0.5.23 (its declared fallback)" in frame["resolved"][0]
+
+
+def test_fields_of_one_release_left_at_their_default_are_not_ranked():
+    args = _log_0_5_23()
+    frame = diff_configs(args, "k2-thinking")
+    ranked = frame[frame["kind"] == "setting"]
+    only = frame[frame["kind"] == "release"].set_index("field")
+    # 0.5.23 has ~200 fields 0.5.9 lacks (and lost some): context, not ranked differences
+    assert len(only) > 150 and len(ranked) < 30
+    assert ranked.iloc[0]["field"] == "max_running_requests"
+    assert only.loc["asr_max_buffer_seconds", "rationale"].startswith("not in SGLang 0.5.9")
+    assert only.loc["enable_piecewise_cuda_graph", "rationale"].startswith("not in SGLang 0.5.23")
+    assert set(only["impact"]) == {"none"} and not only["automatic"].any()
+    # an unset switch 0.5.23 logs as False (its default None) is not set either
+    assert "enable_tf32_matmul" in only.index
+    hidden = diff_configs(args, "k2-thinking", hide_irrelevant=True)
+    assert set(hidden["kind"]) == {"setting"}
+    assert {r["field"] for r in hidden.attrs["release_only"]} == set(only.index)
+    assert hidden.iloc[0]["field"] == "max_running_requests"
+    # set away from its default, a field new in 0.5.23 stays ranked, saying why
+    args.update(enable_tf32_matmul=True, asr_max_buffer_seconds=120)
+    row = diff_configs(args, "k2-thinking").set_index("field").loc["enable_tf32_matmul"]
+    assert row["kind"] == "setting" and not row["automatic"]
+    assert row["rationale"].startswith("new in SGLang 0.5.23, the reference (SGLang 0.5.9) cannot have set it")
+    # and one the reference set in a field the current release lacks
+    ref = dict(resolve_config("k2-thinking").args, enable_piecewise_cuda_graph=True)
+    row = diff_configs(_log_0_5_23(), ref).set_index("field").loc["enable_piecewise_cuda_graph"]
+    assert row["kind"] == "setting"
+    assert row["rationale"].startswith("not in SGLang 0.5.23, set by the reference (SGLang 0.5.9)")

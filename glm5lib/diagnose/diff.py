@@ -3,6 +3,10 @@
 Only settings a user can change are ranked. Identity and plumbing (the model, paths, ports,
 seeds, logging: ``is_context_field``) are context: listed after the ranked rows with
 ``kind="context"``, or only in ``frame.attrs["context"]`` when irrelevant fields are hidden.
+Across releases, a field only one side's release has (renamed fields followed) ranks only where
+that side set it away from its release's default ("new in SGLang 0.5.23, the reference cannot
+have set it"); left at its default it is ``kind="release"`` ("not in SGLang 0.5.9"), listed
+last, or only in ``frame.attrs["release_only"]`` when irrelevant fields are hidden.
 
 "None" means SGLang chooses the value at start. Before comparing, such a value is resolved from
 that server's own start-up lines (``max_running_requests=..., max_total_num_tokens=...``) or,
@@ -21,6 +25,7 @@ from typing import Any
 
 import pandas as pd
 
+from glm5lib.config.releases import bundled_catalogue
 from glm5lib.diagnose.knowledge import IMPACT_ORDER, is_context_field, load_impact
 from glm5lib.diagnose.references import (
     arg,
@@ -60,6 +65,8 @@ CAPACITY_FIELDS = (
     "max_prefill_tokens",
     "cuda_graph_max_bs",
 )
+# Ranked settings first, then identity and plumbing, then fields of one release left at default.
+_KIND_ORDER = {"setting": 0, "context": 1, "release": 2}
 # An explicit capacity setting at or below this share of the other side's value is a cap.
 _CAP_SIGNATURE_RATIO = 0.25
 
@@ -155,6 +162,29 @@ def _side(
     return auto[0], auto[1], False
 
 
+def _release_only(
+    field: str, cur: Mapping[str, Any], ref: Mapping[str, Any]
+) -> tuple[str, str, str, bool] | None:
+    """For a field one side's release has and the other side's does not (renamed fields
+    followed): (side that has it, its release, the other release, set away from its default);
+    None when both releases know the field, or neither does."""
+    releases = {"current": release_of(cur), "reference": release_of(ref)}
+    if releases["current"] == releases["reference"]:
+        return None
+    cats = {side: bundled_catalogue(rel) for side, rel in releases.items()}
+    known = {side: cat.field_name(field) for side, cat in cats.items()}
+    if (known["current"] is None) == (known["reference"] is None):
+        return None
+    side = "current" if known["current"] is not None else "reference"
+    other = "reference" if side == "current" else "current"
+    args = cur if side == "current" else ref
+    spec = cats[side].specs[known[side]]
+    value, default = arg(args, field), norm(spec.default)
+    # a switch left off reads None or False
+    is_set = value != default and not (spec.value_type == "bool" and not value and not default)
+    return side, releases[side], releases[other], is_set
+
+
 def diff_configs(
     current: Any,
     reference: Any,
@@ -168,10 +198,12 @@ def diff_configs(
     Returns a DataFrame with columns :data:`DIFF_COLUMNS` (rank 1 = most able to move
     throughput). ``kind`` is ``"setting"`` for ranked rows and ``"context"`` for identity and
     plumbing (model, paths, ports, seeds, logging), which come after every setting with impact
-    ``none``; ``resolved`` says how a ``None`` (automatic) value was resolved, and ``automatic``
+    ``none``, then ``"release"`` rows (a field of one side's release only, left at its default;
+    impact ``none``); ``resolved`` says how a ``None`` (automatic) value was resolved, and ``automatic``
     is true where it could not be. ``hide_irrelevant`` drops context and fields that never
     matter for throughput from the frame; the context rows are always in
-    ``frame.attrs["context"]`` (a list of row dicts). Secrets are shown as ``***``. Start-up facts (``*_startup``)
+    ``frame.attrs["context"]`` and the release rows in ``frame.attrs["release_only"]`` (lists
+    of row dicts). Secrets are shown as ``***``. Start-up facts (``*_startup``)
     resolve automatic values when a source is not a log that holds them itself.
     """
     cur = resolve_config(current)
@@ -196,9 +228,23 @@ def diff_configs(
         resolved = "; ".join(
             f"{side}: None, {how}" for side, how in (("current", a_how), ("reference", b_how)) if how
         )
+        # A field only one side's release has: a difference only where that side set it.
+        only = _release_only(field, cur.args, ref.args)
+        kind = "context" if context else "setting"
+        if only is not None and not only[3]:
+            kind, cls = "release", "none"
+            rationale = f"not in SGLang {only[2]}: the {only[0]} side has SGLang {only[1]}'s default"
+        elif only is not None:
+            rationale = (
+                f"new in SGLang {only[1]}, the reference (SGLang {only[2]}) cannot have set it: "
+                if only[0] == "current"
+                else f"not in SGLang {only[2]}, set by the reference (SGLang {only[1]}): "
+            ) + rationale
         # None where SGLang's default is None means "chosen at start": the values may not differ.
         auto = [side for side, v in (("current", a), ("reference", b)) if v is None]
-        automatic = bool(auto) and config_defaults().get(field, None) is None
+        automatic = (
+            only is None and bool(auto) and config_defaults().get(field, None) is None
+        )
         if automatic:
             rationale += (
                 f" ({auto[0]}: None = chosen automatically at start, so the running values may agree;"
@@ -226,10 +272,10 @@ def diff_configs(
                 "rationale": rationale,
                 "flag": flag_of(field, release_of(cur.args)),
                 "automatic": automatic,
-                "kind": "context" if context else "setting",
+                "kind": kind,
                 "resolved": resolved,
                 "_order": (
-                    context,
+                    _KIND_ORDER[kind],
                     IMPACT_ORDER[cls],
                     not signature,
                     automatic,
@@ -244,11 +290,13 @@ def diff_configs(
     frame = frame[DIFF_COLUMNS].reset_index(drop=True)
     # Records, not a frame: pandas compares attrs when it combines frames.
     context_rows = frame[frame["kind"] == "context"].to_dict(orient="records")
+    release_rows = frame[frame["kind"] == "release"].to_dict(orient="records")
     if hide_irrelevant:
-        frame = frame[(frame["kind"] != "context") & (frame["impact"] != "none")]
+        frame = frame[(frame["kind"] == "setting") & (frame["impact"] != "none")]
         frame = frame.reset_index(drop=True)
         frame["rank"] = range(1, len(frame) + 1)
     frame.attrs["context"] = context_rows
+    frame.attrs["release_only"] = release_rows
     frame.attrs["current"] = cur.label
     frame.attrs["reference"] = ref.label
     return frame
