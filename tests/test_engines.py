@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from glm5lib import engines, server
+from glm5lib.config import field_for
 from glm5lib.errors import ConfigError
 
 
@@ -149,3 +150,13 @@ def test_none_in_extra_body_removes_a_field_the_server_would_refuse():
 
     body = json.loads(build_body("completions", "hi", 4, model="m", extra_body={"stream_options": None, "seed": 3}))
     assert "stream_options" not in body and body["seed"] == 3
+
+
+def test_sglang_preset_knobs_are_the_release_own_flags():
+    assert "--cuda-graph-max-bs-decode" in engines.sglang_knobs("0.5.23")
+    assert "--cuda-graph-max-bs" not in engines.sglang_knobs("0.5.23")  # ambiguous there
+    assert "--cuda-graph-max-bs" in engines.sglang_knobs("0.5.9")
+    for release in ("0.5.8", "0.5.9", "0.5.23"):
+        for flag in engines.sglang_knobs(release):
+            field_for(flag, release)  # each release's parser takes its own spelling
+    assert dict(engines.ENGINES["sglang"].knobs) == engines.sglang_knobs()

@@ -24,15 +24,18 @@ model to preload, ``--continuous-batching``, ``--cb-block-size``, ``--cb-num-blo
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from glm5lib.config import intent_flags
 from glm5lib.engines.vllm import VllmConfig, launch_vllm, load_config, vllm_python
 from glm5lib.errors import ConfigError
 from glm5lib.server import apply_flag_changes, flag_name
 
-__all__ = ["ENGINES", "Engine", "VllmConfig", "get_engine", "launch_vllm", "load_config", "vllm_python"]
+__all__ = [
+    "ENGINES", "Engine", "VllmConfig", "get_engine", "launch_vllm", "load_config", "sglang_knobs", "vllm_python",
+]
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,43 @@ def _module_server(
     )
 
 
+# SGLang's batching knobs by field; their flags differ across releases (0.5.23 rejects
+# --cuda-graph-max-bs as ambiguous: --cuda-graph-max-bs-decode).
+_SGLANG_KNOBS = {
+    "max_running_requests": "requests the scheduler runs at once",
+    "cuda_graph_max_bs": "largest batch captured as a CUDA graph",
+    "mem_fraction_static": "GPU-memory fraction for weights and KV cache",
+}
+
+
+def sglang_knobs(release: str | None = None) -> dict[str, str]:
+    """SGLang's batching knobs as ``release`` spells them (default: the installed release, else
+    the default one): flag -> what it does."""
+    return {intent_flags(name, release): what for name, what in _SGLANG_KNOBS.items()}
+
+
+class _SGLangKnobs(Mapping[str, str]):
+    """:func:`sglang_knobs` of the release in use, rendered when first read (reading the installed
+    SGLang's parser imports it)."""
+
+    def _flags(self) -> dict[str, str]:
+        if not hasattr(self, "_cache"):
+            self._cache = sglang_knobs()
+        return self._cache
+
+    def __getitem__(self, key: str) -> str:
+        return self._flags()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._flags())
+
+    def __len__(self) -> int:
+        return len(self._flags())
+
+    def __repr__(self) -> str:
+        return repr(self._flags())
+
+
 ENGINES: dict[str, Engine] = {
     "transformers-serve": Engine(
         name="transformers-serve",
@@ -149,11 +189,7 @@ ENGINES: dict[str, Engine] = {
         model_flag="--model-path",
         api="generate",
         knob="--max-running-requests",
-        knobs={
-            "--max-running-requests": "requests the scheduler runs at once",
-            "--cuda-graph-max-bs": "largest batch captured as a CUDA graph",
-            "--mem-fraction-static": "GPU-memory fraction for weights and KV cache",
-        },
+        knobs=_SGLangKnobs(),
         description="SGLang launched from a command line instead of a ServerConfig",
     ),
     "glm5-sim": _module_server(
