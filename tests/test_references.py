@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from glm5lib.cli import main
 from glm5lib.diagnose import diff_configs
 from glm5lib.diagnose.references import arg, config_defaults, flag_of, release_of, resolve_config
 from glm5lib.logs import parse_server_args
@@ -114,3 +115,14 @@ def test_fields_of_one_release_left_at_their_default_are_not_ranked():
     row = diff_configs(_log_0_5_23(), ref).set_index("field").loc["enable_piecewise_cuda_graph"]
     assert row["kind"] == "setting"
     assert row["rationale"].startswith("not in SGLang 0.5.23, set by the reference (SGLang 0.5.9)")
+
+
+def test_cli_diff_counts_the_fields_of_one_release_it_does_not_rank(capsys):
+    assert main(["diff", str(FIXTURE), "k2-thinking"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.strip()]
+    assert lines[1].split()[0] == "max_running_requests"
+    assert "asr_max_buffer_seconds" not in "\n".join(lines)
+    assert any(line.endswith("exist in only one side's SGLang release and are at its default (--all lists them)")
+               for line in lines)
+    assert main(["diff", str(FIXTURE), "k2-thinking", "--all"]) == 0
+    assert "asr_max_buffer_seconds" in capsys.readouterr().out

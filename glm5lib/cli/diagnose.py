@@ -109,6 +109,9 @@ def _cli_diff(args: argparse.Namespace) -> int:
     context = [row["field"] for row in frame.attrs.get("context", [])]
     if context and not args.all:
         print(f"Context, not ranked (--all shows the values): {', '.join(context)}")
+    only = frame.attrs.get("release_only", [])
+    if only and not args.all:
+        print(f"{len(only)} fields exist in only one side's SGLang release and are at its default (--all lists them)")
     return 0
 
 
