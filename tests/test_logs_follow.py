@@ -89,3 +89,52 @@ def test_a_mangled_cuda_graph_value_keeps_the_column_as_read():
     )
     for slog in (logs.parse_log(text), logs.parse_log(text.encode())):
         assert slog.prefill["cuda_graph"].tolist() == [False, "True0"]
+
+
+def test_error_rows_kept_from_an_update_are_not_copied_again(tmp_path):
+    crash = (
+        "[2026-03-01 10:00:0{s} TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+        '  File "scheduler.py", line 1, in event_loop\n'
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+    )
+    path = tmp_path / "server.log"
+    path.write_text(crash.format(s=1) + _lines(0, 20) + crash.format(s=2) + _lines(20, 20))
+    follower = logs.follow_log(path)
+    first = follower.update()
+    with path.open("a") as fh:
+        fh.write(crash.format(s=3))  # a traceback still open: the next update shows it as read so far
+    second = follower.update()
+    with path.open("a") as fh:
+        fh.write(_lines(40, 2))
+    third = follower.update()
+    assert len(first.errors) == 2 and len(second.errors) == 3 and len(third.errors) == 3
+    assert np.shares_memory(_memory(first.errors["kind"]), _memory(third.errors["kind"]))
+    pd.testing.assert_frame_equal(third.errors, logs.parse_log(path.read_text()).errors)
+
+
+def test_a_vllm_followers_access_lines_kept_from_an_update_are_not_copied_again(tmp_path):
+    stats = (
+        "INFO 01-22 18:27:{s:02d} metrics.py:449] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+        "41.7 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 2.0%, "
+        "CPU KV cache usage: 0.0%.\n"
+    )
+
+    def lines(start: int, n: int) -> str:
+        return "".join(
+            ACCESS.format(port=40000 + k % 999) + (stats.format(s=k % 60) if k % 50 == 0 else "")
+            for k in range(start, start + n)
+        )
+
+    path = tmp_path / "server.log"
+    path.write_text(lines(0, 3000))
+    follower = logs.follow_log(path, engine="vllm")
+    first = follower.update()
+    with path.open("a") as fh:
+        fh.write(lines(3000, 60))
+    second = follower.update()
+    assert len(first.http) == 3000 and len(second.http) == 3060
+    for col in first.http.columns:
+        assert np.shares_memory(_memory(first.http[col]), _memory(second.http[col])), col
+    whole = logs.parse_log(path.read_text(), engine="vllm")
+    pd.testing.assert_frame_equal(second.http, whole.http)
+    pd.testing.assert_frame_equal(second.decode, whole.decode)

@@ -110,6 +110,7 @@ class _Parser:
         self._open_blocks: list[dict[str, Any]] = []
         self._block_body_started = False
         self._tables: dict[str, GrowingTable] = {}  # a follower's tables, kept between builds
+        self._errors_kept = 0  # error rows in self._tables["errors"]
         # A follower builds again and again: it keeps the tables and hands out copies.
         self.reuse_frames = True
         self.scan_first_time = False
@@ -599,7 +600,7 @@ class _Parser:
 
     # ---- tables
     def build(self) -> ServerLog:
-        errors = list(self.errors) + [block_row(b) for b in self._open_blocks]
+        errors = self._errors_table()
         server_args = dict(self.server_args)
         incomplete = self.server_args_incomplete
         if self._args_buffer is not None:
@@ -614,7 +615,7 @@ class _Parser:
             decode=self._frame("decode", DECODE_COLUMNS),
             prefill=self._frame("prefill", PREFILL_COLUMNS),
             retractions=self._frame("retract", RETRACT_COLUMNS),
-            errors=errors_frame(errors),
+            errors=errors,
             http=self._http_table(),
             skipped=self.skipped,
             skipped_examples=list(self.skipped_examples),
@@ -635,6 +636,7 @@ class _Parser:
         finally:
             self._open_blocks = open_blocks
         self.errors = []
+        self._errors_kept = 0
         for shape in self.shapes.values():
             del shape.rows[:], shape.order[:], shape.raw[:], shape.frames[:]
         del self.http_rows[:]
@@ -642,6 +644,24 @@ class _Parser:
         self._http_done = None
         self._tables.clear()
         return slog
+
+    def _errors_table(self) -> pd.DataFrame:
+        """The error rows so far, tracebacks still open included (as they read so far)."""
+        open_rows = [block_row(b) for b in self._open_blocks]
+        if not self.reuse_frames:
+            return errors_frame(list(self.errors) + open_rows)
+        # A follower: closed rows are appended to the table kept from earlier builds.
+        table = self._tables.get("errors")
+        if table is None:
+            table = self._tables["errors"] = GrowingTable()
+        if len(self.errors) > self._errors_kept:
+            table.append(errors_frame(self.errors[self._errors_kept :]))
+            self._errors_kept = len(self.errors)
+        if not len(table):
+            return errors_frame(open_rows)
+        if open_rows:
+            return pd.concat([table.frame(), errors_frame(open_rows)], ignore_index=True, sort=False)
+        return table.frame()
 
     def _http_table(self) -> pd.DataFrame:
         """The access lines read so far, in log order. What was read since the last build is

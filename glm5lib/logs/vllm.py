@@ -52,6 +52,7 @@ import pandas as pd
 from glm5lib.logs.access import access_frame, access_lines
 from glm5lib.logs.chunked import ACCESS_RE, read_lines
 from glm5lib.logs.engine import LogEngine
+from glm5lib.logs.growing import GrowingTable
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import parse_server_args
 from glm5lib.logs.text import split_chunk, strip_ansi
@@ -211,6 +212,9 @@ class VllmParser:
         self.skipped_examples: list[str] = []
         self.stopping = False
         self.finished = False
+        # A follower builds again and again: its access lines are kept in a growing table.
+        self.incremental = False
+        self._http_kept = GrowingTable()
         self.first_time: pd.Timestamp | None = None
         self.last_time: pd.Timestamp | None = None
 
@@ -487,6 +491,7 @@ class VllmParser:
         for rows in (self.decode_rows, self.retract_rows, self.errors, self.http_rows, self.http_order, self.http_bulk):
             del rows[:]
         self.decode_rows.extend(held)
+        self._http_kept = GrowingTable()
         return slog
 
     def _decode_frame(self) -> pd.DataFrame:
@@ -509,6 +514,18 @@ class VllmParser:
         return frame
 
     def _http_frame(self) -> pd.DataFrame:
+        if not self.incremental:
+            return self._http_rows_frame()
+        # A follower: the access lines read since the last build are appended to the table
+        # kept from it, so that an update costs what its new lines cost.
+        if self.http_rows or self.http_bulk:
+            self._http_kept.append(self._http_rows_frame())
+            for rows in (self.http_rows, self.http_order, self.http_bulk):
+                del rows[:]
+        return self._http_kept.frame() if len(self._http_kept) else self._http_rows_frame()
+
+    def _http_rows_frame(self) -> pd.DataFrame:
+        """The access lines read since the last build (all of them when nobody builds again)."""
         cols = ["time", "client", "method", "path", "status"]
         if not self.http_rows and not self.http_bulk:
             return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in cols})
@@ -559,7 +576,9 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame
 
 
 def _new_parser(date: str | None = None, *, incremental: bool = True) -> VllmParser:
-    return VllmParser(date=date)
+    parser = VllmParser(date=date)
+    parser.incremental = incremental
+    return parser
 
 
 ENGINE = LogEngine(name="vllm", detect=looks_like_vllm, new_parser=_new_parser)
