@@ -556,8 +556,9 @@ def test_0_5_23_dict_form_server_args_line_reads_as_a_0_5_23_config():
     config = ServerConfig.from_server_args(line)
     assert config.release == "0.5.23"
     assert config.disable_cuda_graph is True and config.max_running_requests == 1024
-    assert config.diff(ServerConfig.load("glm5-fix", release="0.5.23")).keys() <= {
-        "enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "mm_enable_dp_encoder"}
+    assert config.diff(ServerConfig.load("glm5-fix", release="0.5.23")) == {}  # resolved at start: no choice
+    assert set(config.explicit).isdisjoint({
+        "enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "mm_enable_dp_encoder"})
 
 
 def test_logs_summary_says_graphs_off_for_a_0_5_23_log_that_turns_them_off_per_phase(capsys):

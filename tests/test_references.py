@@ -64,3 +64,24 @@ def test_report_says_graphs_off_for_a_0_5_23_phase(tmp_path):
     (tmp_path / "fix" / "server.log").write_text(FIXTURE.read_text())
     config = report.summarize(tmp_path)["phases"]["fix"]["config"]
     assert config["disable_cuda_graph"] is True and config["max_running_requests"] == 1024
+
+
+_RESOLVED_AT_START = ("enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full_memory_ratio", "mm_enable_dp_encoder")
+
+
+def test_values_sglang_resolves_at_start_are_not_differences_from_a_reference():
+    # 0.5.23 logs the resolved value of fields it declares resolvable (their input default None):
+    # the fallback it falls back to is no user choice, so glm5-fix's own log matches glm5-fix
+    from glm5lib.config import ServerConfig
+
+    spec = ServerConfig(release="0.5.23").catalogue.specs["swa_full_tokens_ratio"]
+    assert (spec.default, spec.resolvable, spec.fallback) == (None, True, 0.8)
+    config = ServerConfig.from_server_args(FIXTURE.read_text())
+    assert not set(config.explicit) & set(_RESOLVED_AT_START)
+    assert config.diff(ServerConfig.load("glm5-fix", release="0.5.23")) == {}
+    assert diff_configs(str(FIXTURE), "glm5-fix").empty
+    # a value the user did choose still differs, and the reference's side says why it reads False
+    chosen = {**_log_0_5_23(), "enable_tf32_matmul": True}
+    frame = diff_configs(chosen, "glm5-fix")
+    assert list(frame["field"]) == ["enable_tf32_matmul"] and frame["reference"].tolist() == [False]
+    assert "resolved at start-up by SGLang 0.5.23 (its declared fallback)" in frame["resolved"][0]

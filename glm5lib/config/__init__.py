@@ -613,8 +613,9 @@ class ServerConfig:
     ) -> ServerConfig:
         """From a logged ``server_args=ServerArgs(...)`` dict (or line) or ``/get_server_info``.
 
-        Only values that differ from the catalogue's defaults become explicit, so the result
-        reads like the command line that produced them. Keys the catalogue does not know go to
+        Only values that differ from the catalogue's defaults (and, for fields SGLang resolves at
+        start-up, from its declared fallback) become explicit, so the result reads like the
+        command line that produced them. Keys the catalogue does not know go to
         :attr:`extras` (``strict=True``: ConfigError). Values SGLang accepted but this catalogue
         rejects (a newer backend name, say) are kept with a warning unless ``strict``.
         A masked secret (``"***"``) is dropped. The release is ``release``, else the payload's
@@ -644,6 +645,8 @@ class ServerConfig:
                 continue
             if spec.default_expr is not None and value is None:
                 continue
+            if spec.resolvable and spec.default is None and _same(value, spec.fallback):
+                continue  # SGLang's own fallback, resolved at start-up: no user choice
             try:
                 values[field] = _check_value(spec, value)
             except ConfigError as exc:

@@ -14,6 +14,7 @@ flags the target release takes.
 
 from __future__ import annotations
 
+import ast
 import functools
 import importlib
 import importlib.metadata
@@ -88,6 +89,10 @@ class FlagSpec:
     help: str = ""
     deprecated: bool = False
     in_server_args: bool = True
+    #: SGLang (0.5.23 on) resolves the field at start-up when the input leaves it None, falling back
+    #: to ``fallback``: the value it then logs is SGLang's, not a user choice (``Arg(resolvable=...)``)
+    resolvable: bool = False
+    fallback: Any = None
 
     @property
     def flag(self) -> str:
@@ -100,10 +105,27 @@ class FlagSpec:
         return self.default is None or bool(self.annotation and "Optional" in self.annotation)
 
 
+_ARG_RESOLVABLE = re.compile(r"\bresolvable=True\b")
+_ARG_FALLBACK = re.compile(r"\bfallback=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,)\]]+)\)?\]?$")
+
+
+def _resolution(annotation: str | None) -> tuple[bool, Any]:
+    """(resolvable, fallback) from the ``Arg(...)`` metadata in a field's annotation (0.5.23 on)."""
+    if not annotation or "Arg(" not in annotation:
+        return False, None
+    found = _ARG_FALLBACK.search(annotation)
+    try:
+        fallback = ast.literal_eval(found.group(1)) if found else None
+    except (ValueError, SyntaxError):
+        fallback = None
+    return bool(_ARG_RESOLVABLE.search(annotation)), fallback
+
+
 def _specs(raw_flags: Iterable[Mapping[str, Any]]) -> dict[str, FlagSpec]:
     out: dict[str, FlagSpec] = {}
     for raw in raw_flags:
         choices = raw.get("choices")
+        resolvable, fallback = _resolution(raw.get("annotation"))
         out[raw["field"]] = FlagSpec(
             field=raw["field"],
             flags=tuple(raw["flags"]) + tuple(raw.get("alias_flags") or ()),
@@ -119,6 +141,8 @@ def _specs(raw_flags: Iterable[Mapping[str, Any]]) -> dict[str, FlagSpec]:
             help=raw.get("help") or "",
             deprecated=bool(raw.get("deprecated")),
             in_server_args=bool(raw.get("in_server_args", True)),
+            resolvable=resolvable,
+            fallback=fallback,
         )
     return out
 

@@ -29,6 +29,7 @@ from glm5lib.diagnose.references import (
     norm,
     release_of,
     resolve_config,
+    resolved_fallback,
     shown_as,
 )
 from glm5lib.engines.vllm_defaults import VLLM_AUTOMATIC_FIELDS, vllm_automatic
@@ -110,6 +111,9 @@ def resolve_automatic(
         if isinstance(sizes, (list, tuple)) and sizes:
             v = int(max(int(s) for s in sizes))
             return v, f"{v} (largest captured CUDA graph batch)"
+    fallback = resolved_fallback(field, args)
+    if fallback is not None:
+        return fallback
     if field in VLLM_AUTOMATIC_FIELDS:
         auto = vllm_automatic(field, args, startup, environment)
         if auto is None:

@@ -49,6 +49,7 @@ __all__ = [
     "release_of",
     "resolve_config",
     "resolve_server_args",
+    "resolved_fallback",
     "shown_as",
 ]
 
@@ -266,6 +267,16 @@ def release_of(args: Mapping[str, Any]) -> str:
     if len(args) >= 100:
         return nearest_bundled(guess_release(args))
     return nearest_bundled(default_release())
+
+
+def resolved_fallback(field: str, args: Mapping[str, Any]) -> tuple[Any, str] | None:
+    """For a field ``args``'s release resolves at start-up when left None (``Arg(resolvable=True)``,
+    0.5.23 on) and falls back to a declared value: that value and how it is known; else None."""
+    release = release_of(args)
+    spec = bundled_catalogue(release).specs.get(field)
+    if spec is None or not spec.resolvable or spec.default is not None or spec.fallback is None:
+        return None
+    return spec.fallback, f"{spec.fallback!r}, resolved at start-up by SGLang {release} (its declared fallback)"
 
 
 @functools.lru_cache(maxsize=8)
