@@ -456,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  follow_log: {mb / r['cpu']:.1f} MB/s CPU over {r['updates']} updates of 4 MB; "
                       f"peak RSS {r['peak_kb'] / 1024:.0f} MB; rows {r['rows']}")
                 r = measure(path, FOLLOW_FLAT_CHILD, str(args.follow_mb))
-                print(f"  follow_log per update ({r['small_kb']:.0f} KB appended, median of 5) as the log grows: "
+                print(f"  follow_log per update ({r['small_kb']:.0f} KB appended, CPU time, median of 5) as the log grows: "
                       + "; ".join(f"{m['mb']:.0f} MB written: {m['update_ms']:.1f} ms" for m in r["marks"]))
             if not args.keep:
                 path.unlink()

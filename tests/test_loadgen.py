@@ -280,6 +280,24 @@ def test_a_server_still_starting_is_waited_for_not_taken_for_dead(tmp_path):
     assert df.iloc[0]["completed"] == 4 and df.iloc[0]["failed"] == 0
 
 
+class _Unhealthy(ChildServer):
+    def healthy(self, timeout: float = 2.0) -> bool:  # answers 503 at once, as SGLang shutting down
+        return False
+
+
+def test_a_server_answering_503_with_stalled_streams_is_unhealthy_not_hung(tmp_path):
+    from glm5lib.errors import SweepAbortedError
+
+    srv = _Unhealthy(tmp_path)
+    try:
+        with pytest.raises(SweepAbortedError, match="unhealthy") as info:
+            _sweep(srv.base_url + "/stall", [2], requests_per_level=2, server=srv, health_interval=0.2,
+                   health_timeout=0.5)
+    finally:
+        srv.stop()
+    assert "hung" not in str(info.value) and "refused or answered no 200" in str(info.value)
+
+
 def test_server_death_without_a_server_object_is_found_by_health(tmp_path):
     from glm5lib.errors import SweepAbortedError
 

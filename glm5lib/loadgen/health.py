@@ -17,7 +17,10 @@ What ``/health`` means differs by engine and release, and on SGLang it is not a 
 
 So a ``/health`` that does not answer within ``health_timeout`` is no verdict on a busy SGLang: a
 server whose streams still deliver data is alive whatever ``/health`` says. "Hung" takes both:
-``/health`` failing its tries and no stream receiving a byte while it was probed.
+``/health`` failing its tries and no stream receiving a byte while it was probed. A ``/health``
+that answers 503 at once is no hang either: before a sweep it is waited for (the server is
+starting); during one, with the streams stalled too, the server is "unhealthy" (shutting down, or
+vLLM's engine died).
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 TRIES = 3
 RETRY_PAUSE_S = 0.5
 STARTING_POLL_S = 0.5
+# A failed probe that took less than this part of its timeout was an answer (503, refused), not silence.
+QUICK_FRACTION = 0.8
 
 
 def call_probe(probe: Callable[..., bool], timeout: float) -> bool:
@@ -78,11 +83,15 @@ async def _probe_server(server: Any, timeout: float) -> str:
     healthy = getattr(server, "healthy", None)
     if healthy is None:
         return ""
+    began = time.monotonic()
     try:
         if await asyncio.to_thread(call_probe, healthy, timeout):
             return ""
     except Exception as exc:  # a health probe that raises counts as a failed one
         log.debug("health probe raised %r", exc)
+    took = time.monotonic() - began
+    if took < QUICK_FRACTION * timeout:
+        return f"/health refused or answered no 200 ({took:.1f} s)"
     return f"/health did not answer within {timeout:g} s"
 
 
@@ -115,9 +124,11 @@ async def check_alive(
         if not await asyncio.to_thread(server.alive):
             return False, f"the server process is gone{exit_details(server)}{where}", await _fatal(server)
     failure = ""
+    silent = False  # a try timed out
     for attempt in range(TRIES):
         if server is not None:
             failure = await _probe_server(server, timeout)
+            silent = silent or "did not answer" in failure
         else:
             failure = await _probe_url(session, base_url + "/health", headers, timeout)
         if not failure:
@@ -129,14 +140,21 @@ async def check_alive(
             await asyncio.sleep(RETRY_PAUSE_S)
     if server is None:
         return False, f"{failure} ({TRIES} tries) and no stream received data meanwhile", []
-    why = (
-        f"the server process is running but /health did not answer within {timeout:g} s ({TRIES} tries) "
-        f"and no stream received data meanwhile: hung{where}"
-    )
-    if not await asyncio.to_thread(server.alive):  # it died while we probed
+    if silent:
+        why = (
+            f"the server process is running but /health did not answer within {timeout:g} s ({TRIES} tries) "
+            f"and no stream received data meanwhile: hung{where}"
+        )
+    else:  # SGLang answers 503 while starting or shutting down, vLLM once its engine died
+        why = (
+            f"the server process is running but {failure} ({TRIES} tries: starting, shutting down or its "
+            f"engine dead) and no stream received data meanwhile: unhealthy{where}"
+        )
+    gone = not await asyncio.to_thread(server.alive)  # it died while we probed
+    if gone:
         why = f"the server process is gone{exit_details(server)}{where}"
     lines = await _fatal(server)
-    if lines and "hung" in why:  # still writing its traceback: the log says why, not /health
+    if lines and not gone:  # still writing its traceback: the log says why, not /health
         why = f"the server logged a fatal error{exit_details(server)}{where}"
     return False, why, lines
 
