@@ -163,12 +163,11 @@ def _side(
 
 
 def _release_only(
-    field: str, cur: Mapping[str, Any], ref: Mapping[str, Any]
+    field: str, cur: Mapping[str, Any], ref: Mapping[str, Any], releases: Mapping[str, str]
 ) -> tuple[str, str, str, bool] | None:
     """For a field one side's release has and the other side's does not (renamed fields
     followed): (side that has it, its release, the other release, set away from its default);
-    None when both releases know the field, or neither does."""
-    releases = {"current": release_of(cur), "reference": release_of(ref)}
+    None when both releases know the field, or neither does. ``releases``: side -> release."""
     if releases["current"] == releases["reference"]:
         return None
     cats = {side: bundled_catalogue(rel) for side, rel in releases.items()}
@@ -214,6 +213,7 @@ def diff_configs(
     rows = []
     # renamed fields and "CUDA graphs off" spelt per phase line up across releases
     fields = {shown_as(f, cur.args, ref.args) for f in set(cur.args) | set(ref.args)}
+    releases = {"current": release_of(cur.args), "reference": release_of(ref.args)}
     for field in sorted(fields):
         a, a_how, a_explicit = _side(field, cur.args, cur_startup)
         b, b_how, b_explicit = _side(field, ref.args, ref_startup)
@@ -229,7 +229,7 @@ def diff_configs(
             f"{side}: None, {how}" for side, how in (("current", a_how), ("reference", b_how)) if how
         )
         # A field only one side's release has: a difference only where that side set it.
-        only = _release_only(field, cur.args, ref.args)
+        only = _release_only(field, cur.args, ref.args, releases)
         kind = "context" if context else "setting"
         if only is not None and not only[3]:
             kind, cls = "release", "none"
@@ -270,7 +270,7 @@ def diff_configs(
                 "reference": mask_value(field, b),
                 "impact": cls,
                 "rationale": rationale,
-                "flag": flag_of(field, release_of(cur.args)),
+                "flag": flag_of(field, releases["current"]),
                 "automatic": automatic,
                 "kind": kind,
                 "resolved": resolved,
