@@ -7,6 +7,7 @@ whatever the file's size: beyond the tables themselves, a parse holds a few piec
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 from collections.abc import Callable, Iterator
@@ -55,14 +56,22 @@ def parse_log(
             # Lone surrogates: no bytes decode back to this text; split it as it is.
             adapter = resolve_engine(engine, source)
             return _parse_lines(adapter.new_parser(date, incremental=False), split_text(source))
+    with _opened(source) as (read, size, crs, head):
+        return _parse_stream(read, size, crs, head, date, engine, progress)
+
+
+@contextlib.contextmanager
+def _opened(source: Path | bytes) -> Iterator[tuple[Callable[[int], bytes], int, bool, bytes]]:
+    """``(read, size, holds a carriage return, head)`` of a log file or of bytes in memory."""
     if isinstance(source, Path):
         with source.open("rb") as fh:
             size = os.fstat(fh.fileno()).st_size
             crs = _holds_cr(fh)
             head = fh.read(DETECT_BYTES)
             fh.seek(0)
-            return _parse_stream(fh.read, size, crs, head, date, engine, progress)
-    return _parse_stream(io.BytesIO(source).read, len(source), b"\r" in source, source[:DETECT_BYTES], date, engine, progress)
+            yield fh.read, size, crs, head
+    else:
+        yield io.BytesIO(source).read, len(source), b"\r" in source, source[:DETECT_BYTES]
 
 
 def _holds_cr(fh: io.BufferedReader) -> bool:
@@ -159,16 +168,8 @@ def iter_log(
             # Lone surrogates: the text is in memory already; it is read as parse_log reads it.
             yield parse_log(source, date=date, engine=engine, progress=progress)
             return
-    if isinstance(source, Path):
-        with source.open("rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            crs = _holds_cr(fh)
-            head = fh.read(DETECT_BYTES)
-            fh.seek(0)
-            yield from _stream(fh.read, size, crs, head, date, engine, progress, piece_bytes)
-        return
-    yield from _stream(io.BytesIO(source).read, len(source), b"\r" in source, source[:DETECT_BYTES], date, engine,
-                       progress, piece_bytes)
+    with _opened(source) as (read, size, crs, head):
+        yield from _stream(read, size, crs, head, date, engine, progress, piece_bytes)
 
 
 def _stream(read, size, crs, head, date, engine, progress, piece_bytes) -> Iterator[ServerLog]:
