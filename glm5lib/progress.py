@@ -190,6 +190,7 @@ class RunProgress:
         self._live_text = ""
         self.lines: list[str] = []
         self._write: Callable[[str], None] = self._to_stream
+        self._lock = threading.RLock()  # the watcher thread and the runner's status calls
         self._notebooks = self._read_notebooks()  # as they were before the run: not news
 
     # -- output ------------------------------------------------------------------------------
@@ -201,11 +202,12 @@ class RunProgress:
             pass
 
     def _emit(self, line: str) -> None:
-        self.lines.append(line)
-        if self.tty and self._live_text:
-            self._write("\r" + " " * len(self._live_text) + "\r")
-            self._live_text = ""
-        self._write(line + "\n")
+        with self._lock:
+            self.lines.append(line)
+            if self.tty and self._live_text:
+                self._write("\r" + " " * len(self._live_text) + "\r")
+                self._live_text = ""
+            self._write(line + "\n")
 
     def _emit_live(self, text: str, now: float) -> None:
         if self.tty:
@@ -257,14 +259,29 @@ class RunProgress:
             entries = json.loads((self.run_dir / NOTEBOOKS_STATUS).read_text())
         except (OSError, ValueError):
             return {}
+        return self._states(entries)
+
+    @staticmethod
+    def _states(entries: object) -> dict[str, tuple]:
         if not isinstance(entries, list):
             return {}
         return {str(e.get("name")): (e.get("status"), e.get("started"), e.get("seconds"), e.get("error"))
                 for e in entries if isinstance(e, dict)}
 
-    def _notebook_lines(self) -> list[str]:
+    def notebook_status(self, entries: list[dict]) -> list[str]:
+        """Take the notebooks' status as the runner writes it (``run_workbook(on_status=...)``).
+
+        Polling alone misses a notebook that starts and ends between two rounds; the runner
+        calls this at each change, so every notebook gets its ``running`` line.
+        """
+        return self._notebook_lines(self._states(entries))
+
+    def _notebook_lines(self, now: dict[str, tuple] | None = None) -> list[str]:
         """``notebook 02-measure-baseline.ipynb: running`` / ``: ok in 95 s`` as the runner records them."""
-        now = self._read_notebooks()
+        with self._lock:
+            return self._notebook_lines_locked(self._read_notebooks() if now is None else now)
+
+    def _notebook_lines_locked(self, now: dict[str, tuple]) -> list[str]:
         out = []
         for name, state in now.items():
             if self._notebooks.get(name) == state:

@@ -17,7 +17,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ def run_workbook(
     kernel_name: str | None = None,
     progress: bool = True,
     report: bool = True,
+    on_status: Callable[[list[dict]], None] | None = None,
 ) -> Path:
     """Execute the notebooks in order into a run folder and return that folder.
 
@@ -124,7 +125,7 @@ def run_workbook(
         started = time.time()
         entry = {"name": path.name, "status": "running", "started": started}
         status = [s for s in status if s.get("name") != path.name] + [entry]
-        _save_status(out, status)
+        _save_status(out, status, on_status)
         try:
             pm.execute_notebook(
                 str(path),
@@ -138,7 +139,7 @@ def run_workbook(
         except PapermillExecutionError as exc:
             entry.update(status="failed", seconds=round(time.time() - started, 1), cell=exc.exec_count,
                          error=f"{exc.ename}: {_first_line(exc.evalue)}")
-            _save_status(out, status)
+            _save_status(out, status, on_status)
             if report:
                 _write_report(out)
             raise NotebookFailedError(
@@ -153,12 +154,12 @@ def run_workbook(
             # kernel died, KeyboardInterrupt...: keep the record of how far the run got
             entry.update(status="failed", seconds=round(time.time() - started, 1),
                          error=f"{type(exc).__name__}: {_first_line(str(exc))}")
-            _save_status(out, status)
+            _save_status(out, status, on_status)
             if report:
                 _write_report(out)
             raise
         entry.update(status="ok", seconds=round(time.time() - started, 1))
-        _save_status(out, status)
+        _save_status(out, status, on_status)
     if report:
         _write_report(out)
     return out
@@ -172,8 +173,13 @@ def _load_status(out: Path) -> list[dict]:
     return data if isinstance(data, list) else []
 
 
-def _save_status(out: Path, status: list[dict]) -> None:
+def _save_status(out: Path, status: list[dict], on_status: Callable[[list[dict]], None] | None = None) -> None:
     (out / NOTEBOOKS_STATUS).write_text(json.dumps(status, indent=2) + "\n")
+    if on_status is not None:
+        try:
+            on_status([dict(s) for s in status])
+        except Exception:  # a watcher must never cost the run
+            log.debug("notebook status callback failed", exc_info=True)
 
 
 def _write_report(out: Path) -> Path | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import re
 
 from glm5lib import rundir
@@ -114,3 +115,19 @@ def test_on_a_terminal_the_live_line_is_rewritten_in_place_and_cleared_for_a_lev
     assert text.endswith("\r  ... baseline (1 level done), now: GPU 85 W")
     progress.stop()  # leaves the terminal line clean
     assert out.getvalue().endswith("\r" + " " * len("  ... baseline (1 level done), now: GPU 85 W") + "\r")
+
+
+def test_a_notebook_shorter_than_the_polling_interval_still_gets_its_running_line(tmp_path):
+    """The runner reports each status change; polling alone missed a notebook that ran < 1 s."""
+    out = io.StringIO()
+    progress = RunProgress(tmp_path, stream=out, interval=3600.0)  # the watcher never polls by itself
+    status = tmp_path / "notebooks.json"
+    running = [{"name": "01-check-environment.ipynb", "status": "running", "started": 1.0}]
+    status.write_text(json.dumps(running))
+    assert progress.notebook_status(running) == ["notebook 01-check-environment.ipynb: running"]
+    done = [dict(running[0], status="ok", seconds=0.4)]
+    status.write_text(json.dumps(done))
+    assert progress.notebook_status(done) == ["notebook 01-check-environment.ipynb: ok in 0 s"]
+    assert progress.poll(live=False) == []  # the file says what was already written: no repeat
+    assert out.getvalue().splitlines() == ["notebook 01-check-environment.ipynb: running",
+                                           "notebook 01-check-environment.ipynb: ok in 0 s"]

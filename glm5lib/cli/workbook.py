@@ -28,7 +28,8 @@ def _cmd_run(args) -> int:
     try:
         with watch:
             out = run_workbook(params, run_dir=run_dir, only=only, progress=False,
-                               report=not args.no_report, notebooks=args.notebooks)
+                               report=not args.no_report, notebooks=args.notebooks,
+                               on_status=None if args.quiet else watch.notebook_status)
     except NotebookFailedError as exc:
         if exc.run_dir:
             print(f"Workbook results so far are in {exc.run_dir}")
