@@ -22,6 +22,13 @@ def test_names_and_defaults_come_from_the_arguments_release():
     assert release_of(args) == "0.5.23"
     assert release_of({"version": "0.5.9", "tp_size": 8}) == "0.5.9"
     assert release_of({"version": "0.5.8.post1"}) == "0.5.8"
+    # a few fields: the default release, unless some names exist only in older releases
+    assert release_of({"tp_size": 8}) == release_of({}) == "0.5.23"
+    assert release_of({"cuda_graph_max_bs_decode": 64, "tp_size": 8}) == "0.5.23"
+    assert release_of({"cuda_graph_max_bs": 64, "tp_size": 8}) == "0.5.9"
+    assert release_of({"cuda_graph_bs": [1, 2, 4]}) == "0.5.9"
+    # names of both generations: the default release still fits as well as any
+    assert release_of({"cuda_graph_max_bs": 64, "enable_tf32_matmul": True}) == "0.5.23"
     reference = resolve_config("k2-thinking").args
     assert release_of(reference) in ("0.5.8", "0.5.9")
     assert "cuda_graph_max_bs_decode" in config_defaults("0.5.23") and "cuda_graph_max_bs_decode" not in config_defaults("0.5.9")
@@ -167,3 +174,14 @@ def test_cli_diff_counts_the_fields_whose_default_changed(capsys):
     assert "fields differ only because SGLang changed their default between the two sides' releases" in out
     assert main(["diff", str(FIXTURE), "k2-thinking", "--all"]) == 0
     assert "hicache_mem_layout" in capsys.readouterr().out
+
+
+def test_log_summary_shows_the_release_own_graph_batch_field(capsys):
+    # 0.5.23 logs cuda_graph_max_bs_decode/_prefill where 0.5.9 logged cuda_graph_max_bs
+    from glm5lib.logs import parse_log, summarize
+
+    shown = summarize(parse_log(FIXTURE))["server_args"]
+    assert {"cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill"} <= set(shown)
+    assert "cuda_graph_max_bs" not in shown and shown["disable_cuda_graph"] is True
+    assert main(["logs", str(FIXTURE)]) == 0
+    assert "cuda_graph_max_bs_decode = None" in capsys.readouterr().out
