@@ -314,14 +314,18 @@ def test_kv_capacity_quiet_with_headroom():
 def test_cuda_graph_fires_above_max_bs():
     running = [32] * 10 + [200] * 10
     graph = [True] * 10 + [False] * 10
-    ev = dg.Evidence(
-        decode=decode_frame(running, graph=graph), server_args={"cuda_graph_max_bs": 64}
-    )
-    out = dg.rule_cuda_graph(ev)
-    assert len(out) == 1
-    assert "cuda graph: False on 50% of decode lines" in out[0].evidence
-    assert "above 64" in out[0].evidence and "reached 200" in out[0].evidence
-    assert "--cuda-graph-max-bs-decode to about 200" in out[0].suggestion  # the default release: 0.5.23
+    # the flag is the one of the release whose names the arguments use: 0.5.23 (the default
+    # release) for its own name, 0.5.9 for the name 0.5.23 no longer has
+    for args, flag in (
+        ({"cuda_graph_max_bs_decode": 64}, "--cuda-graph-max-bs-decode"),
+        ({"cuda_graph_max_bs": 64}, "--cuda-graph-max-bs"),
+    ):
+        ev = dg.Evidence(decode=decode_frame(running, graph=graph), server_args=args)
+        out = dg.rule_cuda_graph(ev)
+        assert len(out) == 1
+        assert "cuda graph: False on 50% of decode lines" in out[0].evidence
+        assert "above 64" in out[0].evidence and "reached 200" in out[0].evidence
+        assert f"raise {flag} to about 200" in out[0].suggestion
 
 
 def test_cuda_graph_quiet_when_graphs_cover_batches_or_are_off():

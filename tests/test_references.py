@@ -22,6 +22,13 @@ def test_names_and_defaults_come_from_the_arguments_release():
     assert release_of(args) == "0.5.23"
     assert release_of({"version": "0.5.9", "tp_size": 8}) == "0.5.9"
     assert release_of({"version": "0.5.8.post1"}) == "0.5.8"
+    # a few fields: the default release, unless some names exist only in older releases
+    assert release_of({"tp_size": 8}) == release_of({}) == "0.5.23"
+    assert release_of({"cuda_graph_max_bs_decode": 64, "tp_size": 8}) == "0.5.23"
+    assert release_of({"cuda_graph_max_bs": 64, "tp_size": 8}) == "0.5.9"
+    assert release_of({"cuda_graph_bs": [1, 2, 4]}) == "0.5.9"
+    # names of both generations: the default release still fits as well as any
+    assert release_of({"cuda_graph_max_bs": 64, "enable_tf32_matmul": True}) == "0.5.23"
     reference = resolve_config("k2-thinking").args
     assert release_of(reference) in ("0.5.8", "0.5.9")
     assert "cuda_graph_max_bs_decode" in config_defaults("0.5.23") and "cuda_graph_max_bs_decode" not in config_defaults("0.5.9")
@@ -126,3 +133,55 @@ def test_cli_diff_counts_the_fields_of_one_release_it_does_not_rank(capsys):
                for line in lines)
     assert main(["diff", str(FIXTURE), "k2-thinking", "--all"]) == 0
     assert "asr_max_buffer_seconds" in capsys.readouterr().out
+
+
+def test_fields_whose_default_changed_between_the_releases_are_not_ranked():
+    # 0.5.9 -> 0.5.23 changed defaults such as hicache_mem_layout ('layer_first' -> 'page_first')
+    # and kt_method (None -> 'AMXINT4'): a 0.5.23 log and a 0.5.9 log that both left them alone differ
+    frame = diff_configs(_log_0_5_23(), "k2-thinking")
+    changed = frame[frame["kind"] == "default"].set_index("field")
+    assert {"hicache_mem_layout", "kt_method", "encoder_transfer_backend", "hicache_ratio"} <= set(changed.index)
+    assert changed.loc["hicache_mem_layout", "rationale"].startswith(
+        "default changed: SGLang 0.5.9 'layer_first', SGLang 0.5.23 'page_first'")
+    assert set(changed["impact"]) == {"none"} and not changed["automatic"].any()
+    ranked = frame[frame["kind"] == "setting"]
+    assert ranked.iloc[0]["field"] == "max_running_requests"
+    assert "unknown" not in set(ranked["impact"])
+    # listed after the context rows, before the fields of one release only
+    kinds = list(dict.fromkeys(frame["kind"]))
+    assert kinds == ["setting", "context", "default", "release"]
+    hidden = diff_configs(_log_0_5_23(), "k2-thinking", hide_irrelevant=True)
+    assert {r["field"] for r in hidden.attrs["default_changed"]} == set(changed.index)
+    assert not set(hidden["field"]) & set(changed.index)
+    # set away from its own release's default on either side, the field stays ranked, saying so
+    cur = {**_log_0_5_23(), "hicache_mem_layout": "page_first_direct"}
+    row = diff_configs(cur, "k2-thinking").set_index("field").loc["hicache_mem_layout"]
+    assert row["kind"] == "setting"
+    assert row["rationale"].startswith(
+        "default changed: SGLang 0.5.9 'layer_first', SGLang 0.5.23 'page_first'; set by the current side")
+    ref = dict(resolve_config("k2-thinking").args, kt_method="AMXINT8")
+    row = diff_configs(_log_0_5_23(), ref).set_index("field").loc["kt_method"]
+    assert row["kind"] == "setting" and "set by the reference side" in row["rationale"]
+    # the same release on both sides: no default changed, an ordinary difference
+    row = diff_configs(cur, _log_0_5_23()).set_index("field").loc["hicache_mem_layout"]
+    assert row["kind"] == "setting" and not row["rationale"].startswith("default changed")
+
+
+def test_cli_diff_counts_the_fields_whose_default_changed(capsys):
+    assert main(["diff", str(FIXTURE), "k2-thinking"]) == 0
+    out = capsys.readouterr().out
+    assert "hicache_mem_layout" not in out and "kt_method" not in out
+    assert "fields differ only because SGLang changed their default between the two sides' releases" in out
+    assert main(["diff", str(FIXTURE), "k2-thinking", "--all"]) == 0
+    assert "hicache_mem_layout" in capsys.readouterr().out
+
+
+def test_log_summary_shows_the_release_own_graph_batch_field(capsys):
+    # 0.5.23 logs cuda_graph_max_bs_decode/_prefill where 0.5.9 logged cuda_graph_max_bs
+    from glm5lib.logs import parse_log, summarize
+
+    shown = summarize(parse_log(FIXTURE))["server_args"]
+    assert {"cuda_graph_max_bs_decode", "cuda_graph_max_bs_prefill"} <= set(shown)
+    assert "cuda_graph_max_bs" not in shown and shown["disable_cuda_graph"] is True
+    assert main(["logs", str(FIXTURE)]) == 0
+    assert "cuda_graph_max_bs_decode = None" in capsys.readouterr().out

@@ -109,6 +109,12 @@ def _cli_diff(args: argparse.Namespace) -> int:
     context = [row["field"] for row in frame.attrs.get("context", [])]
     if context and not args.all:
         print(f"Context, not ranked (--all shows the values): {', '.join(context)}")
+    changed = frame.attrs.get("default_changed", [])
+    if changed and not args.all:
+        print(
+            f"{len(changed)} fields differ only because SGLang changed their default between the two "
+            "sides' releases; each side has its own release's default (--all lists them)"
+        )
     only = frame.attrs.get("release_only", [])
     if only and not args.all:
         print(f"{len(only)} fields exist in only one side's SGLang release and are at its default (--all lists them)")

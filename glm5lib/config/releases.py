@@ -41,6 +41,7 @@ __all__ = [
     "guess_release",
     "installed_release",
     "nearest_bundled",
+    "version_key",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,8 +53,12 @@ BUNDLED_RELEASES: dict[str, str] = {
     "0.5.23": "glm5lib._sglang_flags_0_5_23",
 }
 
-def _version_key(release: str) -> tuple[int, ...]:
+def version_key(release: str) -> tuple[int, ...]:
+    """``"0.5.23"`` -> ``(0, 5, 23)``: releases sort by it."""
     return tuple(int(p) for p in re.findall(r"\d+", release)[:3])
+
+
+_version_key = version_key
 
 
 #: The newest bundled release.

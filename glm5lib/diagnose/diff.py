@@ -6,7 +6,11 @@ seeds, logging: ``is_context_field``) are context: listed after the ranked rows 
 Across releases, a field only one side's release has (renamed fields followed) ranks only where
 that side set it away from its release's default ("new in SGLang 0.5.23, the reference cannot
 have set it"); left at its default it is ``kind="release"`` ("not in SGLang 0.5.9"), listed
-last, or only in ``frame.attrs["release_only"]`` when irrelevant fields are hidden.
+last, or only in ``frame.attrs["release_only"]`` when irrelevant fields are hidden. Likewise a
+field whose default SGLang changed between the two sides' releases, where each side left it at
+its own release's default, is ``kind="default"`` ("default changed: 0.5.9 'layer_first', 0.5.23
+'page_first'"), listed before the release rows or only in ``frame.attrs["default_changed"]``;
+set away from its default on either side, it stays ranked and the rationale names both defaults.
 
 "None" means SGLang chooses the value at start. Before comparing, such a value is resolved from
 that server's own start-up lines (``max_running_requests=..., max_total_num_tokens=...``) or,
@@ -25,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib.config.releases import bundled_catalogue
+from glm5lib.config.releases import bundled_catalogue, version_key
 from glm5lib.diagnose.knowledge import IMPACT_ORDER, is_context_field, load_impact
 from glm5lib.diagnose.references import (
     arg,
@@ -65,8 +69,9 @@ CAPACITY_FIELDS = (
     "max_prefill_tokens",
     "cuda_graph_max_bs",
 )
-# Ranked settings first, then identity and plumbing, then fields of one release left at default.
-_KIND_ORDER = {"setting": 0, "context": 1, "release": 2}
+# Ranked settings first, then identity and plumbing, then fields whose default changed between the
+# releases and fields of one release, each left at its release's default.
+_KIND_ORDER = {"setting": 0, "context": 1, "default": 2, "release": 3}
 # An explicit capacity setting at or below this share of the other side's value is a cap.
 _CAP_SIGNATURE_RATIO = 0.25
 
@@ -162,6 +167,46 @@ def _side(
     return auto[0], auto[1], False
 
 
+def _is_set(spec: Any, value: Any) -> bool:
+    """Whether ``value`` is a choice away from ``spec``'s default: a switch left off reads None or
+    False, and a field SGLang resolves at start-up (0.5.23 on) logs its declared fallback."""
+    default = norm(spec.default)
+    if value == default:
+        return False
+    if spec.value_type == "bool" and not value and not default:
+        return False
+    return not (spec.resolvable and default is None and value == norm(spec.fallback))
+
+
+def _default_changed(
+    field: str, cur: Mapping[str, Any], ref: Mapping[str, Any], releases: Mapping[str, str]
+) -> tuple[str, dict[str, bool]] | None:
+    """For a field both sides' releases know (renamed fields followed) whose default differs
+    between them: ("default changed: 0.5.9 X, 0.5.23 Y", side -> set away from its own release's
+    default); None when the releases agree on the default or one lacks the field."""
+    if releases["current"] == releases["reference"]:
+        return None
+    specs = {}
+    for side, release in releases.items():
+        cat = bundled_catalogue(release)
+        name = cat.field_name(field)
+        if name is None:
+            return None
+        specs[side] = cat.specs[name]
+    defaults = {side: norm(spec.default) for side, spec in specs.items()}
+    if defaults["current"] == defaults["reference"]:
+        return None
+    is_set = {
+        side: _is_set(specs[side], arg(args, field))
+        for side, args in (("current", cur), ("reference", ref))
+    }
+    order = sorted(releases, key=lambda side: version_key(releases[side]))
+    reason = "default changed: " + ", ".join(
+        f"SGLang {releases[side]} {defaults[side]!r}" for side in order
+    )
+    return reason, is_set
+
+
 def _release_only(
     field: str, cur: Mapping[str, Any], ref: Mapping[str, Any], releases: Mapping[str, str]
 ) -> tuple[str, str, str, bool] | None:
@@ -178,10 +223,7 @@ def _release_only(
     other = "reference" if side == "current" else "current"
     args = cur if side == "current" else ref
     spec = cats[side].specs[known[side]]
-    value, default = arg(args, field), norm(spec.default)
-    # a switch left off reads None or False
-    is_set = value != default and not (spec.value_type == "bool" and not value and not default)
-    return side, releases[side], releases[other], is_set
+    return side, releases[side], releases[other], _is_set(spec, arg(args, field))
 
 
 def diff_configs(
@@ -197,12 +239,13 @@ def diff_configs(
     Returns a DataFrame with columns :data:`DIFF_COLUMNS` (rank 1 = most able to move
     throughput). ``kind`` is ``"setting"`` for ranked rows and ``"context"`` for identity and
     plumbing (model, paths, ports, seeds, logging), which come after every setting with impact
-    ``none``, then ``"release"`` rows (a field of one side's release only, left at its default;
-    impact ``none``); ``resolved`` says how a ``None`` (automatic) value was resolved, and ``automatic``
+    ``none``, then ``"default"`` rows (a field whose default changed between the two sides'
+    releases, each side at its own release's default; impact ``none``), then ``"release"`` rows
+    (a field of one side's release only, left at its default; impact ``none``); ``resolved`` says how a ``None`` (automatic) value was resolved, and ``automatic``
     is true where it could not be. ``hide_irrelevant`` drops context and fields that never
     matter for throughput from the frame; the context rows are always in
-    ``frame.attrs["context"]`` and the release rows in ``frame.attrs["release_only"]`` (lists
-    of row dicts). Secrets are shown as ``***``. Start-up facts (``*_startup``)
+    ``frame.attrs["context"]``, the default rows in ``frame.attrs["default_changed"]`` and the
+    release rows in ``frame.attrs["release_only"]`` (lists of row dicts). Secrets are shown as ``***``. Start-up facts (``*_startup``)
     resolve automatic values when a source is not a log that holds them itself.
     """
     cur = resolve_config(current)
@@ -240,10 +283,22 @@ def diff_configs(
                 if only[0] == "current"
                 else f"not in SGLang {only[2]}, set by the reference (SGLang {only[1]}): "
             ) + rationale
+        changed = _default_changed(field, cur.args, ref.args, releases) if only is None else None
+        if changed is not None and not context:
+            reason, is_set = changed
+            if not any(is_set.values()):
+                kind, cls = "default", "none"
+                rationale = f"{reason}; each side has its own release's default"
+            else:
+                who = " and ".join(side for side, s in is_set.items() if s)
+                rationale = f"{reason}; set by the {who} side: {rationale}"
         # None where SGLang's default is None means "chosen at start": the values may not differ.
         auto = [side for side, v in (("current", a), ("reference", b)) if v is None]
         automatic = (
-            only is None and bool(auto) and config_defaults().get(field, None) is None
+            only is None
+            and kind != "default"
+            and bool(auto)
+            and config_defaults().get(field, None) is None
         )
         if automatic:
             rationale += (
@@ -291,12 +346,14 @@ def diff_configs(
     # Records, not a frame: pandas compares attrs when it combines frames.
     context_rows = frame[frame["kind"] == "context"].to_dict(orient="records")
     release_rows = frame[frame["kind"] == "release"].to_dict(orient="records")
+    default_rows = frame[frame["kind"] == "default"].to_dict(orient="records")
     if hide_irrelevant:
         frame = frame[(frame["kind"] == "setting") & (frame["impact"] != "none")]
         frame = frame.reset_index(drop=True)
         frame["rank"] = range(1, len(frame) + 1)
     frame.attrs["context"] = context_rows
     frame.attrs["release_only"] = release_rows
+    frame.attrs["default_changed"] = default_rows
     frame.attrs["current"] = cur.label
     frame.attrs["reference"] = ref.label
     return frame

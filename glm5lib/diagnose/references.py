@@ -28,10 +28,12 @@ import pandas as pd
 from glm5lib import rundir
 from glm5lib.config import RENAMED, ServerConfig, cuda_graphs_off, intent_flags
 from glm5lib.config.releases import (
+    BUNDLED_RELEASES,
     bundled_catalogue,
     default_release,
     guess_release,
     nearest_bundled,
+    version_key,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log
@@ -259,14 +261,26 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
 def release_of(args: Mapping[str, Any]) -> str:
     """The bundled SGLang release whose names and defaults fit ``args``: the ``version`` a server
     reported (``/get_server_info``), else, for a whole logged ServerArgs (100 fields or more), the
-    release whose fields match its keys best, else the default release (the installed SGLang's,
-    else the newest bundled)."""
+    release whose fields match its keys best, else, for a few fields, the default release (the
+    installed SGLang's, else the newest bundled) unless some of their names exist only in older
+    releases (``cuda_graph_max_bs``, 0.5.23's ``cuda_graph_max_bs_decode``): then the newest
+    release that knows the most of them."""
     version = args.get("version")
     if isinstance(version, str) and re.match(r"\d+\.\d+\.\d+", version):
         return nearest_bundled(version)
     if len(args) >= 100:
         return nearest_bundled(guess_release(args))
-    return nearest_bundled(default_release())
+    default = nearest_bundled(default_release())
+    keys = set(args)
+    unknown = {release: len(keys - _field_names(release)) for release in BUNDLED_RELEASES}
+    if unknown[default] == min(unknown.values()):
+        return default
+    return min(BUNDLED_RELEASES, key=lambda release: (unknown[release], [-k for k in version_key(release)]))
+
+
+@functools.cache
+def _field_names(release: str) -> frozenset[str]:
+    return frozenset(name for name, spec in bundled_catalogue(release).specs.items() if spec.in_server_args)
 
 
 def resolved_fallback(field: str, args: Mapping[str, Any]) -> tuple[Any, str] | None:

@@ -128,7 +128,9 @@ IMPORTANT_ARGS = (
     "enable_flashinfer_allreduce_fusion",
     "disable_radix_cache",
     "disable_cuda_graph",
-    "cuda_graph_max_bs",
+    "cuda_graph_max_bs",  # up to 0.5.9; 0.5.23 sizes decode and prefill graphs apart
+    "cuda_graph_max_bs_decode",
+    "cuda_graph_max_bs_prefill",
     "enable_dp_attention",
     "speculative_algorithm",
     "enable_metrics",
