@@ -361,25 +361,26 @@ def test_sim_kill_while_launching(tmp_path):
     assert info.value.exit_code == -signal.SIGKILL
 
 
-def _generate(server, n):
+def _generate(server, timeout):
+    """One 4-token /generate; True when it was answered, False when it failed or timed out."""
     import json
     import urllib.request
 
-    for _ in range(n):
-        body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}).encode()
-        request = urllib.request.Request(server.base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
-        try:
-            urllib.request.urlopen(request, timeout=1).read()
-        except OSError:
-            return
+    body = json.dumps({"text": "hi", "sampling_params": {"max_new_tokens": 4}}).encode()
+    request = urllib.request.Request(server.base_url + "/generate", data=body, headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(request, timeout=timeout).read()
+    except OSError:
+        return False
+    return True
 
 
 def test_sim_nan_after_ready_is_seen_by_the_user(tmp_path):
     with _sim(tmp_path, "nan-after=1") as server:
-        _generate(server, 3)
-        deadline = time.monotonic() + 10
-        while server.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        # the first request must finish (however long a busy machine takes) to arm the fault
+        assert _generate(server, timeout=60)
+        assert not _generate(server, timeout=60)  # its first decode step logs the NaN and dies
+        assert server.wait(timeout=60) is not None
         assert not server.alive()
         assert server.crash_cause() == "nan"
         assert any("NaN" in line for line in server.fatal_lines())
@@ -387,7 +388,8 @@ def test_sim_nan_after_ready_is_seen_by_the_user(tmp_path):
 
 def test_sim_hang_after_keeps_process_alive_but_unhealthy(tmp_path):
     with _sim(tmp_path, "hang-after=1") as server:
-        _generate(server, 2)
+        assert _generate(server, timeout=60)  # arms the fault
+        assert not _generate(server, timeout=1)  # no step runs any more: it is never answered
         assert server.alive()
         assert not server.healthy(timeout=1.0)
         assert server.crash_cause() is None

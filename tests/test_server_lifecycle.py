@@ -135,14 +135,19 @@ def test_an_exception_while_waiting_stops_the_server(fake_python, tmp_path, monk
     _assert_gone(seen)
 
 
-def test_ctrl_c_while_stopping_waits_until_the_server_is_gone(fake_python, tmp_path):
+def test_ctrl_c_while_stopping_waits_until_the_server_is_gone(fake_python, tmp_path, monkeypatch):
     server = _launch(fake_python, tmp_path, "ignore-term")
     pid = server.pid
-    timer = threading.Timer(0.1, _sigint_self)  # lands inside stop()'s grace period
+    real = process_mod.ServerProcess._signal_group
+
+    def interrupted(self, sig):
+        real(self, sig)
+        if sig == signal.SIGTERM:
+            _sigint_self()  # lands inside stop()'s grace period, however slow the machine
+
+    monkeypatch.setattr(process_mod.ServerProcess, "_signal_group", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        timer.start()
         server.stop(grace=2.0)
-    timer.join()
     assert _gone(pid)
     assert server.returncode == -signal.SIGKILL
 
@@ -200,7 +205,7 @@ def test_interpreter_exit_stops_the_server_and_its_guard(fake_python):
     launcher.stdin.close()  # the script reaches its end: atexit stops the server
     assert launcher.wait(timeout=WAIT_S) == 0
     assert int(line) in group
-    _assert_gone(group, timeout=10)
+    _assert_gone(group)
 
 
 # --------------------------------------------------------------------------- glm5 launch

@@ -346,9 +346,14 @@ def test_power_follows_work():
                             "text": "a b", "sampling_params": {"max_new_tokens": 40, "ignore_eos": True}}) as r:
                         await r.read()
                 tasks = [asyncio.create_task(one()) for _ in range(64)]
-                await asyncio.sleep(1.0)
-                async with session.get(s.base_url + "/sim/gpus") as r:
-                    busy = (await r.json())["gpus"][0]
+                # read the GPUs while the batch decodes: once it is in full swing (however long a
+                # busy machine takes to send 64 requests), or as the last request ends
+                while True:
+                    async with session.get(s.base_url + "/sim/gpus") as r:
+                        busy = (await r.json())["gpus"][0]
+                    if busy["gpu_util"] > 80 or all(t.done() for t in tasks):
+                        break
+                    await asyncio.sleep(0.05)
                 await asyncio.gather(*tasks)
                 return busy
 
@@ -452,15 +457,20 @@ def test_client_disconnect_aborts_the_request(srv):
                 seen += line.startswith(b"data: ")
                 if seen >= 2:
                     break
-        await asyncio.sleep(1.0)
-        async with aiohttp.ClientSession() as session, session.get(srv.base_url + "/metrics") as r:
-            return await r.text()
+        # the server notices the closed connection at its next write: wait for that, not a fixed time
+        deadline = time.monotonic() + 30
+        async with aiohttp.ClientSession() as session:
+            while True:
+                async with session.get(srv.base_url + "/metrics") as r:
+                    fams = {f.name: f.samples[0].value for f in text_string_to_metric_families(await r.text())
+                            if f.samples}
+                if fams["sglang:num_running_reqs"] == 0 or time.monotonic() > deadline:
+                    return fams
+                await asyncio.sleep(0.05)
 
-    text = asyncio.run(drive())
     from prometheus_client.parser import text_string_to_metric_families
 
-    fams = {f.name: f.samples[0].value for f in text_string_to_metric_families(text)
-            if f.samples}
+    fams = asyncio.run(drive())
     assert fams["sglang:num_aborted_requests"] >= 1
     assert fams["sglang:num_running_reqs"] == 0
 

@@ -36,6 +36,16 @@ from glm5lib.telemetry import (
 from glm5lib.telemetry._common import _load_nvml
 
 
+def _wait_until(condition, what: str, timeout: float = 30.0) -> None:
+    """Poll ``condition()`` until it holds: the samplers run in threads, and a busy machine
+    delays them, so the tests wait for the samples they check rather than a fixed time."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
 # ---------------------------------------------------------------------------------------------
 # a pynvml-shaped fake with latency
 # ---------------------------------------------------------------------------------------------
@@ -329,7 +339,7 @@ def test_eight_slow_gpus_hold_ten_hertz_each_with_batched_reads():
 def test_pcie_counters_become_rates_and_energy_counter_matches_power():
     nvml = FakeNvml(count=1, pcie_rate=1e9, power_w=200.0)
     with GpuSampler(interval=0.05, source="nvml", _nvml=nvml) as sampler:
-        time.sleep(0.8)
+        _wait_until(lambda: len(sampler.frame()) >= 9, "9 samples")
     frame = sampler.frame()
     rates = frame["pcie_tx_bytes_s"].dropna()
     assert len(rates) >= 8 and np.isnan(frame["pcie_tx_bytes_s"].iloc[0])  # first sample has no rate
@@ -424,7 +434,7 @@ def test_gpu_csv_is_appended_while_sampling(tmp_path):
     out = tmp_path / "phase" / "gpu.csv"
     sampler = GpuSampler(interval=0.05, source="nvml", out=out, _nvml=FakeNvml(count=2)).start()
     try:
-        time.sleep(0.4)
+        _wait_until(lambda: len(out.read_text().splitlines()) > 4, "rows in the CSV while sampling")
         lines_running = out.read_text().splitlines()
         assert lines_running[0] == ",".join(GPU_COLUMNS)
         assert len(lines_running) > 4  # rows arrive before stop()
@@ -434,8 +444,8 @@ def test_gpu_csv_is_appended_while_sampling(tmp_path):
     pd.testing.assert_frame_equal(
         on_disk.sort_values(["time", "gpu"]).reset_index(drop=True), frame, check_exact=False, rtol=1e-9)
     # a second sampler appends to the same file without a second header
-    with GpuSampler(interval=0.05, source="nvml", out=out, _nvml=FakeNvml(count=2)):
-        time.sleep(0.2)
+    with GpuSampler(interval=0.05, source="nvml", out=out, _nvml=FakeNvml(count=2)) as second:
+        _wait_until(lambda: not second.frame().empty, "the second sampler's first sample")
     assert len(load_gpu_csv(out)) > len(frame)
     assert out.read_text().count("time,gpu") == 1
 
@@ -452,7 +462,7 @@ def test_gpu_csv_with_another_header_is_refused(tmp_path):
 # ---------------------------------------------------------------------------------------------
 def test_sim_source_reads_simulated_gpus(http_server, tmp_path):
     with GpuSampler(interval=0.05, source="sim", base_url=http_server.url, out=tmp_path / "gpu.csv") as s:
-        time.sleep(0.5)
+        _wait_until(lambda: s.frame().groupby("gpu").size().reindex([0, 1]).min() >= 7, "7 samples of each GPU")
     assert s.source == "sim"
     frame = s.frame()
     assert set(frame["gpu"]) == {0, 1}
@@ -472,9 +482,9 @@ def test_auto_prefers_the_standin_when_base_url_is_one(http_server):
 
 def test_sim_source_survives_the_server_going_away(http_server):
     sampler = GpuSampler(interval=0.05, source="sim", base_url=http_server.url).start()
-    time.sleep(0.2)
+    _wait_until(lambda: not sampler.frame().empty, "a first sample")
     http_server.state["standin"] = False  # now answers 404
-    time.sleep(0.3)
+    _wait_until(lambda: sampler.stats()["errors"].min() > 0, "a failed read")
     frame = sampler.stop()
     assert not frame.empty
     assert sampler.stats()["errors"].min() > 0
@@ -488,7 +498,7 @@ def test_metrics_scraper_parses_prometheus_text(http_server, tmp_path):
     out = tmp_path / "metrics.csv"
     with MetricsScraper(http_server.url, interval=0.1, out=out) as scraper:
         assert scraper.enabled is True
-        time.sleep(0.45)
+        _wait_until(lambda: scraper.scrapes >= 4, "4 scrapes")
     frame = scraper.frame()
     assert scraper.scrapes >= 4
     running = frame[frame["metric"] == "sglang:num_running_reqs"]
