@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test workbook lint clean-notebooks vllm browser-deps sglang-envs
+.PHONY: setup test test-quick workbook lint clean-notebooks vllm browser-deps sglang-envs
 
 setup: $(VENV)/.installed
 
@@ -25,6 +25,10 @@ lint: setup
 
 test: setup lint
 	$(BIN)/python -m pytest $(ARGS)
+
+# the edit loop: no real servers in whole sweeps, notebooks, engines, browser or saturated cores
+test-quick: setup lint
+	$(BIN)/python -m pytest -m "not slow and not notebooks and not vllm and not contract and not browser and not under_load" $(ARGS)
 
 # Chromium for the browser test (tests/test_browser.py), from Debian's packages; where they cannot
 # be installed (no root, no apt, no network) the test skips and says why.

@@ -495,6 +495,21 @@ _ROUND_TRIP_FIELDS = [
 ]
 
 
+def test_explicit_graph_backend_wins_over_the_legacy_switch_as_in_sglang():
+    """0.5.23's cuda_graph_hook: --cuda-graph-backend-<phase> beats --disable-cuda-graph (a case
+    the round-trip property found: the legacy switch read True while decode graphs stayed on)."""
+    config = ServerConfig(model_path="m", cuda_graph_backend_decode="full", disable_cuda_graph=True)
+    argv = config.to_argv()
+    assert argv[argv.index("--cuda-graph-backend-decode") + 1] == "full"
+    assert argv[argv.index("--cuda-graph-backend-prefill") + 1] == "disabled"
+    assert config.disable_cuda_graph is False  # decode graphs are on: not "CUDA graphs off"
+    assert ServerConfig.from_argv(argv).diff(config) == {}
+    both = ServerConfig(model_path="m", disable_cuda_graph=True)
+    assert both.disable_cuda_graph is True and ServerConfig.from_argv(both.to_argv()).disable_cuda_graph is True
+    phase = ServerConfig(model_path="m", disable_decode_cuda_graph=True, cuda_graph_backend_prefill="disabled")
+    assert phase.disable_cuda_graph is True
+
+
 def test_argv_round_trip_property():
     from hypothesis import given, settings
     from hypothesis import strategies as st

@@ -383,11 +383,11 @@ def test_vllm_access_lines_read_in_bulk_as_line_by_line():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.from_regex(r"\A[0-9]{0,9}\.?[0-9]{0,8}\Z|\A-?[0-9]{1,17}\Z", fullmatch=True), min_size=1, max_size=50))
 def test_numbers_by_digit_arithmetic_are_numpys(values):
-    from glm5lib.logs.chunked import _decimals
+    from glm5lib.logs.chunked import decimals
 
     col = np.array([v.encode() for v in values], dtype="S")
     for as_int in (True, False):
-        fast = _decimals(col, as_int)
+        fast = decimals(col, as_int)
         if fast is None:
             continue
         assert not any(v.startswith("-") for v in values) and all(any(c.isdigit() for c in v) for v in values)
@@ -436,3 +436,143 @@ def test_access_lines_of_many_alike_shapes_read_as_line_by_line():
     reference = line_by_line(raw)
     assert len(reference.http) > 3000 and reference.http["path"].nunique() > 30
     assert_same(logs.parse_log(raw), reference, "alike")
+
+
+# vLLM stats lines: shapes the chunked path learns, and lines it must leave to the line-by-line
+# reader (another prefix, odd values, a day that does not exist, colours, V0's hit rate line).
+VLLM_STATS = [
+    "(APIServer pid={pid}) INFO 12-01 10:{m:02d}:{s:02d} [loggers.py:335] Engine {e:03d}: Avg prompt throughput: "
+    "{a} tokens/s, Avg generation throughput: {b} tokens/s, Running: {r} reqs, Waiting: {q} reqs, "
+    "GPU KV cache usage: {u}%, Prefix cache hit rate: {h}%",
+    "INFO 12-01 10:{m:02d}:{s:02d} [loggers.py:259] Engine {e:03d}: Avg prompt throughput: {a} tokens/s, "
+    "Avg generation throughput: {b} tokens/s, Running: {r} reqs, Waiting: {q} reqs, GPU KV cache usage: {u}%, "
+    "Prefix cache hit rate: {h}%, MM cache hit rate: {u}%",
+    "(APIServer pid={pid}) INFO 12-01 10:{m:02d}:{s:02d}.250 [loggers.py:335] Engine {e:03d}: Avg prompt throughput: "
+    "{a} tokens/s, Avg generation throughput: {b} tokens/s, Running: {r} reqs, Waiting: {q} reqs, "
+    "CPU KV cache usage: {u}%, Prefix cache hit rate: {h}%",
+    "INFO 12-01 10:{m:02d}:{s:02d} metrics.py:449] Avg prompt throughput: {a} tokens/s, Avg generation throughput: "
+    "{b} tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: {q} reqs, GPU KV cache usage: {u}%, "
+    "CPU KV cache usage: 0.0%.",
+    "(APIServer pid={pid}) INFO 12-01 10:{m:02d}:{s:02d} [loggers.py:335] Engine {e:03d}: Avg prompt throughput: "
+    "{a} tokens/s, Avg generation throughput: {b} tokens/s, Running: {r} reqs, Waiting: {q} reqs, "
+    "Preemptions: {r} reqs, GPU KV cache usage: {u}%, Prefix cache hit rate: {h}%",
+]
+VLLM_ODD_STATS = [
+    "INFO 12-01 10:00:{s:02d} metrics.py:449] Prefix cache hit rate: GPU: {h}%, CPU: 0.00%",
+    "(APIServer pid=7) INFO 02-30 10:00:{s:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+    "Prefix cache hit rate: 0.0%",
+    "(APIServer pid=7) INFO 12-01 10:00:{s:02d} [v1/metrics/loggers.py:335] Engine 000: Avg prompt throughput: "
+    "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 1.0%, Prefix cache hit rate: 0.0%",
+    "\x1b[32mINFO\x1b[0m 12-01 10:00:{s:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+    "Prefix cache hit rate: 0.0%",
+    "2025-07-08 17:24:{s:02d} - vllm.engine.metrics - INFO - Avg prompt throughput: 2.8 tokens/s, Avg generation "
+    "throughput: 0.1 tokens/s, Running: 1 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.2%, "
+    "CPU KV cache usage: 0.0%.",
+    "(APIServer pid=7) INFO 12-01 10:00:{s:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 1,234.5 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+    "Prefix cache hit rate: 0.0%",
+    "(APIServer pid=7) INFO 12-01 10:00:{s:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+    "Prefix cache hit rate: 0.0% extra",
+    "(APIServer pid=7) INFO 12-01 10:00:{s:02d} [loggers.py:335] Engine 000: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0\u00e9%, "
+    "Prefix cache hit rate: 0.0%",
+    "(APIServer pid=7) INFO 12-01 10:00:{s:02d} [loggers.py:335] Engine 1234567: Avg prompt throughput: 1.0 tokens/s, "
+    "Avg generation throughput: 2.0 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.0%, "
+    "Prefix cache hit rate: 0.0%",
+]
+
+
+def vllm_mix(n: int, seed: int) -> bytes:
+    """A busy vLLM server's log: access lines, stats lines of several shapes and engines with
+    values of every form, odd stats lines and real excerpts among them."""
+    rng = random.Random(seed)
+    blocks = [p.read_text().rstrip("\n").splitlines() for p in sorted((FIX.parent / "vllm").glob("*.log"))]
+    values = ["0.0", "12.5", "-1.5", "3", "100.0", "0", "007", "12345678.9"]
+    out: list[str] = []
+    for k in range(n):
+        r = rng.random()
+        if r < 0.03:
+            out.extend(rng.choice(blocks))
+        elif r < 0.08:
+            out.append(rng.choice(VLLM_ODD_STATS).format(s=k % 60, h=rng.choice(values)))
+        elif r < 0.4:
+            out.append(rng.choice(VLLM_STATS[:4] if rng.random() < 0.9 else VLLM_STATS).format(
+                pid=rng.randint(1, 99999), m=k // 60 % 60, s=k % 60, e=rng.choice([0, 0, 0, 1]),
+                **{c: rng.choice(values) for c in "abrquh"}))
+        else:
+            out.extend(f'INFO:     127.0.0.1:{rng.randint(1, 65535)} - "POST /v1/completions HTTP/1.1" 200 OK'
+                       for _ in range(rng.randint(1, 6)))
+    return ("\n".join(out) + "\n").encode()
+
+
+def vllm_line_by_line(raw: bytes) -> logs.ServerLog:
+    from glm5lib.logs import vllm
+
+    parser = vllm.VllmParser()
+    parser.feed(split_bytes(raw)[:-1], final=False)
+    parser.finish()
+    return parser.build()
+
+
+def assert_same_vllm(a: logs.ServerLog, b: logs.ServerLog, what: str) -> None:
+    for name in TABLES:
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=f"{what} {name}")
+    for attr in ("lines", "skipped", "skipped_examples", "startup", "server_args", "first_time", "last_time",
+                 "ready_at", "became_ready"):
+        assert getattr(a, attr) == getattr(b, attr), f"{what} {attr}"
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_vllm_stats_lines_read_in_bulk_as_line_by_line(seed, monkeypatch):
+    raw = vllm_mix(3000, seed)
+    reference = vllm_line_by_line(raw)
+    assert len(reference.decode) > 800 and (reference.decode["engine"] == 1).any()
+    assert reference.decode["cache_hit_rate"].notna().any() and len(reference.retractions) > 3
+    assert_same_vllm(logs.parse_log(raw, engine="vllm"), reference, "whole")
+    from glm5lib.logs import vllm
+
+    parser = vllm._new_parser(None, incremental=False)
+    parser.feed_chunk(raw, False)
+    assert sum(len(p["_order"]) for p in parser.decode_bulk) > len(reference.decode) / 2  # most read in bulk
+    monkeypatch.setattr(log_parse, "CHUNK_BYTES", 3001)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_BYTES", 1009)
+    monkeypatch.setattr(log_parse, "_FIRST_CHUNK_LINES", 3)
+    assert_same_vllm(logs.parse_log(raw, engine="vllm"), reference, "pieces")
+    pieces = list(logs.iter_log(raw, engine="vllm", piece_bytes=20_000))
+    assert len(pieces) > 5
+    decode = pd.concat([p.decode for p in pieces if len(p.decode)], ignore_index=True)
+    # (Not cache_hit_rate: a V0 hit rate line right after a piece whose last row is V1's is not
+    # joined to it, read in bulk or not; real logs do not mix the two.)
+    common = ["time", "running_req", "queue_req", "token_usage", "gen_throughput", "engine"]
+    pd.testing.assert_frame_equal(decode[common], reference.decode[common], check_dtype=False, obj="iter_log decode")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(VLLM_STATS) + len(VLLM_ODD_STATS)), st.integers(0, 99)),
+                min_size=1, max_size=40), st.integers(1, 600))
+def test_any_vllm_stats_lines_cut_anywhere_read_as_line_by_line(picks, piece):
+    from glm5lib.logs import vllm
+
+    lines = []
+    for k, v in picks:
+        value = f"{v}.{v % 10}" if v % 3 else str(v)
+        if k < len(VLLM_STATS):
+            lines.append(VLLM_STATS[k].format(pid=v, m=v % 60, s=v % 60, e=v % 3, a=value, b=v, r=v, q=value,
+                                              u=value, h=value))
+        elif k < len(VLLM_STATS) + len(VLLM_ODD_STATS):
+            lines.append(VLLM_ODD_STATS[k - len(VLLM_STATS)].format(s=v % 60, h=value))
+        else:
+            lines.append(f'INFO:     127.0.0.1:{v} - "GET /health HTTP/1.1" 200 OK')
+    raw = ("\n".join(lines) + "\n").encode()
+    parser = vllm._new_parser(None, incremental=False)
+    start = 0
+    while start < len(raw):
+        end = raw.find(b"\n", start + piece - 1) + 1 or len(raw)
+        parser.feed_chunk(raw[start:end], False)
+        start = end
+    parser.finish()
+    assert_same_vllm(parser.build(), vllm_line_by_line(raw), "chunks")

@@ -402,7 +402,7 @@ class ServerConfig:
         values = object.__getattribute__(self, "_values")
         cat = object.__getattribute__(self, "_cat")
         field = cat.field_name(name)
-        if name == "disable_cuda_graph" and field not in values:
+        if name == "disable_cuda_graph" and (field not in values or cat.graphs_by_phase):
             return _graphs_off(values)
         if (field in ("cuda_graph_backend_decode", "cuda_graph_backend_prefill") and field not in values
                 and values.get("disable_cuda_graph")):
@@ -847,10 +847,18 @@ def cuda_graphs_off(server_args: Mapping[str, Any]) -> bool:
 
 
 def _graphs_off(values: Mapping[str, Any]) -> bool:
-    """Whether per-phase flags (0.5.23-era) turn CUDA graphs off for both phases."""
-    decode = values.get("cuda_graph_backend_decode") == "disabled" or values.get("disable_decode_cuda_graph")
-    prefill = values.get("cuda_graph_backend_prefill") == "disabled" or values.get("disable_prefill_cuda_graph")
-    return bool(decode and prefill)
+    """Whether CUDA graphs end up off for both phases, with SGLang 0.5.23's precedence.
+
+    An explicit ``--cuda-graph-backend-<phase>`` wins over ``--disable-<phase>-cuda-graph``,
+    which wins over the legacy ``--disable-cuda-graph`` (``arg_groups/cuda_graph_hook.py``).
+    """
+    def off(phase: str) -> bool:
+        backend = values.get(f"cuda_graph_backend_{phase}")
+        if backend is not None:
+            return backend == "disabled"
+        return bool(values.get(f"disable_{phase}_cuda_graph") or values.get("disable_cuda_graph"))
+
+    return off("decode") and off("prefill")
 
 
 def _format_scalar(value: Any) -> str:

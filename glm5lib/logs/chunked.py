@@ -38,6 +38,7 @@ from glm5lib.logs.text import PREFIX_RE, split_chunk
 
 __all__ = [
     "ACCESS_RE",
+    "decimals",
     "feed_chunk",
     "read_lines",
     "typed_frame",
@@ -541,7 +542,7 @@ def _column(col: np.ndarray) -> Any:
             block[np.arange(len(col)), ends] = 0
             stripped = block.view(f"S{width}").ravel()
             if _NUMERIC[block].all():
-                fast = _decimals(stripped, as_int=False)
+                fast = decimals(stripped, as_int=False)
                 if fast is not None:
                     return fast / 100.0
                 try:
@@ -550,7 +551,7 @@ def _column(col: np.ndarray) -> Any:
                     pass
     elif _NUMERIC[col.view(np.uint8)].all():
         as_int = b"." not in sample and b"e" not in sample
-        fast = _decimals(col, as_int)
+        fast = decimals(col, as_int)
         if fast is not None:
             return fast
         if as_int:
@@ -569,7 +570,7 @@ def _column(col: np.ndarray) -> Any:
 _POW10 = np.array([float(10**k) for k in range(23)])
 
 
-def _decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
+def decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
     """Plain decimals (digits and at most one ".", 15 digits at most; bytes) -> int64 (when
     ``as_int`` and no value has a ".") or float64, by digit arithmetic; None for anything else
     (then numpy's parser decides, as before).

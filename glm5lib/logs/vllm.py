@@ -56,6 +56,20 @@ from glm5lib.logs.growing import GrowingTable
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import parse_server_args
 from glm5lib.logs.text import split_chunk, strip_ansi
+from glm5lib.logs.vllm_stats import (
+    ENGINE_RE,
+    ISO_STAMP_RE,
+    KEY_VALUE_RE,
+    MAX_SHAPES,
+    STATS_ANCHORS,
+    VLLM_STAMP_RE,
+    StatsShape,
+    decode_frame,
+    learn_shape,
+    shape_columns,
+    stat_name,
+    stats_times,
+)
 from glm5lib.masking import mask_text
 
 __all__ = ["ENGINE", "VLLM_ERROR_KINDS", "VllmParser", "classify_vllm_fatal", "looks_like_vllm"]
@@ -66,40 +80,16 @@ VLLM_ERROR_KINDS = ("oom", "nan", "nccl", "engine_dead")
 DECODE_COLUMNS = ("running_req", "num_token", "token_usage", "cuda_graph", "gen_throughput", "queue_req")
 RETRACT_COLUMNS = ("retracted_reqs", "new_token_ratio_before", "new_token_ratio_after")
 
-# The stats message starts here in every release (V1 puts "Engine NNN: " in front).
 _MAX_SKIPPED_EXAMPLES = 20
-_STATS_ANCHORS = ("Avg prompt throughput:", "Avg prefill throughput:")
-_ENGINE_RE = re.compile(r"Engine (\d+): $")
-_KEY_VALUE_RE = re.compile(r"([A-Za-z][A-Za-z ]*?): (-?[\d,]*\.?\d+)\s*(tokens/s|reqs|%)?")
-_STAT_KEYS = {
-    "Avg prompt throughput": "prompt_throughput",
-    "Avg prefill throughput": "prompt_throughput",
-    "Avg generation throughput": "gen_throughput",
-    "Avg decode throughput": "gen_throughput",
-    "Running": "running_req",
-    "Waiting": "queue_req",
-    "Pending": "queue_req",
-    "Swapped": "swapped_req",
-    "Preempted": "preempted_req",
-    "Preemptions": "preemptions",
-    "Deferred": "deferred_req",
-    "Corrupted": "corrupted_req",
-    "GPU KV cache usage": "gpu_token_usage",
-    "CPU KV cache usage": "cpu_token_usage",
-    "KV cache usage": "kv_token_usage",
-    "XPU KV cache usage": "kv_token_usage",
-    "Prefix cache hit rate": "cache_hit_rate",
-    "MM cache hit rate": "mm_cache_hit_rate",
-}
-# Keys as printed -> (column name, whether a percentage), as the stats lines show them.
-_KEY_NAMES: dict[str, tuple[str, bool]] = {}
-_FRACTIONS = {"gpu_token_usage", "cpu_token_usage", "kv_token_usage", "cache_hit_rate", "mm_cache_hit_rate"}
 
-# vLLM's default format: "INFO 05-19 10:13:11 [loggers.py:271] " (0.8+) or "INFO 02-28 21:48:18
-# metrics.py:161] " (older); a custom format usually carries a full ISO date.
-_VLLM_STAMP_RE = re.compile(r"\b(DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d)-(\d\d) (\d\d:\d\d:\d\d)(?:\.\d+)? \[?[\w.]+\.py:\d+\] ")
-_ISO_STAMP_RE = re.compile(r"(\d{4}-\d\d-\d\d)[ T](\d\d:\d\d:\d\d)(?:[.,](\d{1,9}))?")
 _PROC_RE = re.compile(r"^\((\w+)(?:_DP(\d+))? pid=\d+\)")
+# What stats lines and V0's hit rate lines hold, looked for in a chunk's bytes.
+_STATS_NEEDLES = tuple(a.encode() for a in STATS_ANCHORS)
+_V0_HIT = b"Prefix cache hit rate: GPU:"
+# Lines tried per chunk for a new stats shape.
+_STATS_TRIES = 4
+# The unit of a time read from "YYYY-MM-DD HH:MM:SS" (pandas 3: microseconds; 2: nanoseconds).
+_TEXT_UNIT = pd.Timestamp("2000-01-01 00:00:00").unit
 
 _PREEMPT_RE = re.compile(
     r"Sequence group (\S+) is preempted by PreemptionMode\.(\w+) mode because there is not enough KV cache space"
@@ -130,6 +120,13 @@ _FATAL_RES = (
                                r"Worker proc \S+ died unexpectedly|AsyncEngineDeadError")),
 )
 _FATAL_PRECHECK = ("rror", "memory", "NaN", "nan in", "died", "NCCL", "nccl", "ngine")
+# Words without which a pattern of _FATAL_RES cannot match (its search is skipped: most lines
+# pass the precheck above by an "Engine" and no pattern would take them).
+_FATAL_NEEDS = {
+    "oom": ("emory", "CUBLAS_STATUS_ALLOC_FAILED"),
+    "nccl": ("NCCL", "nccl", "DistBackendError"),
+    "engine_dead": ("Engine", "died unexpectedly"),
+}
 _EXCEPTION_LINE_RE = re.compile(r"\b[\w.]*(?:Error|Exception)\b: ")
 _NOT_FATAL_RE = re.compile(r"NCCL (?:INFO|version)|NCCL_\w+=|If reserved but unallocated|gpu_memory_utilization|"
                            r"Try increasing `gpu_memory_utilization`")
@@ -139,7 +136,16 @@ def classify_vllm_fatal(line: str) -> str | None:
     """The error kind a vLLM log line shows (``oom``, ``nan``, ``nccl``, ``engine_dead``), or None."""
     if not any(word in line for word in _FATAL_PRECHECK):
         return None
+    lower = None
     for kind, pattern in _FATAL_RES:
+        needs = _FATAL_NEEDS.get(kind)
+        if needs is not None:
+            if not any(word in line for word in needs):
+                continue
+        else:  # "nan", any case
+            lower = line.lower() if lower is None else lower
+            if "nan" not in lower:
+                continue
         if pattern.search(line):
             if kind != "engine_dead" and _NOT_FATAL_RE.search(line) and "Error" not in line:
                 continue
@@ -195,6 +201,10 @@ class VllmParser:
     def __init__(self, date: str | None = None) -> None:
         self.year = int(date[:4]) if date else _dt.date.today().year
         self.decode_rows: list[dict[str, Any]] = []
+        self.decode_order: list[int] = []  # the line of each row of decode_rows
+        # Stats lines read a chunk at a time (glm5lib.logs.vllm_stats), a part per shape and chunk.
+        self.decode_bulk: list[dict[str, Any]] = []
+        self._stats_shapes: list[StatsShape] = []
         self.retract_rows: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.http_rows: list[list[Any]] = []
@@ -234,7 +244,8 @@ class VllmParser:
 
     def feed_chunk(self, chunk: bytes, crs: bool) -> None:
         """Parse ``chunk`` (whole lines, ending with a newline): uvicorn access lines (most of a
-        busy server's log) a distinct line at a time, the others line by line.
+        busy server's log) a distinct line at a time, stats lines of a learned shape by their
+        shape's regex (:mod:`glm5lib.logs.vllm_stats`), the others line by line.
 
         An access line changes nothing but the ``http`` table (it has no time of its own), so
         the lines read in bulk only need their rows put in line order at the end; a group of
@@ -265,11 +276,142 @@ class VllmParser:
             self.http_bulk.append((lines + base, remap[codes]))
         bulk = np.zeros(n, dtype=bool)
         bulk[lines] = True
+        stats_idx, stats_time = self._stats_lines(buf, nl, base)
+        bulk[stats_idx] = True
         nl_at = nl.tolist()
-        for i in np.flatnonzero(~bulk).tolist():
+        slow = np.flatnonzero(~bulk)
+        # Stats lines read in bulk before each line read here: they set the clock as they would
+        # have line by line (the first time, the last time a line without one takes).
+        before = np.searchsorted(stats_idx, slow).tolist() if len(stats_idx) else None
+        seen = 0
+        for j, i in enumerate(slow.tolist()):
+            if before is not None and before[j] > seen:
+                self._stats_clock(stats_time, seen, before[j])
+                seen = before[j]
             self.lines = base + i + 1
             self._line(buf[nl_at[i] + 1 : nl_at[i + 1]].decode("utf-8", errors="replace").rstrip("\r\n"))
+        if len(stats_idx) > seen:
+            self._stats_clock(stats_time, seen, len(stats_idx))
         self.lines = base + n
+
+    def _stats_clock(self, times: np.ndarray, lo: int, hi: int) -> None:
+        """The clock after the stats lines ``lo..hi-1`` read in bulk (times as ``_stamp`` makes them)."""
+        if self.first_time is None:
+            self.first_time = pd.Timestamp(times[lo]).as_unit(_TEXT_UNIT)
+        self.last_time = pd.Timestamp(times[hi - 1]).as_unit(_TEXT_UNIT)
+
+    def _stats_lines(self, buf: bytes, nl: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
+        """Stats lines of a chunk read by the regexes of learned shapes: their numbers and times
+        (the rows go to ``decode_bulk``). Shapes are learned here from lines no shape takes.
+
+        The row a V0 ``Prefix cache hit rate: GPU:`` line completes is the last row before it,
+        and a drain may hold the last row back: the last line before such a line and the
+        chunk's last stats line are left to the line-by-line reader, so that those rows are its."""
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype="datetime64[ns]"))
+        at = _find_all(buf, _STATS_NEEDLES)
+        if not at:
+            return empty
+        cand = np.unique(np.searchsorted(nl, np.array(at, dtype=np.int64)) - 1)
+        cand = cand[cand < len(nl) - 1]
+        starts, ends = nl[cand] + 1, nl[cand + 1]
+        pending = np.arange(len(cand))
+        shapes = self._stats_shapes
+        taken: list[tuple[StatsShape, np.ndarray, list[tuple[bytes, ...]]]] = []
+        k = 0
+        tries = 0
+        while len(pending):
+            if k == len(shapes):
+                if len(shapes) >= MAX_SHAPES or tries >= _STATS_TRIES:
+                    break
+                # A shape from the first line that no shape takes (the next ones if it is odd).
+                learned = None
+                for p in pending[: _STATS_TRIES - tries].tolist():
+                    tries += 1
+                    line = buf[int(starts[p]) : int(ends[p])]
+                    learned = self._learn_stats(line)
+                    if learned is not None:
+                        break
+                if learned is None:
+                    break
+                shapes.append(learned)
+            shape = shapes[k]
+            k += 1
+            took, rows = read_lines(shape.regex, buf, starts[pending], ends[pending])
+            if rows:
+                taken.append((shape, pending[took], rows))
+                keep = np.ones(len(pending), dtype=bool)
+                keep[took] = False
+                pending = pending[keep]
+        if not taken:
+            return empty
+        parts = []
+        for shape, idx, rows in taken:
+            table = np.array(rows, dtype="S")
+            times, good = stats_times(self.year, table[:, 0], table[:, 1], table[:, 2])
+            parts.append((shape, cand[idx], table, times, good))
+        # Left to the line-by-line reader: the last stats line, and the last before a V0 hit rate line.
+        idx_all = np.sort(np.concatenate([p[1][p[4]] for p in parts]))
+        if not len(idx_all):
+            return empty
+        demote = [int(idx_all[-1])]
+        hits = _find_all(buf, (_V0_HIT,))
+        if hits:
+            hit_lines = np.searchsorted(nl, np.array(hits, dtype=np.int64)) - 1
+            before = np.searchsorted(idx_all, hit_lines) - 1
+            demote += idx_all[before[before >= 0]].tolist()
+        demoted = np.array(demote, dtype=np.int64)
+        out_idx, out_time = [], []
+        for shape, idx, table, times, good in parts:
+            good &= ~np.isin(idx, demoted)
+            if not good.any():
+                continue
+            table, idx, times = table[good], idx[good], times[good]
+            engine = table[:, 3].astype(np.int64) if shape.has_engine else None
+            values = [table[:, c] for c in range(3 + shape.has_engine, table.shape[1])]
+            self.decode_bulk.append({
+                "_order": idx + base, "time": times, "engine": engine, "columns": shape_columns(shape, values),
+            })
+            out_idx.append(idx)
+            out_time.append(times)
+        if not out_idx:
+            return empty
+        idx = np.concatenate(out_idx)
+        order = np.argsort(idx, kind="stable")
+        return idx[order], np.concatenate(out_time)[order]
+
+    def _learn_stats(self, raw: bytes) -> StatsShape | None:
+        """A shape learned from one stats line, kept only when the row its regex reads is the
+        row the line-by-line reader reads (and nothing else happens to the parser)."""
+        try:
+            line = raw.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+        shape = learn_shape(line)
+        if shape is None:
+            return None
+        m = shape.regex.match(b"\n" + raw + b"\n")
+        probe = VllmParser()
+        probe.year = self.year
+        probe._line(line)
+        if m is None or len(probe.decode_rows) != 1 or probe.retract_rows or probe.errors or probe.http_rows:
+            return None
+        groups = m.groups()
+        table = np.array([groups], dtype="S")
+        times, good = stats_times(self.year, table[:, 0], table[:, 1], table[:, 2])
+        if not good.all():
+            return None
+        row: dict[str, Any] = {
+            "time": pd.Timestamp(times[0]).as_unit(_TEXT_UNIT),
+            "engine": int(groups[3]) if shape.has_engine else np.nan,
+        }
+        values = [table[:, c] for c in range(3 + shape.has_engine, table.shape[1])]
+        row.update({name: float(col[0]) for name, col in shape_columns(shape, values).items()})
+        expected = probe.decode_rows[0]
+        same = list(row) == list(expected) and all(
+            (row[c] == expected[c] or (pd.isna(row[c]) and pd.isna(expected[c]))) and type(row[c]) is type(expected[c])
+            for c in row
+        )
+        return shape if same and expected["time"].unit == _TEXT_UNIT else None
 
     def _plain_access(self, line: str, row: tuple[bytes, ...]) -> bool:
         """Whether ``line`` (an access line the regex reads as ``row``) is read line by line as
@@ -289,17 +431,17 @@ class VllmParser:
         return known
 
     def _stamp(self, line: str) -> tuple[pd.Timestamp | None, str]:
-        """The line's time and its message (the text after vLLM's prefix, or the whole line)."""
-        m = _VLLM_STAMP_RE.search(line)
+        """The line's time and its message (the text after vLLM's prefix, or the whole line).
+        A time that does not exist (``02-30``, ``24:00:00``) is no time."""
+        m = VLLM_STAMP_RE.search(line)
         if m:
-            iso = _ISO_STAMP_RE.search(line, 0, m.start())
+            iso = ISO_STAMP_RE.search(line, 0, m.start())
             year = iso.group(1)[:4] if iso else str(self.year)
-            stamp = pd.Timestamp(f"{year}-{m.group(2)}-{m.group(3)} {m.group(4)}")
-            return stamp, line[m.end():]
-        m = _ISO_STAMP_RE.search(line)
+            return _timestamp(f"{year}-{m.group(2)}-{m.group(3)} {m.group(4)}"), line[m.end():]
+        m = ISO_STAMP_RE.search(line)
         if m:
             frac = f".{m.group(3)[:6]}" if m.group(3) else ""
-            return pd.Timestamp(f"{m.group(1)} {m.group(2)}{frac}"), line
+            return _timestamp(f"{m.group(1)} {m.group(2)}{frac}"), line
         return None, line
 
     def _line(self, line: str) -> None:
@@ -312,7 +454,7 @@ class VllmParser:
             if self.first_time is None:
                 self.first_time = stamp
             self.last_time = stamp
-        for anchor in _STATS_ANCHORS:
+        for anchor in STATS_ANCHORS:
             at = msg.find(anchor)
             if at >= 0:
                 self._stats(msg, at, stamp)
@@ -356,19 +498,10 @@ class VllmParser:
                 self.skipped_examples.append(mask_text(line[:300]))
 
     def _stats(self, msg: str, at: int, stamp: pd.Timestamp | None) -> None:
-        engine = _ENGINE_RE.search(msg[max(0, at - 16):at])
+        engine = ENGINE_RE.search(msg[max(0, at - 16):at])
         row: dict[str, Any] = {"time": stamp, "engine": int(engine.group(1)) if engine else np.nan}
-        names = _KEY_NAMES
-        for key, value, _unit in _KEY_VALUE_RE.findall(msg, at):
-            known = names.get(key)
-            if known is None:
-                name = _STAT_KEYS.get(key.strip())
-                if name is None:
-                    name = re.sub(r"[^0-9a-z]+", "_", key.strip().lower()).strip("_")
-                known = (name, name in _FRACTIONS)
-                if len(names) < 4096:
-                    names[key] = known
-            name, fraction = known
+        for key, value, _unit in KEY_VALUE_RE.findall(msg, at):
+            name, fraction = stat_name(key)
             number = float(value) if "," not in value else _number(value)
             row[name] = number / 100.0 if fraction else number
         if "gpu_token_usage" in row:
@@ -380,6 +513,7 @@ class VllmParser:
             row["token_usage"] = row.pop("cpu_token_usage")
         row.pop("kv_token_usage", None)
         self.decode_rows.append(row)
+        self.decode_order.append(self.lines - 1)
         if row.get("preemptions", 0) > 0:
             # V1 counts preemptions per logging interval in the stats line (no line per event).
             self.retract_rows.append({
@@ -413,7 +547,7 @@ class VllmParser:
                 self._args_facts()
                 return True
         found = False
-        m = _KV_TOKENS_RE.search(msg)
+        m = _KV_TOKENS_RE.search(msg) if "KV cache size: " in msg else None
         if m:
             tokens = int(m.group(2).replace(",", ""))
             self.startup.setdefault("max_total_num_tokens", tokens)
@@ -422,7 +556,7 @@ class VllmParser:
                 self.startup.setdefault("device", m.group(1).lower())
             found = True
         # 0.32 prints both on one line: "CPU KV cache size: N tokens, Maximum concurrency for ..."
-        m = _MAX_CONC_RE.search(msg)
+        m = _MAX_CONC_RE.search(msg) if "Maximum concurrency for " in msg else None
         if m:
             self.startup.setdefault("context_len", int(m.group(1).replace(",", "")))
             self.startup.setdefault("max_concurrency", _number(m.group(2)))
@@ -433,11 +567,13 @@ class VllmParser:
             for device, blocks in _BLOCKS_RE.findall(msg):
                 self.startup.setdefault(f"num_{device.lower()}_blocks", int(blocks))
             return True
-        m = _VERSION_RE.search(msg)
+        m = _VERSION_RE.search(msg) if "vLLM API server version " in msg or "Initializing a" in msg else None
         if m:
             self.startup.setdefault("engine_version", m.group(1) or m.group(2))
             return True
-        m = _AVAILABLE_KV_RE.search(msg) or _KV_CACHE_SPACE_RE.search(msg)
+        m = None
+        if "KV cache" in msg or "kv_cache_size=" in msg:  # (what both patterns need)
+            m = _AVAILABLE_KV_RE.search(msg) or _KV_CACHE_SPACE_RE.search(msg)
         if m:
             value = next(g for g in m.groups() if g)
             self.startup.setdefault("kv_cache_size_gb", float(value))
@@ -484,18 +620,26 @@ class VllmParser:
 
         The last V0 stats row waits for the next drain while the input goes on: its prefix
         cache hit rate comes on a line of its own, which may be in the next piece."""
-        held = []
+        held, held_order = [], []
         if not self.finished and self.decode_rows and "cache_hit_rate" not in self.decode_rows[-1]:
+            # (The last row is one read line by line: _stats_lines leaves a chunk's last stats line so.)
             held.append(self.decode_rows.pop())
+            held_order.append(self.decode_order.pop())
         slog = self.build()
-        for rows in (self.decode_rows, self.retract_rows, self.errors, self.http_rows, self.http_order, self.http_bulk):
+        for rows in (self.decode_rows, self.decode_order, self.decode_bulk, self.retract_rows, self.errors,
+                     self.http_rows, self.http_order, self.http_bulk):
             del rows[:]
         self.decode_rows.extend(held)
+        self.decode_order.extend(held_order)
         self._http_kept = GrowingTable()
         return slog
 
     def _decode_frame(self) -> pd.DataFrame:
-        frame = _frame(self.decode_rows, DECODE_COLUMNS)
+        joined = decode_frame(self.decode_rows, self.decode_order, self.decode_bulk) if self.decode_bulk else None
+        if joined is not None:
+            frame = _finish(joined, DECODE_COLUMNS)
+        else:
+            frame = _frame(self._all_decode_rows(), DECODE_COLUMNS)
         if frame.empty:
             return frame
         engines = frame["engine"].dropna()
@@ -504,6 +648,23 @@ class VllmParser:
             frame["rank"] = ["" if pd.isna(e) else f"DP{int(e)}" for e in frame["engine"]]
         frame["cuda_graph"] = pd.array([pd.NA] * len(frame), dtype="boolean")
         return frame
+
+    def _all_decode_rows(self) -> list[dict[str, Any]]:
+        """The decode rows as the line-by-line reader makes them, those read in bulk too, in log order."""
+        if not self.decode_bulk:
+            return self.decode_rows
+        made: list[tuple[int, dict[str, Any]]] = list(zip(self.decode_order, self.decode_rows, strict=True))
+        for part in self.decode_bulk:
+            names = list(part["columns"])
+            values = [part["columns"][c].tolist() for c in names]
+            engines = part["engine"].tolist() if part["engine"] is not None else None
+            for k, (order, t) in enumerate(zip(part["_order"].tolist(), part["time"], strict=True)):
+                row: dict[str, Any] = {"time": pd.Timestamp(t).as_unit(_TEXT_UNIT),
+                                       "engine": engines[k] if engines is not None else np.nan}
+                row.update((c, v[k]) for c, v in zip(names, values, strict=True))
+                made.append((order, row))
+        made.sort(key=lambda e: e[0])
+        return [row for _, row in made]
 
     def _errors_frame(self) -> pd.DataFrame:
         cols = ["time", "rank", "kind", "message", "text"]
@@ -556,6 +717,24 @@ class VllmParser:
         return pd.DataFrame(columns)
 
 
+def _timestamp(text: str) -> pd.Timestamp | None:
+    try:
+        return pd.Timestamp(text)
+    except ValueError:
+        return None
+
+
+def _find_all(buf: bytes, needles: tuple[bytes, ...]) -> list[int]:
+    """Where each of ``needles`` is in ``buf`` (bytes.find: a fast search, no regex)."""
+    out: list[int] = []
+    for needle in needles:
+        at = buf.find(needle)
+        while at >= 0:
+            out.append(at)
+            at = buf.find(needle, at + 1)
+    return out
+
+
 def _empty(columns: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype="datetime64[ns]" if c == "time" else object) for c in ("time", "rank", *columns)})
 
@@ -565,6 +744,11 @@ def _frame(rows: list[dict[str, Any]], columns: tuple[str, ...]) -> pd.DataFrame
         return _empty(columns)
     frame = pd.DataFrame(rows)
     frame["time"] = pd.to_datetime(frame["time"])
+    return _finish(frame, columns)
+
+
+def _finish(frame: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """Rows (time typed) -> the table: rank, missing columns, columns in order."""
     if "rank" not in frame.columns:
         frame["rank"] = ""
     for c in columns:
