@@ -191,7 +191,7 @@ class RunProgress:
         self.lines: list[str] = []
         self._write: Callable[[str], None] = self._to_stream
         self._lock = threading.RLock()  # the watcher thread and the runner's status calls
-        self._notebooks = self._read_notebooks()  # as they were before the run: not news
+        self._notebooks = self._read_notebooks() or {}  # as they were before the run: not news
 
     # -- output ------------------------------------------------------------------------------
     def _to_stream(self, text: str) -> None:
@@ -254,11 +254,13 @@ class RunProgress:
                 self._emit_live(text, now)
         return written
 
-    def _read_notebooks(self) -> dict[str, tuple]:
+    def _read_notebooks(self) -> dict[str, tuple] | None:
+        """The notebooks' states as the file holds them; None when it cannot be read whole (not
+        there yet, or read while the runner rewrites it): what was known stays known."""
         try:
             entries = json.loads((self.run_dir / NOTEBOOKS_STATUS).read_text())
         except (OSError, ValueError):
-            return {}
+            return None
         return self._states(entries)
 
     @staticmethod
@@ -279,7 +281,11 @@ class RunProgress:
     def _notebook_lines(self, now: dict[str, tuple] | None = None) -> list[str]:
         """``notebook 02-measure-baseline.ipynb: running`` / ``: ok in 95 s`` as the runner records them."""
         with self._lock:
-            return self._notebook_lines_locked(self._read_notebooks() if now is None else now)
+            if now is None:
+                now = self._read_notebooks()
+                if now is None:
+                    return []
+            return self._notebook_lines_locked(now)
 
     def _notebook_lines_locked(self, now: dict[str, tuple]) -> list[str]:
         out = []

@@ -270,6 +270,9 @@ def test_the_panel_launches_sweeps_twice_and_stops_a_sweep_by_its_buttons(lab, b
         _wait(lambda: _states(browser) == {"Launch": True, "Stop": False, "Sweep": False}, "Sweep to be enabled")
         for attempt in (1, 2):
             _button(browser, "Sweep").click()
+            # the kernel handles the click a moment later: until then the page still shows the
+            # last sweep's "sweep done" and enabled buttons, which must not pass for this one's
+            _wait(lambda: _status(browser).startswith("sweeping levels"), f"sweep {attempt} to start")
             _wait(lambda: "sweep done: 2 levels" in _status(browser), f"sweep {attempt} to finish")
             _wait(lambda: _states(browser) == {"Launch": True, "Stop": False, "Sweep": False},
                   f"Sweep to be enabled again after sweep {attempt}")

@@ -531,7 +531,7 @@ def test_stand_in_that_hangs_is_reported_as_hung(tmp_path):
         with pytest.raises(SweepAbortedError, match=r"did not answer within 0\.5 s") as info:
             _sweep(srv.base_url, [2], requests_per_level=8, output_len=8, input_len=32, server=srv,
                    health_interval=0.2, health_timeout=0.5, read_timeout=1.0)
-        assert time.monotonic() - t0 < 15
+        assert time.monotonic() - t0 < 30  # three probes, not a long read timeout
         assert srv.alive()  # hung, not dead
     finally:
         srv.stop()

@@ -131,3 +131,23 @@ def test_a_notebook_shorter_than_the_polling_interval_still_gets_its_running_lin
     assert progress.poll(live=False) == []  # the file says what was already written: no repeat
     assert out.getvalue().splitlines() == ["notebook 01-check-environment.ipynb: running",
                                            "notebook 01-check-environment.ipynb: ok in 0 s"]
+
+
+def test_a_status_file_read_while_it_is_rewritten_repeats_no_line(tmp_path):
+    """The runner rewrites notebooks.json in place: a round that reads it half-written (or gone)
+    must not forget what was already reported, or the next round reports every notebook again."""
+    out = io.StringIO()
+    progress = RunProgress(tmp_path, stream=out)
+    status = tmp_path / "notebooks.json"
+    entries = [{"name": "01-check-environment.ipynb", "status": "ok", "started": 1.0, "seconds": 8.0},
+               {"name": "02-measure-baseline.ipynb", "status": "running", "started": 9.0}]
+    status.write_text(json.dumps(entries))
+    assert progress.poll(live=False) == ["notebook 01-check-environment.ipynb: ok in 8 s",
+                                         "notebook 02-measure-baseline.ipynb: running"]
+    status.write_text(json.dumps(entries)[:40])  # caught mid-write
+    assert progress.poll(live=False) == []
+    status.unlink()
+    assert progress.poll(live=False) == []
+    status.write_text(json.dumps(entries))
+    assert progress.poll(live=False) == []  # nothing changed: nothing repeated
+    assert out.getvalue().count("\n") == 2

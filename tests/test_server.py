@@ -63,7 +63,7 @@ def test_exit_before_ready_is_reported_at_once(fake_python, tmp_path):
     started = time.monotonic()
     with pytest.raises(ServerLaunchError) as info:
         _fake_launch(fake_python, tmp_path, "exit3", ready_timeout=60)
-    assert time.monotonic() - started < 10  # not the 60 s timeout
+    assert time.monotonic() - started < 30  # not the 60 s timeout, on a busy machine too
     err = info.value
     assert err.cause == "exited" and err.exit_code == 3
     assert "something went wrong" in err.log_lines
@@ -74,7 +74,7 @@ def test_fatal_line_while_alive_fails_fast(fake_python, tmp_path):
     started = time.monotonic()
     with pytest.raises(ServerLaunchError) as info:
         _fake_launch(fake_python, tmp_path, "oom-alive", ready_timeout=60)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 30  # not the 60 s timeout
     assert info.value.cause == "oom"  # the specific cause, not the scheduler exception
     assert any("Not enough memory" in line for line in info.value.log_lines)
 
@@ -101,7 +101,7 @@ def test_sigterm_ignored_escalates_to_sigkill(fake_python, tmp_path):
     server = _fake_launch(fake_python, tmp_path, "ignore-term")
     started = time.monotonic()
     assert server.stop(grace=0.5) == -signal.SIGKILL
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10  # the 0.5 s grace, not stop()'s default of 15 s
 
 
 def test_child_that_left_the_group_is_killed_too(fake_python, tmp_path):
@@ -328,7 +328,7 @@ def test_sim_start_faults(tmp_path, fault, cause):
     started = time.monotonic()
     with pytest.raises(ServerLaunchError) as info:
         _sim(tmp_path, fault, ready_timeout=60)
-    assert time.monotonic() - started < 20
+    assert time.monotonic() - started < 40  # not the 60 s timeout
     assert info.value.cause == cause
     assert info.value.log_lines
 
