@@ -599,6 +599,39 @@ def test_each_release_line_format_reads_back_the_same():
         assert ("input_throughput" in log.prefill) == (release != "0.5.8")
 
 
+def test_the_configuration_picks_the_line_variant_of_its_release():
+    # prefill graphs: opt-in (piecewise) in 0.5.9, on by default in 0.5.23 up to the prefill cap;
+    # speculative decoding adds accept len/rate with each release's own rate (tests/contract
+    # checks the lines against each release's source)
+    from glm5lib.logs import parse_log
+    from glm5lib.sim.lines import decode_line
+
+    def shape(release, *flags):
+        return parse_sim_argv(["--sim-release", release, "--sim-zero-delay", *flags]).shape
+
+    assert shape("0.5.8", "--enable-piecewise-cuda-graph").prefill_graph_tokens == 0  # no graph field
+    assert shape("0.5.9").prefill_graph_tokens == 0
+    assert shape("0.5.9", "--enable-piecewise-cuda-graph", "--chunked-prefill-size", "4096").prefill_graph_tokens == 4096
+    assert shape("0.5.9", "--enable-piecewise-cuda-graph", "--piecewise-cuda-graph-max-tokens", "1024").prefill_graph_tokens == 1024
+    assert shape("0.5.23", "--chunked-prefill-size", "4096").prefill_graph_tokens == 4096
+    assert shape("0.5.23", "--cuda-graph-max-bs-prefill", "512").prefill_graph_tokens == 512
+    assert shape("0.5.23", "--cuda-graph-backend-prefill", "disabled").prefill_graph_tokens == 0
+    assert shape("0.5.23", "--disable-cuda-graph").prefill_graph_tokens == 0
+    assert shape("0.5.23").accept is None
+    spec = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d"]
+    assert shape("0.5.9", *spec).accept == (2.0, 0.5)
+    assert shape("0.5.23", *spec).accept == (2.0, 1.0 / 3.0)
+    assert shape("0.5.23", *spec, "--speculative-num-draft-tokens", "2").accept == (2.0, 1.0)
+    parsed = parse_sim_argv(["--sim-release", "0.5.23", *spec])
+    assert [parsed.server_args[f] for f in ("speculative_num_steps", "speculative_eagle_topk",
+                                            "speculative_num_draft_tokens")] == [3, 1, 4]
+    assert any("nominal accept len" in note for note in parsed.notes)
+    line = decode_line("0.5.9", running=5, tokens=700, usage=0.25, graph=True, gen_throughput=880.0, queue=3,
+                       accept=(2.0, 0.5))
+    row = parse_log(f"[2026-11-02 10:00:00] {line}").decode.iloc[0]
+    assert (row["accept_len"], row["accept_rate"], row["running_req"], row["cuda_graph"]) == (2.0, 0.5, 5, True)
+
+
 def test_a_config_of_an_older_release_launches_the_stand_in_emulating_it(tmp_path):
     # --stream-output is 0.5.9's (0.5.23 renamed it): the stand-in must parse 0.5.9's flags
     from glm5lib.config import ServerConfig

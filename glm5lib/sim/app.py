@@ -123,6 +123,7 @@ class StandinServer:
             seed=args.seed,
             schedule_conservativeness=float(sa.get("schedule_conservativeness") or 1.0),
             release=args.release,
+            shape=args.shape,
         )
         self.sched = SimScheduler(self.profile, settings, self.log, on_finish=self._on_finish)
         self.gpus = SimGpus(self.profile, self.sched, float(sa["mem_fraction_static"]))

@@ -12,11 +12,17 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm5lib.config import DEFAULT_RELEASE, ServerConfig, mask_value
+from glm5lib.config import DEFAULT_RELEASE, ServerConfig, cuda_graphs_off, mask_value
 from glm5lib.config.releases import BUNDLED_RELEASES
 from glm5lib.errors import ConfigError
 from glm5lib.sim.faults import Faults, parse_faults
-from glm5lib.sim.lines import server_args_line
+from glm5lib.sim.lines import (
+    NOMINAL_ACCEPT_LENGTH,
+    SPECULATIVE_DEFAULTS,
+    LineShape,
+    line_shape,
+    server_args_line,
+)
 from glm5lib.sim.profile import Profile, StepContext, load_profile
 
 __all__ = ["MODELLED_FIELDS", "SIM_FLAGS", "SimArgs", "parse_sim_argv", "sim_usage"]
@@ -98,6 +104,7 @@ class SimArgs:
     max_total_num_tokens: int = 0
     step: StepContext | None = None
     release: str = DEFAULT_RELEASE  # the SGLang release emulated: its flags, ServerArgs and log lines
+    shape: LineShape = field(default_factory=LineShape)  # the variant of its stats lines (prefill graphs, speculative decoding)
 
     def server_args_repr(self) -> str:
         """``ServerArgs(model_path='...', ...)`` with secrets masked, as SGLang logs it."""
@@ -228,6 +235,17 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     if values["schedule_policy"] != "fcfs" and "schedule_policy" in explicit:
         notes.append(f"schedule_policy={values['schedule_policy']!r} is modelled as 'fcfs'")
 
+    spec_fields = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+    if values.get("speculative_algorithm"):
+        if all(values.get(f) is None for f in spec_fields):
+            # SGLang chooses them at start and logs the choice
+            values.update(zip(spec_fields, SPECULATIVE_DEFAULTS, strict=True))
+        notes.append(
+            f"--speculative-algorithm {values['speculative_algorithm']}: decode lines carry a nominal "
+            f"accept len of {NOMINAL_ACCEPT_LENGTH:.2f}; speculative decoding's step times are not modelled"
+        )
+    shape = line_shape(release, values, graphs_off=bool(config.disable_cuda_graph) or cuda_graphs_off(values))
+
     not_modelled = []
     for name in explicit:
         if name not in MODELLED_FIELDS:
@@ -277,4 +295,5 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         max_total_num_tokens=capacity,
         step=step,
         release=release,
+        shape=shape,
     )

@@ -17,22 +17,42 @@ Start-up lines (``sglang/srt/model_executor/``, ``mem_cache/memory_pool.py``) ch
 ``KV Cache is allocated.`` names the dtype and its graph capture is ``Capture target decode CUDA
 graph begin/end`` with the batch sizes in the end line.
 
-Only the plain-model, non-disaggregated, non-speculative shapes are written (the stand-in
-models none of those variants).
+The variants a launch configuration calls for (:func:`line_shape`):
+
+- speculative decoding (``--speculative-algorithm``): decode lines carry ``accept len: F,
+  accept rate: F, `` after the token usage. The acceptance rate is the release's: 0.5.8 and
+  0.5.9 divide accepted tokens (the bonus token included) by the draft tokens, 0.5.23 divides
+  the accepted drafts by the draft tokens after the first;
+- prefill CUDA graphs: 0.5.9's prefill ``cuda graph`` is True for a batch of at most
+  ``piecewise_cuda_graph_max_tokens`` new tokens (default ``chunked_prefill_size``) when
+  ``--enable-piecewise-cuda-graph`` is on; 0.5.23 captures prefill graphs by default on CUDA
+  (``--cuda-graph-backend-prefill`` breakable) for batches of at most
+  ``cuda_graph_max_bs_prefill`` tokens (default ``chunked_prefill_size``, at most
+  ``max_total_tokens``) unless they are turned off; 0.5.8's prefill line has no graph field.
+  The defaults are SGLang's rule for models without MLA attention (MLA models capture fewer
+  prefill tokens by default: 2,048 in 0.5.9, at most 8,192 in 0.5.23).
+
+Hybrid-model, disaggregated and DP-attention shapes are not written (the stand-in models none
+of those deployments).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "NOMINAL_ACCEPT_LENGTH",
+    "SPECULATIVE_DEFAULTS",
+    "LineShape",
     "capture_lines",
     "decode_line",
     "init_distributed_end_line",
     "kv_allocated_line",
     "line_generation",
+    "line_shape",
     "load_weight_end_line",
     "prefill_line",
     "server_args_line",
@@ -53,12 +73,64 @@ def line_generation(release: str) -> str:
     return "0.5.8"
 
 
+#: Tokens a speculative decoding step yields per request, the bonus token included: a nominal
+#: figure (the stand-in does not model speculative decoding's timing), written in decode lines.
+NOMINAL_ACCEPT_LENGTH = 2.0
+#: (speculative_num_steps, speculative_eagle_topk, speculative_num_draft_tokens) SGLang 0.5.x
+#: chooses when a speculative algorithm is on and they are unset (its choice for GLM-5 and
+#: DeepSeek-style models, ``auto_choose_speculative_params``).
+SPECULATIVE_DEFAULTS = (3, 1, 4)
+
+
+@dataclass(frozen=True)
+class LineShape:
+    """Which variant of the stats lines a launch configuration writes."""
+
+    #: prefill batches of at most this many new tokens replay a CUDA graph (0: none do)
+    prefill_graph_tokens: int = 0
+    #: ``(accept len, accept rate)`` of speculative decoding's decode lines; None without it
+    accept: tuple[float, float] | None = None
+
+
+def _on(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
+
+
+def line_shape(release: str, values: Mapping[str, Any], *, graphs_off: bool) -> LineShape:
+    """The variant ``release`` writes for the resolved server arguments ``values``;
+    ``graphs_off``: CUDA graphs are off for both phases (whichever flags said it)."""
+    generation = line_generation(release)
+    tokens = 0
+    if generation == "0.5.9" and _on(values.get("enable_piecewise_cuda_graph")):
+        tokens = int(values.get("piecewise_cuda_graph_max_tokens") or values.get("chunked_prefill_size") or 0)
+    elif generation == "0.5.23" and not (
+        graphs_off
+        or values.get("cuda_graph_backend_prefill") == "disabled"
+        or _on(values.get("disable_prefill_cuda_graph"))
+    ):
+        tokens = int(values.get("cuda_graph_max_bs_prefill") or values.get("chunked_prefill_size") or 0)
+        if values.get("max_total_tokens"):
+            tokens = min(tokens, int(values["max_total_tokens"]))
+    accept = None
+    if values.get("speculative_algorithm"):
+        drafts = int(values.get("speculative_num_draft_tokens") or SPECULATIVE_DEFAULTS[2])
+        length = min(NOMINAL_ACCEPT_LENGTH, float(drafts))
+        if generation == "0.5.23":
+            rate = (length - 1.0) / (drafts - 1) if drafts > 1 else 0.0
+        else:
+            rate = length / drafts
+        accept = (length, rate)
+    return LineShape(prefill_graph_tokens=max(0, tokens), accept=accept)
+
+
 def decode_line(release: str, *, running: int, tokens: int, usage: float, graph: bool,
-                gen_throughput: float, queue: int) -> str:
-    """``Decode batch, #running-req: ...`` as ``release`` logs it every decode_log_interval steps."""
+                gen_throughput: float, queue: int, accept: tuple[float, float] | None = None) -> str:
+    """``Decode batch, #running-req: ...`` as ``release`` logs it every decode_log_interval steps;
+    ``accept``: speculative decoding's (accept len, accept rate)."""
+    spec = f"accept len: {accept[0]:.2f}, accept rate: {accept[1]:.2f}, " if accept else ""
     line = (
         f"Decode batch, #running-req: {running}, #token: {tokens}, token usage: {usage:.2f}, "
-        f"cuda graph: {graph}, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue}"
+        f"{spec}cuda graph: {graph}, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue}"
     )
     return line + ", " if line_generation(release) == "0.5.8" else line
 

@@ -27,10 +27,10 @@ import contextlib
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from glm5lib.config.releases import DEFAULT_RELEASE
-from glm5lib.sim.lines import decode_line, line_generation, prefill_line
+from glm5lib.sim.lines import LineShape, decode_line, line_generation, prefill_line
 from glm5lib.sim.logwriter import LogWriter
 from glm5lib.sim.profile import Profile, StepContext
 
@@ -188,6 +188,7 @@ class SchedulerSettings:
     seed: int = 0
     schedule_conservativeness: float = 1.0
     release: str = DEFAULT_RELEASE  # the SGLang release whose log lines are written
+    shape: LineShape = field(default_factory=LineShape)  # the variant of its stats lines the configuration calls for
 
 
 class SimScheduler:
@@ -450,7 +451,8 @@ class SimScheduler:
         self.log.info(prefill_line(
             self.s.release, new_seq=n_new_seq, new_token=new_tokens, cached_token=cached_tokens,
             usage=self.token_usage, running=running_before, queue=len(self.waiting), pending_token=pending,
-            graph=False, input_throughput=counted / gap if gap > 0 else 0.0,
+            graph=0 < new_tokens <= self.s.shape.prefill_graph_tokens,
+            input_throughput=counted / gap if gap > 0 else 0.0,
         ))
         dt = self.profile.prefill_ms(new_tokens, cached_tokens, self.s.step) / 1000.0
         self.step_power_w = self.profile.power_w(0.0, new_tokens / dt if dt > 0 else 0.0) - self._idle_w
@@ -581,5 +583,5 @@ class SimScheduler:
         self._log_tokens = 0
         self.log.info(decode_line(
             self.s.release, running=bs, tokens=self.used, usage=self.token_usage, graph=self.last_graph,
-            gen_throughput=self.last_gen_throughput, queue=len(self.waiting),
+            gen_throughput=self.last_gen_throughput, queue=len(self.waiting), accept=self.s.shape.accept,
         ))

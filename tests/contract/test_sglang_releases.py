@@ -180,6 +180,31 @@ def standin_output(request, tmp_path_factory):
     return release, log.read_text(), metrics
 
 
+# Speculative decoding and prefill CUDA graphs: the stand-in writes the line variants they call
+# for (0.5.9 captures prefill graphs only with --enable-piecewise-cuda-graph, 0.5.23 by default).
+_VARIANT_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "draft-model"]
+_PIECEWISE = {"0.5.8": [], "0.5.9": ["--enable-piecewise-cuda-graph"], "0.5.23": []}
+
+
+@pytest.fixture(scope="module", params=sorted(BUNDLED_RELEASES))
+def standin_variant_output(request, tmp_path_factory):
+    """(release, the log of a stand-in emulating it with speculative decoding and prefill graphs on)."""
+    import urllib.request
+
+    from glm5lib.server import run_standin
+
+    release = request.param
+    log = tmp_path_factory.mktemp("standin-variant") / "server.log"
+    with run_standin("--sim-release", release, "--sim-zero-delay", "--decode-log-interval", "1",
+                     "--sim-no-access-log", *_VARIANT_FLAGS, *_PIECEWISE[release], log_path=log) as server:
+        body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 8}}).encode()
+        request_ = urllib.request.Request(f"{server.base_url}/generate", data=body,
+                                          headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request_, timeout=30) as response:
+            assert response.status == 200
+    return release, log.read_text()
+
+
 def _source(release: str, folder: str = "srt") -> str:
     root = _site(release) / "sglang" / folder
     return "\n".join(p.read_text(errors="replace") for p in sorted(root.rglob("*.py")))
@@ -320,11 +345,19 @@ def _in_order(release: str, where: str, pieces: list[str]) -> None:
         at = found
 
 
-def _line_regex(release: str, kind: str) -> str:
-    """The full-line regex of ``kind`` in ``release``, each piece checked to be in its source."""
+# Speculative decoding's piece of the decode line, after the pool piece (same text in every release).
+_ACCEPT = 'msg += f"accept len: {spec_accept_length:.2f}, accept rate: {spec_accept_rate:.2f}, "'
+
+
+def _line_regex(release: str, kind: str, *, speculative: bool = False) -> str:
+    """The full-line regex of ``kind`` in ``release``, each piece checked to be in its source;
+    ``speculative``: the decode line of speculative decoding."""
     import re
 
     where, pieces = _LINES[release][kind]
+    if speculative:
+        at = next(i for i, p in enumerate(pieces) if p.startswith('f"Decode batch')) + 1
+        pieces = [*pieces[:at], _ACCEPT, *pieces[at:]]
     _in_order(release, where, pieces)
     if release == "0.5.23":
         pools = (_site(release) / "sglang" / "srt" / _POOLS).read_text()
@@ -375,6 +408,34 @@ def test_standin_log_lines_are_the_release_own_format(standin_output):
     assert ("pending_token" in parsed.prefill.columns) == (release == "0.5.23")
     assert ("input_throughput" in parsed.prefill.columns) == (release != "0.5.8")
     assert ServerConfig.from_server_args(parsed.server_args).release == release
+    # prefill CUDA graphs: off by default in 0.5.9 (piecewise graphs are opt-in), on in 0.5.23
+    if release != "0.5.8":
+        assert set(parsed.prefill["cuda_graph"]) == {release == "0.5.23"}
+
+
+def test_standin_variant_lines_are_the_release_own_format(standin_variant_output):
+    """With speculative decoding and prefill graphs on, the stand-in's decode lines carry the
+    release's accept len/rate piece and its prefill lines say the graph ran, in the release's format."""
+    import re
+
+    from glm5lib.logs import parse_log
+
+    release, log = standin_variant_output
+    lines = [ln.split("] ", 1)[1] for ln in log.splitlines() if "Prefill batch" in ln or "Decode batch" in ln]
+    for kind, head, spec in (("prefill", "Prefill batch", False), ("decode", "Decode batch", True)):
+        mine = [ln for ln in lines if ln.startswith(head)]
+        assert mine, (release, kind)
+        pattern = re.compile(_line_regex(release, kind, speculative=spec))
+        wrong = [ln for ln in mine if not pattern.fullmatch(ln)]
+        assert not wrong, (release, kind, pattern.pattern, wrong[:2])
+    parsed = parse_log(log)
+    # 0.5.x resolves the draft settings at start: (3, 1, 4) for GLM-5 and DeepSeek-style models
+    assert parsed.server_args["speculative_num_draft_tokens"] == 4
+    # accept rate per the release's definition: accepted/drafts up to 0.5.9, (accepted - 1)/(drafts - 1) after
+    assert set(parsed.decode["accept_len"]) == {2.0}
+    assert set(parsed.decode["accept_rate"]) == {0.33 if release == "0.5.23" else 0.5}
+    if release != "0.5.8":
+        assert set(parsed.prefill["cuda_graph"]) == {True}
 
 
 def test_standin_metrics_names_exist_in_the_release(standin_output):
