@@ -300,7 +300,9 @@ DECODE_VARIANTS = [
     "[2026-12-01 04:06:{s:02d} TP0] Decode batch [{s}], #running-req: {r}, #token: 9, token usage: 0.01, "
     "cuda graph: True, gen throughput (token/s): 1.00, #queue-req: 0{end}",
 ]
-VALUES = ["4", "1234567", "4.", "4..", "x" * 32, "y" * 33, "4.5e-3", "1:2", "0x1f", "-1", "4;5", "\u00e9"]
+VALUES = ["4", "1234567", "4.", "4..", "x" * 32, "y" * 33, "4.5e-3", "1:2", "0x1f", "-1", "4;5", "\u00e9",
+          # about the widths the split reads at once (8 bytes a word, 15 in its first window, 23 at most)
+          "1" * 8, "2" * 9, "3" * 15, "4" * 16, "5" * 23, "6" * 24, "7" * 14 + ".", "8" * 7 + "."]
 RANKS = ["", " TP1", " DP1 TP1", " tp0", " TP0 EP0", " TP", "  TP0", " TP0 ", " T_P0"]
 ENDS = [", ", "", ".", ".,", "., ", ",", ". ", "..", ",  ", "\r"]
 

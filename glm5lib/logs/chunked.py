@@ -224,10 +224,15 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             parser._set_clock(m.group(1).decode("ascii"))
 
     # ---- everything else, line by line
-    if _one_line_per_newline(chunk, crs) and parser._args_buffer is None and not _may_start_args(chunk):
+    gaps_a = np.flatnonzero(kind == 0)
+    if (
+        _one_line_per_newline(chunk, crs) and parser._args_buffer is None
+        and not _may_start_args(chunk if 4 * len(gaps_a) > n else b"".join([buf[nl_at[i] : nl_at[i + 1]] for i in gaps_a.tolist()]))
+    ):
         # All at once: no line here can hold a wrapped server_args line open across the lines
-        # read in bulk, and each newline ends exactly one line.
-        gaps = np.flatnonzero(kind == 0).tolist()
+        # read in bulk, and each newline ends exactly one line. (Only lines left to the line-by-line
+        # parser may start one: the others are read as scheduler or access lines, line by line too.)
+        gaps = gaps_a.tolist()
         marks: list[tuple[int, str | None]] = []
         parser._feed(_Lines(buf, nl_at, kind, sched_at, gaps, crs), gaps, base=base, marks=marks)
         clock_pos = [-1, *(m[0] for m in marks)]
@@ -432,10 +437,19 @@ def _scheduler_lines(
     else:
         # A line's head and its numbers of colons and spaces: lines of one shape share them
         # (values hold no space, so the spaces are the keys'), lines of two shapes seldom do.
-        sig = head_of
-        for byte in (58, 32):
-            at = np.flatnonzero(arr == byte)
-            sig = (sig << 16) | ((np.searchsorted(at, ends) - np.searchsorted(at, starts)) & 0xFFFF)
+        # A line's head, its number of colons after the head and a sum of the three bytes before
+        # each (the keys' ends): lines of one shape share them, lines of two shapes seldom do
+        # (and when they do, the group's lines are tried shape by shape all the same).
+        at = np.flatnonzero(arr == 58)
+        lo, hi = np.searchsorted(at, where), np.searchsorted(at, ends)
+        code = np.zeros(len(at), dtype=np.uint64)
+        for k in (1, 2, 3):
+            code |= arr[np.maximum(at - k, 0)].astype(np.uint64) << np.uint64(8 * (k - 1))
+        sums = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(code, dtype=np.uint64)))
+        sig = (
+            (head_of.astype(np.uint64) << np.uint64(56)) ^ (((hi - lo) & 0xFFFF).astype(np.uint64) << np.uint64(40))
+            ^ ((sums[hi] - sums[lo]) & np.uint64((1 << 40) - 1))
+        ).view(np.int64)
     order = np.argsort(sig, kind="stable")
     uniq, first = np.unique(sig[order], return_index=True)
     bounds = [*first.tolist(), len(order)]

@@ -31,6 +31,10 @@ _DIGIT[list(b"0123456789")] = True
 _WIDE = 128
 # Values longer than this go to the regex.
 _MAX_VALUE = 23
+# Values are looked for in a window this wide first (most are), then in a wider one.
+_SHORT_VALUE = 15
+# A word's first bytes, 0 to 8 of them (made from bytes: the same on any byte order).
+_LOW_BYTES = np.frombuffer(b"".join(b"\xff" * w + b"\0" * (8 - w) for w in range(9)), dtype=np.uint64)
 # A stamp is "YYYY-MM-DD HH:MM:SS" and up to 6 digits of a fraction.
 _STAMP_SEPARATORS = {4: ord("-"), 7: ord("-"), 10: ord(" "), 13: ord(":"), 16: ord(":")}
 _STAMP_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
@@ -66,8 +70,48 @@ def _same(block: np.ndarray, expected: bytes) -> np.ndarray:
 def _text(block: np.ndarray, widths: np.ndarray) -> np.ndarray:
     """Rows of bytes cut at their widths -> an array of bytes strings."""
     width = max(int(widths.max(initial=0)), 1)
-    block = np.where(np.arange(width) < widths[:, None], block[:, :width], np.uint8(0))
-    return block.view(f"S{width}").ravel()
+    block = block[:, :width] * (np.arange(width) < widths[:, None])  # (0 past each width)
+    return np.ascontiguousarray(block).view(f"S{width}").ravel()
+
+
+def _same_words(block: np.ndarray, expected: bytes) -> np.ndarray:
+    """Which rows of bytes (a multiple of 8 wide, contiguous) start with ``expected``: a word at a time."""
+    width = -(-len(expected) // 8) * 8
+    words = block.view(np.uint64)
+    want = np.frombuffer(expected.ljust(width, b"\0"), dtype=np.uint64)
+    mask = np.frombuffer(b"\xff" * len(expected) + b"\0" * (width - len(expected)), dtype=np.uint64)
+    same = ((words[:, 0] ^ want[0]) & mask[0]) == 0
+    for j in range(1, width // 8):
+        same &= ((words[:, j] ^ want[j]) & mask[j]) == 0  # (words past the expected bytes: not looked at)
+    return same
+
+
+def _short_text(block: np.ndarray, widths: np.ndarray) -> np.ndarray:
+    """Rows of 16 bytes cut at their widths (15 at most) -> an array of bytes strings, by
+    masking whole words."""
+    width = int(widths.max(initial=0))
+    words = block.view(np.uint64)
+    if width <= 8:
+        out = (words[:, 0] & _LOW_BYTES[widths]).view("S8")
+    else:
+        both = np.empty((len(block), 2), dtype=np.uint64)
+        np.bitwise_and(words[:, 0], _LOW_BYTES[np.minimum(widths, 8)], out=both[:, 0])
+        np.bitwise_and(words[:, 1], _LOW_BYTES[np.maximum(widths - 8, 0)], out=both[:, 1])
+        out = both.view("S16").ravel()
+    width = max(width, 1)
+    return out if out.itemsize == width else out.astype(f"S{width}")
+
+
+def _value_ends(block: np.ndarray) -> np.ndarray:
+    """``_ENDS[block]`` for a contiguous block, by comparisons (several times faster than the
+    table's lookup byte by byte)."""
+    ends = block >= 0x80
+    ends |= (block - np.uint8(0x09)) <= 4  # \t \n \x0b \x0c \r
+    ends |= (block - np.uint8(0x1B)) <= 5  # \x1b \x1c-\x1f " "
+    ends |= (block - np.uint8(0x28)) <= 1  # ( )
+    ends |= block == 0x2C  # ,
+    ends |= block == 0x5B  # [
+    return ends
 
 
 def split_lines(
@@ -120,26 +164,46 @@ def split_lines(
     columns: list[np.ndarray] = []
     at_a = heads.astype(np.int64)
     every = np.arange(n)
+    data = win.arr
+    top = len(data) - 1
     for k, gap in enumerate(gaps):
-        # The bytes before the value and the value's window, in one gather.
+        # The bytes before the value, compared eight at a time, then the value's window (short:
+        # most values are), each one gather.
         g = len(gap)
-        block = win.rows(at_a, g + _MAX_VALUE + 1)
+        block = win.rows(at_a, -(-(g + _SHORT_VALUE + 1) // 8) * 8)
         if g:
-            ok &= _same(block[:, :g], gap)
-        window = block[:, g:]
+            ok &= _same_words(block, gap)
+        window = np.ascontiguousarray(block[:, g : g + _SHORT_VALUE + 1])
         # The value ends at the first byte no value holds; none in the window, or none before
         # it (an empty value), both give 0 and leave the line to the regex.
-        width_a = np.argmax(_ENDS[window], axis=1)
+        ends_w = _value_ends(window)
+        width_a = np.argmax(ends_w, axis=1)
+        longer = np.flatnonzero(~ends_w[every, width_a])  # no end in the short window
+        wide = None
+        if len(longer):
+            wide = win.rows(at_a[longer] + g, _MAX_VALUE + 1)
+            width_a[longer] = np.argmax(_ENDS[wide], axis=1)
+        start = at_a + g
         ok &= width_a >= 1
-        last = window[every, width_a - 1]
+        last = data[np.minimum(start + width_a - 1, top)]
         if k == nvalues - 1 and first_tail:
             # The last value before the line's end: one "." after it is the line's own.
             width_a = np.where(last == ord("."), width_a - 1, width_a)
             ok &= width_a >= 1
-            last = window[every, width_a - 1]
+            last = data[np.minimum(np.maximum(start + width_a - 1, 0), top)]
         ok &= last != ord(".")
-        columns.append(_text(window, np.where(ok, width_a, 0)))
-        at_a = at_a + g + width_a
+        if wide is None:
+            columns.append(_short_text(window, np.where(ok, width_a, 0)))
+        else:
+            short = np.ones(n, dtype=bool)
+            short[longer] = False
+            column = _short_text(window, np.where(ok & short, np.minimum(width_a, _SHORT_VALUE), 0))
+            long_text = _text(wide, np.where(ok[longer], width_a[longer], 0))
+            if long_text.itemsize > column.itemsize:
+                column = column.astype(long_text.dtype)
+            column[longer] = long_text
+            columns.append(column)
+        at_a = start + width_a
     if tail:
         block = win.rows(at_a, len(tail))
         ok &= _same(block, tail)
