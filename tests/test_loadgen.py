@@ -47,7 +47,7 @@ class ChildServer:
             [sys.executable, str(HERE), "serve", str(self.port), *extra],
             stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True,
         )
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 60  # a safety net: aiohttp's import alone takes seconds on a busy machine
         while time.monotonic() < deadline:
             try:
                 urllib.request.urlopen(self.base_url + "/ok/health", timeout=1).read()
