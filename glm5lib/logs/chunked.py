@@ -382,21 +382,24 @@ class _Lines:
         return self.buf[self.nl[self.sched[j]] + 1 : self.nl[self.sched[j] + 1]].decode("ascii")
 
 
-def _holding(
-    arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0, where: bool = False
-) -> Any:
-    """Numbers of the lines that hold ``needle`` followed by one of the bytes ``follow``
-    (positions by numpy, no Python per line); the search starts from the needle's byte at
-    ``anchor`` (best a rare one). ``where``: also where the needle first is in each line."""
-    at = np.flatnonzero(arr[anchor : len(arr) - len(needle) + anchor] == needle[anchor])
-    for k, c in enumerate(needle):
-        if k != anchor:
-            at = at[arr[at + k] == c]
-    if follow:
-        at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
-    lines = np.searchsorted(nl, at) - 1  # sorted: one entry per occurrence
-    first = np.concatenate(([True], lines[1:] != lines[:-1])) if len(lines) else np.empty(0, dtype=bool)
-    return (lines[first], at[first]) if where else lines[first]
+def _holding_heads(arr: np.ndarray, nl: np.ndarray, heads: list[tuple[bytes, bytes]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each ``(head, follow)``: the lines holding ``"] " + head`` followed by one of the bytes
+    ``follow``, and where that ``]`` first is in each: all found from one pass over the piece
+    for its ``"] "`` (numpy, no Python per line), not one pass per head."""
+    brackets = np.flatnonzero(arr[: max(len(arr) - 2, 0)] == 93)
+    brackets = brackets[arr[brackets + 1] == 32]
+    out = []
+    for head, follow in heads:
+        needle = b"] " + head
+        at = brackets[brackets < len(arr) - len(needle)]
+        for k in range(2, len(needle)):
+            at = at[arr[at + k] == needle[k]]
+        if follow:
+            at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
+        lines = np.searchsorted(nl, at) - 1
+        first = np.concatenate(([True], lines[1:] != lines[:-1])) if len(lines) else np.empty(0, dtype=bool)
+        out.append((lines[first], at[first]))
+    return out
 
 
 def read_lines(
@@ -430,7 +433,7 @@ def _scheduler_lines(
     their own and read by the regex of the shape that took that group before, so a regex is
     tried only on lines that are almost surely its own."""
     heads = sorted({(cs.needle, cs.follow) for cs in shapes})
-    holding = [_holding(arr, nl, b"] " + h, f, anchor=2, where=True) for h, f in heads]  # from its first letter
+    holding = _holding_heads(arr, nl, heads)
     head_of = np.concatenate([np.full(len(x[0]), k, dtype=np.int64) for k, x in enumerate(holding)])
     lines = np.concatenate([x[0] for x in holding])
     where = np.concatenate([x[1] for x in holding])
