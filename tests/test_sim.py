@@ -617,6 +617,11 @@ def test_the_configuration_picks_the_line_variant_of_its_release():
     assert shape("0.5.23", "--cuda-graph-max-bs-prefill", "512").prefill_graph_tokens == 512
     assert shape("0.5.23", "--cuda-graph-backend-prefill", "disabled").prefill_graph_tokens == 0
     assert shape("0.5.23", "--disable-cuda-graph").prefill_graph_tokens == 0
+    # one phase's graphs off leaves the other's on
+    decode_off = parse_sim_argv(["--sim-release", "0.5.23", "--cuda-graph-backend-decode", "disabled"])
+    assert not decode_off.step.cuda_graph and decode_off.shape.prefill_graph_tokens > 0
+    assert not parse_sim_argv(["--sim-release", "0.5.23", "--disable-decode-cuda-graph"]).step.cuda_graph
+    assert parse_sim_argv(["--sim-release", "0.5.23", "--cuda-graph-backend-prefill", "disabled"]).step.cuda_graph
     assert shape("0.5.23").accept is None
     spec = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d"]
     assert shape("0.5.9", *spec).accept == (2.0, 0.5)

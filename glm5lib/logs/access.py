@@ -93,11 +93,14 @@ def _alike(
         client = _exact(arr, starts[members], int(client_w[members[0]]))
         rest = _exact(arr, seps[members], int(rest_w[members[0]]))
         pending = np.arange(len(members))
-        for _ in range(_ROUNDS):
+        for k in range(_ROUNDS):
             if not len(pending):
                 break
             r = pending[0]
-            same = (client[pending] == client[r]) & (rest[pending] == rest[r])
+            if k == 0:  # all of them: no copy
+                same = (client == client[r]) & (rest == rest[r])
+            else:
+                same = (client[pending] == client[r]) & (rest[pending] == rest[r])
             rep[members[pending[same]]] = members[r]
             pending = pending[~same]
         if len(pending):

@@ -96,7 +96,11 @@ def _stamps(block: np.ndarray) -> np.ndarray:
                 and (day >= 1).all() and (hour <= 23).all() and (minute <= 59).all() and (sec <= 59).all()
             ):
                 # Days since 1970 of each distinct date, by numpy (which refuses 2025-02-30).
-                dates, inverse = np.unique(year * 10000 + month * 100 + day, return_inverse=True)
+                key = year * 10000 + month * 100 + day
+                if (key == key[0]).all():  # (one date: the usual case in a piece, no sort)
+                    dates, inverse = key[:1], np.zeros(n, dtype=np.int64)
+                else:
+                    dates, inverse = np.unique(key, return_inverse=True)
                 try:
                     days = np.array(
                         [f"{v // 10000:04d}-{v // 100 % 100:02d}-{v % 100:02d}" for v in dates.tolist()],
@@ -187,7 +191,7 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
 
     # ---- find the lines of known shapes, in C
     kind = np.zeros(n, dtype=np.int8)  # 0: line by line, 1: scheduler, 2: access, 3: access demoted
-    found: list[tuple[Any, np.ndarray, np.ndarray]] = []
+    found: list[tuple[Any, ...]] = []
     if b"batch" in chunk:
         shapes = _chunk_shapes(parser)
         if shapes:
@@ -201,7 +205,8 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
     # Scheduler lines in line order with their times: they set the clock.
     if found:
         sched_idx = np.concatenate([f[1] for f in found])
-        sched_time = np.concatenate([_times(f[2][0]) for f in found])
+        found = [(cs, idx, table, _times(table[0])) for cs, idx, table in found]  # typed once
+        sched_time = np.concatenate([f[3] for f in found])
         order = np.argsort(sched_idx, kind="stable")
         sched_idx, sched_time = sched_idx[order], sched_time[order]
     else:
@@ -302,8 +307,8 @@ def _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time,
         return idx + base + cum[k]
 
     # ---- scheduler rows into the shapes' frames
-    for cs, idx, table in found:
-        cs.shape.raw.append(_raw_part(cs, real(idx), table))
+    for cs, idx, table, times in found:
+        cs.shape.raw.append(_raw_part(cs, real(idx), table, times))
     del found
 
     # ---- access rows: each takes the clock of the last line before it that set one
@@ -377,21 +382,24 @@ class _Lines:
         return self.buf[self.nl[self.sched[j]] + 1 : self.nl[self.sched[j] + 1]].decode("ascii")
 
 
-def _holding(
-    arr: np.ndarray, nl: np.ndarray, needle: bytes, follow: bytes, anchor: int = 0, where: bool = False
-) -> Any:
-    """Numbers of the lines that hold ``needle`` followed by one of the bytes ``follow``
-    (positions by numpy, no Python per line); the search starts from the needle's byte at
-    ``anchor`` (best a rare one). ``where``: also where the needle first is in each line."""
-    at = np.flatnonzero(arr[anchor : len(arr) - len(needle) + anchor] == needle[anchor])
-    for k, c in enumerate(needle):
-        if k != anchor:
-            at = at[arr[at + k] == c]
-    if follow:
-        at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
-    lines = np.searchsorted(nl, at) - 1  # sorted: one entry per occurrence
-    first = np.concatenate(([True], lines[1:] != lines[:-1])) if len(lines) else np.empty(0, dtype=bool)
-    return (lines[first], at[first]) if where else lines[first]
+def _holding_heads(arr: np.ndarray, nl: np.ndarray, heads: list[tuple[bytes, bytes]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each ``(head, follow)``: the lines holding ``"] " + head`` followed by one of the bytes
+    ``follow``, and where that ``]`` first is in each: all found from one pass over the piece
+    for its ``"] "`` (numpy, no Python per line), not one pass per head."""
+    brackets = np.flatnonzero(arr[: max(len(arr) - 2, 0)] == 93)
+    brackets = brackets[arr[brackets + 1] == 32]
+    out = []
+    for head, follow in heads:
+        needle = b"] " + head
+        at = brackets[brackets < len(arr) - len(needle)]
+        for k in range(2, len(needle)):
+            at = at[arr[at + k] == needle[k]]
+        if follow:
+            at = at[np.isin(arr[at + len(needle)], np.frombuffer(follow, dtype=np.uint8))]
+        lines = np.searchsorted(nl, at) - 1
+        first = np.concatenate(([True], lines[1:] != lines[:-1])) if len(lines) else np.empty(0, dtype=bool)
+        out.append((lines[first], at[first]))
+    return out
 
 
 def read_lines(
@@ -425,7 +433,7 @@ def _scheduler_lines(
     their own and read by the regex of the shape that took that group before, so a regex is
     tried only on lines that are almost surely its own."""
     heads = sorted({(cs.needle, cs.follow) for cs in shapes})
-    holding = [_holding(arr, nl, b"] " + h, f, anchor=2, where=True) for h, f in heads]  # from its first letter
+    holding = _holding_heads(arr, nl, heads)
     head_of = np.concatenate([np.full(len(x[0]), k, dtype=np.int64) for k, x in enumerate(holding)])
     lines = np.concatenate([x[0] for x in holding])
     where = np.concatenate([x[1] for x in holding])
@@ -533,6 +541,8 @@ def _times(col: np.ndarray) -> np.ndarray:
 
 def _ranks(col: np.ndarray) -> np.ndarray:
     """Rank labels (ASCII bytes, b"" for none) -> an object array of str."""
+    if len(col) and (col == col[0]).all():  # (one rank: the usual case, no sort)
+        return np.full(len(col), col[0].decode("ascii"), dtype=object)
     distinct, inverse = np.unique(col, return_inverse=True)
     names = np.array([v.decode("ascii") for v in distinct], dtype=object)
     return names[inverse.ravel()]
@@ -617,13 +627,13 @@ def decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
     return value / _POW10[frac]
 
 
-def _raw_part(cs: _ChunkShape, order: np.ndarray, cols: list[np.ndarray]) -> dict[str, Any]:
+def _raw_part(cs: _ChunkShape, order: np.ndarray, cols: list[np.ndarray], times: np.ndarray) -> dict[str, Any]:
     """A shape's rows of one chunk (columns of bytes: time, rank, iteration, values...), with
     times and ranks typed and values kept as bytes until the shape's columns are typed."""
     iters = cols[2]
     return {
         "_order": order,
-        "time": _times(cols[0]),
+        "time": times,
         "rank": _ranks(cols[1]),
         "iter": np.where(iters == b"", None, iters.astype(str).astype(object)) if (iters != b"").any() else None,
         "values": [np.ascontiguousarray(c) for c in cols[3:]],

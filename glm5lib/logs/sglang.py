@@ -815,6 +815,26 @@ def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
         names.update(dict.fromkeys(p.columns))
     columns: dict[str, Any] = {}
     for name in names:
+        if all(name in p.columns for p in parts):
+            arrays = [p[name].array for p in parts]
+            kinds = {a.dtype for a in arrays if isinstance(a, pd.arrays.NumpyExtensionArray)}
+            if len(kinds) == 1 and len(arrays) == sum(isinstance(a, pd.arrays.NumpyExtensionArray) for a in arrays):
+                dtype = kinds.pop()
+                if dtype.kind in "iufbM":
+                    # One numpy type in every part: joined as concat joins it, without its frames.
+                    columns[name] = np.concatenate([a.to_numpy() for a in arrays])[perm]
+                    del arrays
+                    continue
+            del arrays
+            # Every part has it: the column is its parts' columns joined (as the tables' concat joins them).
+            columns[name] = pd.concat([p[name] for p in parts], ignore_index=True).array.take(perm)
+            continue
+        if all(p[name].dtype in (np.float64, np.int64) for p in parts if name in p.columns):
+            # Numbers, missing from some parts: floats with NaN there (as concat fills them).
+            columns[name] = np.concatenate([
+                p[name].to_numpy(dtype=np.float64) if name in p.columns else np.full(len(p), np.nan) for p in parts
+            ])[perm]
+            continue
         pieces = [p[[name]] if name in p.columns else pd.DataFrame(index=pd.RangeIndex(len(p))) for p in parts]
         joined = pd.concat(pieces, ignore_index=True, sort=False)[name]
         columns[name] = joined.array.take(perm)

@@ -211,7 +211,12 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     if values.get("random_seed") is None:
         values["random_seed"] = 0
 
-    cuda_graph = not config.disable_cuda_graph
+    # decode graphs: off with all graphs, or (0.5.23) with the decode phase's own switches
+    cuda_graph = not (
+        config.disable_cuda_graph
+        or values.get("cuda_graph_backend_decode") == "disabled"
+        or values.get("disable_decode_cuda_graph") is True
+    )
     capacity = profile.kv_capacity_tokens(values["mem_fraction_static"], cuda_graph)
     # Weights are split over the TP group; a smaller group holds more per GPU.
     tp_ratio = int(hw["num_gpus"]) / max(1, int(values["tp_size"]))

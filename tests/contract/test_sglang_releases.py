@@ -9,6 +9,7 @@ by ServerConfig. Skipped, with the reason, where the environments are not built.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
 from pathlib import Path
@@ -188,21 +189,24 @@ _PIECEWISE = {"0.5.8": [], "0.5.9": ["--enable-piecewise-cuda-graph"], "0.5.23":
 
 @pytest.fixture(scope="module", params=sorted(BUNDLED_RELEASES))
 def standin_variant_output(request, tmp_path_factory):
-    """(release, the log of a stand-in emulating it with speculative decoding and prefill graphs on)."""
+    """(release, the log of a stand-in emulating it with speculative decoding and prefill graphs on,
+    its /metrics text)."""
     import urllib.request
 
+    from glm5lib.http import get
     from glm5lib.server import run_standin
 
     release = request.param
     log = tmp_path_factory.mktemp("standin-variant") / "server.log"
-    with run_standin("--sim-release", release, "--sim-zero-delay", "--decode-log-interval", "1",
+    with run_standin("--sim-release", release, "--sim-zero-delay", "--decode-log-interval", "1", "--enable-metrics",
                      "--sim-no-access-log", *_VARIANT_FLAGS, *_PIECEWISE[release], log_path=log) as server:
         body = json.dumps({"text": "hello", "sampling_params": {"max_new_tokens": 8}}).encode()
         request_ = urllib.request.Request(f"{server.base_url}/generate", data=body,
                                           headers={"Content-Type": "application/json"})
         with urllib.request.urlopen(request_, timeout=30) as response:
             assert response.status == 200
-    return release, log.read_text()
+        metrics = get(server.base_url, "/metrics").body.decode()
+    return release, log.read_text(), metrics
 
 
 def _source(release: str, folder: str = "srt") -> str:
@@ -420,7 +424,7 @@ def test_standin_variant_lines_are_the_release_own_format(standin_variant_output
 
     from glm5lib.logs import parse_log
 
-    release, log = standin_variant_output
+    release, log, _ = standin_variant_output
     lines = [ln.split("] ", 1)[1] for ln in log.splitlines() if "Prefill batch" in ln or "Decode batch" in ln]
     for kind, head, spec in (("prefill", "Prefill batch", False), ("decode", "Decode batch", True)):
         mine = [ln for ln in lines if ln.startswith(head)]
@@ -439,9 +443,23 @@ def test_standin_variant_lines_are_the_release_own_format(standin_variant_output
 
 
 def test_standin_metrics_names_exist_in_the_release(standin_output):
+    release, _, metrics = standin_output
+    _metric_names_exist(release, metrics)
+    assert "sglang:spec_accept_length" not in metrics
+
+
+def test_standin_speculative_metrics_exist_in_the_release(standin_variant_output):
     import re
 
-    release, _, metrics = standin_output
+    release, _, metrics = standin_variant_output
+    _metric_names_exist(release, metrics)
+    # speculative decoding's gauges, with the figure the decode lines carry
+    assert re.search(r"^sglang:spec_accept_length\{[^}]*\} 2\.0$", metrics, re.M), metrics[:2000]
+
+
+def _metric_names_exist(release: str, metrics: str) -> None:
+    import re
+
     names = set()
     for line in metrics.splitlines():
         if line.startswith("# TYPE"):
@@ -482,13 +500,16 @@ def test_sglang_bench_serving_runs_against_the_standin(release, tmp_path):
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     out = tmp_path / "bench.jsonl"
+    # bench_serving also asks the Hub for the served model's config (GLM-5-NVFP4); offline it
+    # goes on with the local tokenizer at once instead of after five retries (about 45 s).
+    offline = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     with run_standin("--sim-release", release, "--sim-zero-delay", "--sim-no-access-log") as server:
         bench = subprocess.run(
             [str(python), "-W", "ignore", "-m", "sglang.bench_serving", "--backend", "sglang",
              "--base-url", server.base_url, "--dataset-name", "random-ids", "--random-input-len", "16",
              "--random-output-len", "8", "--num-prompts", "8", "--tokenizer", str(tokenizer),
              "--output-file", str(out)],
-            capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path)
+            capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path, env=offline)
     assert bench.returncode == 0, (bench.stdout[-2000:], bench.stderr[-2000:])
     printed = parse_bench_result(bench.stdout)
     recorded = parse_bench_result(out)
