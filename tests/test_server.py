@@ -23,6 +23,7 @@ import pytest
 from glm5lib import server as srv
 from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.server.ports import port_in_use
 
 SIM_PROFILE = "glm5-nvfp4-8x-rtxpro6000"
 
@@ -140,6 +141,25 @@ def test_port_already_taken_is_refused_before_spawning(fake_python, tmp_path):
         assert _descendants() == before
     assert info.value.cause == "port_in_use"
     assert str(port) in str(info.value)
+
+
+def test_a_port_whose_last_server_just_closed_its_connections_is_free(fake_python, tmp_path):
+    """The side that closes first keeps the connection in TIME_WAIT for a minute; a server
+    relaunched on its explicit port right after a stop must not be refused for that."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        conn, _ = listener.accept()
+        assert port_in_use("127.0.0.1", port)  # listening
+        conn.close()  # the server closes first, as a stopped server does
+    assert client.recv(1) == b""
+    client.close()
+    assert not port_in_use("127.0.0.1", port)
+    with _fake_launch(fake_python, tmp_path, "ready", port=port) as server:
+        assert server.port == port and server.healthy()
 
 
 @pytest.fixture

@@ -22,8 +22,14 @@ def find_free_port(host: str = LOOPBACK) -> int:
 
 
 def port_in_use(host: str, port: int) -> bool:
-    """Whether binding ``host:port`` fails because something holds it."""
+    """Whether binding ``host:port`` fails because something holds it.
+
+    Connections the last server on the port closed wait a minute in TIME_WAIT; servers bind
+    with SO_REUSEADDR past them (uvicorn, aiohttp and http.server all do), so the probe does too:
+    otherwise a server relaunched on its port right after a stop is refused for a minute.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
