@@ -357,29 +357,57 @@ def _one_line_per_newline(chunk: bytes, crs: bool) -> bool:
 class _Lines:
     """The lines of a chunk as the line-by-line parser asks for them: a line left to it,
     decoded; a line read in bulk, the scheduler line whose time it leaves on the clock (the
-    last one since the line-by-line parser's previous line), or ""."""
+    last one since the line-by-line parser's previous line), or "".
 
-    __slots__ = ("buf", "crs", "gaps", "kind", "nl", "sched")
+    The lines left to the parser are decoded at once (as the whole chunk would be: a newline
+    is never part of a character), and the scheduler line before each run of lines read in
+    bulk (what the parser asks for) is found for all of them at once."""
+
+    __slots__ = ("before", "buf", "crs", "gaps", "kind", "nl", "sched", "texts")
 
     def __init__(self, buf: bytes, nl: list[int], kind: np.ndarray, sched: list[int], gaps: list[int], crs: bool):
         self.buf, self.nl, self.kind, self.sched, self.gaps, self.crs = buf, nl, kind, sched, gaps, crs
+        texts = b"\n".join([buf[nl[i] + 1 : nl[i + 1]] for i in gaps]).decode("utf-8", errors="replace").split("\n")
+        if crs:
+            texts = [t[:-1] if t.endswith("\r") else t for t in texts]
+        self.texts = dict(zip(gaps, texts, strict=True)) if gaps else {}
+        # For the line just before each line left to the parser, when it was read in bulk: the
+        # last scheduler line before it, unless a line left to the parser came after that one.
+        self.before: dict[int, int] = {}
+        if gaps:
+            g = np.array(gaps, dtype=np.int64)
+            prev = np.concatenate(([-1], g[:-1]))
+            runs = g - 1 > prev
+            s = np.array(sched, dtype=np.int64)
+            j = np.searchsorted(s, g) - 1
+            last = np.where(j >= 0, s[np.maximum(j, 0)] if len(s) else -1, -1)
+            last = np.where(last > prev, last, -1)
+            self.before = dict(zip((g[runs] - 1).tolist(), last[runs].tolist(), strict=True))
 
     def __len__(self) -> int:
         return len(self.nl) - 1
 
     def __getitem__(self, i: int) -> str:
+        text = self.texts.get(i)
+        if text is not None:
+            return text
         if i < 0:
             i += len(self)
-        if self.kind[i] == 0:
-            line = self.buf[self.nl[i] + 1 : self.nl[i + 1]].decode("utf-8", errors="replace")
-            return line[:-1] if self.crs and line.endswith("\r") else line
-        j = bisect_right(self.sched, i) - 1
-        if j < 0:
+            text = self.texts.get(i)
+            if text is not None:
+                return text
+        s = self.before.get(i)
+        if s is None:
+            j = bisect_right(self.sched, i) - 1
+            if j < 0:
+                return ""
+            g = bisect_left(self.gaps, i) - 1
+            if g >= 0 and self.gaps[g] > self.sched[j]:
+                return ""  # a line read line by line came after it and set the clock itself
+            s = self.sched[j]
+        elif s < 0:
             return ""
-        g = bisect_left(self.gaps, i) - 1
-        if g >= 0 and self.gaps[g] > self.sched[j]:
-            return ""  # a line read line by line came after it and set the clock itself
-        return self.buf[self.nl[self.sched[j]] + 1 : self.nl[self.sched[j] + 1]].decode("ascii")
+        return self.buf[self.nl[s] + 1 : self.nl[s + 1]].decode("ascii")
 
 
 def _holding_heads(arr: np.ndarray, nl: np.ndarray, heads: list[tuple[bytes, bytes]]) -> list[tuple[np.ndarray, np.ndarray]]:
