@@ -541,8 +541,6 @@ def _times(col: np.ndarray) -> np.ndarray:
 
 def _ranks(col: np.ndarray) -> np.ndarray:
     """Rank labels (ASCII bytes, b"" for none) -> an object array of str."""
-    if len(col) and (col == col[0]).all():  # (one rank: the usual case, no sort)
-        return np.full(len(col), col[0].decode("ascii"), dtype=object)
     distinct, inverse = np.unique(col, return_inverse=True)
     names = np.array([v.decode("ascii") for v in distinct], dtype=object)
     return names[inverse.ravel()]
