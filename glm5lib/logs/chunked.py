@@ -638,18 +638,21 @@ def decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
     ndigits = digit.sum(axis=0)
     if ndots.max() > 1 or ndigits.min() == 0 or ndigits.max() > 15:
         return None
-    value = np.zeros(len(col), dtype=np.int64)
-    frac = np.zeros(len(col), dtype=np.int64)
-    seen = np.zeros(len(col), dtype=bool)
-    for j in range(width):
+    n = len(col)
+    has_dots = bool(ndots.any())
+    values = block - np.uint8(48)  # a digit's value where there is a digit
+    value = np.zeros(n, dtype=np.int64)
+    for j in range(width):  # (in place, where each row has a digit: no array made per position)
         d = digit[j]
-        value *= np.where(d, 10, 1)
-        value += np.where(d, block[j] - 48, 0)
-        if ndots.any():
-            frac += d & seen
-            seen |= dot[j]
-    if as_int and not ndots.any():
+        np.multiply(value, 10, out=value, where=d)
+        np.add(value, values[j], out=value, where=d)
+    if as_int and not has_dots:
         return value
+    frac = np.zeros(n, dtype=np.int64)
+    if has_dots:
+        # The digits after the dot: all of them but those up to it.
+        upto = np.cumsum(digit, axis=0, dtype=np.int16)
+        frac = np.where(ndots > 0, ndigits - upto[np.argmax(dot, axis=0), np.arange(n)], 0)
     return value / _POW10[frac]
 
 
