@@ -36,6 +36,11 @@ size: 2,042,016 tokens``) becomes ``max_total_num_tokens`` (and ``device``, ``gp
 ``cpu``, where the line names it); ``Maximum concurrency for N tokens
 per request: X`` becomes ``max_concurrency`` (and ``context_len``); ``# GPU blocks: N`` becomes
 ``num_gpu_blocks``. Fatal lines are classified as ``oom``, ``nccl`` or ``engine_dead``.
+
+A file is read a piece at a time (:meth:`VllmParser.feed_chunk`): uvicorn access lines a
+distinct line at a time (:mod:`glm5lib.logs.access`), stats lines of a shape learned from one
+line read by its regex into columns (:mod:`glm5lib.logs.vllm_stats`), the rest line by line;
+the line-by-line reader stays the reference, and tests check both give the same tables.
 """
 
 from __future__ import annotations
