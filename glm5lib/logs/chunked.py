@@ -650,9 +650,9 @@ def decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
         return value
     frac = np.zeros(n, dtype=np.int64)
     if has_dots:
-        # The digits after the dot: all of them but those up to it.
-        upto = np.cumsum(digit, axis=0, dtype=np.int16)
-        frac = np.where(ndots > 0, ndigits - upto[np.argmax(dot, axis=0), np.arange(n)], 0)
+        # The digits after the dot: all of them but those before it, which are all the bytes
+        # before it (only digits come before the dot: pads only end a value).
+        frac = np.where(ndots > 0, ndigits - np.argmax(dot, axis=0), 0)
     return value / _POW10[frac]
 
 
