@@ -6,13 +6,15 @@ import functools
 import os
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # Property tests draw new cases on every run; CI draws the same ones each time (a case found
 # elsewhere is fixed and kept as an example, not discovered by a red CI). HYPOTHESIS_PROFILE=dev
-# or a local run draws fresh cases.
-settings.register_profile("ci", derandomize=True, print_blob=True)
-settings.register_profile("dev", print_blob=True)
+# or a local run draws fresh cases. Neither times them: a per-example deadline or the "too slow
+# to generate" check fails a correct property on a busy or slow machine.
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("ci", derandomize=True, print_blob=True, **_UNTIMED)
+settings.register_profile("dev", print_blob=True, **_UNTIMED)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
 
 

@@ -271,7 +271,7 @@ MODEL_RUNNER = '''class ModelRunner:
 
 
 @pytest.mark.parametrize("fault", ["nan", "ctrl-c"])
-def test_fault_during_the_patched_phase_reverts_the_patch(tmp_path, fault):
+def test_fault_during_the_patched_phase_reverts_the_patch(tmp_path, fault, sigint_raises):
     """Notebook 4's step: the fix measured with a source patch applied. A crash or a Ctrl-C in
     the middle of its sweep leaves the installation as it was and no server running."""
     site = tmp_path / "site-packages"
@@ -304,8 +304,11 @@ def test_fault_during_the_patched_phase_reverts_the_patch(tmp_path, fault):
 # The patched phase in a Python of its own: the patch applied, a stand-in launched and a sweep
 # running, as in notebook 4, until the test ends it with a signal.
 PATCHED_PHASE = """
-import sys
+import signal, sys
 from pathlib import Path
+# the default actions, as in a terminal, whatever this process inherited (nohup ignores SIGHUP)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 from glm5lib import patching, server
 from glm5lib.loadgen import run_sweep
 

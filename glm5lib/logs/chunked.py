@@ -357,29 +357,57 @@ def _one_line_per_newline(chunk: bytes, crs: bool) -> bool:
 class _Lines:
     """The lines of a chunk as the line-by-line parser asks for them: a line left to it,
     decoded; a line read in bulk, the scheduler line whose time it leaves on the clock (the
-    last one since the line-by-line parser's previous line), or ""."""
+    last one since the line-by-line parser's previous line), or "".
 
-    __slots__ = ("buf", "crs", "gaps", "kind", "nl", "sched")
+    The lines left to the parser are decoded at once (as the whole chunk would be: a newline
+    is never part of a character), and the scheduler line before each run of lines read in
+    bulk (what the parser asks for) is found for all of them at once."""
+
+    __slots__ = ("before", "buf", "crs", "gaps", "kind", "nl", "sched", "texts")
 
     def __init__(self, buf: bytes, nl: list[int], kind: np.ndarray, sched: list[int], gaps: list[int], crs: bool):
         self.buf, self.nl, self.kind, self.sched, self.gaps, self.crs = buf, nl, kind, sched, gaps, crs
+        texts = b"\n".join([buf[nl[i] + 1 : nl[i + 1]] for i in gaps]).decode("utf-8", errors="replace").split("\n")
+        if crs:
+            texts = [t[:-1] if t.endswith("\r") else t for t in texts]
+        self.texts = dict(zip(gaps, texts, strict=True)) if gaps else {}
+        # For the line just before each line left to the parser, when it was read in bulk: the
+        # last scheduler line before it, unless a line left to the parser came after that one.
+        self.before: dict[int, int] = {}
+        if gaps:
+            g = np.array(gaps, dtype=np.int64)
+            prev = np.concatenate(([-1], g[:-1]))
+            runs = g - 1 > prev
+            s = np.array(sched, dtype=np.int64)
+            j = np.searchsorted(s, g) - 1
+            last = np.where(j >= 0, s[np.maximum(j, 0)] if len(s) else -1, -1)
+            last = np.where(last > prev, last, -1)
+            self.before = dict(zip((g[runs] - 1).tolist(), last[runs].tolist(), strict=True))
 
     def __len__(self) -> int:
         return len(self.nl) - 1
 
     def __getitem__(self, i: int) -> str:
+        text = self.texts.get(i)
+        if text is not None:
+            return text
         if i < 0:
             i += len(self)
-        if self.kind[i] == 0:
-            line = self.buf[self.nl[i] + 1 : self.nl[i + 1]].decode("utf-8", errors="replace")
-            return line[:-1] if self.crs and line.endswith("\r") else line
-        j = bisect_right(self.sched, i) - 1
-        if j < 0:
+            text = self.texts.get(i)
+            if text is not None:
+                return text
+        s = self.before.get(i)
+        if s is None:
+            j = bisect_right(self.sched, i) - 1
+            if j < 0:
+                return ""
+            g = bisect_left(self.gaps, i) - 1
+            if g >= 0 and self.gaps[g] > self.sched[j]:
+                return ""  # a line read line by line came after it and set the clock itself
+            s = self.sched[j]
+        elif s < 0:
             return ""
-        g = bisect_left(self.gaps, i) - 1
-        if g >= 0 and self.gaps[g] > self.sched[j]:
-            return ""  # a line read line by line came after it and set the clock itself
-        return self.buf[self.nl[self.sched[j]] + 1 : self.nl[self.sched[j] + 1]].decode("ascii")
+        return self.buf[self.nl[s] + 1 : self.nl[s + 1]].decode("ascii")
 
 
 def _holding_heads(arr: np.ndarray, nl: np.ndarray, heads: list[tuple[bytes, bytes]]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -541,8 +569,6 @@ def _times(col: np.ndarray) -> np.ndarray:
 
 def _ranks(col: np.ndarray) -> np.ndarray:
     """Rank labels (ASCII bytes, b"" for none) -> an object array of str."""
-    if len(col) and (col == col[0]).all():  # (one rank: the usual case, no sort)
-        return np.full(len(col), col[0].decode("ascii"), dtype=object)
     distinct, inverse = np.unique(col, return_inverse=True)
     names = np.array([v.decode("ascii") for v in distinct], dtype=object)
     return names[inverse.ravel()]
@@ -612,18 +638,21 @@ def decimals(col: np.ndarray, as_int: bool) -> np.ndarray | None:
     ndigits = digit.sum(axis=0)
     if ndots.max() > 1 or ndigits.min() == 0 or ndigits.max() > 15:
         return None
-    value = np.zeros(len(col), dtype=np.int64)
-    frac = np.zeros(len(col), dtype=np.int64)
-    seen = np.zeros(len(col), dtype=bool)
-    for j in range(width):
+    n = len(col)
+    has_dots = bool(ndots.any())
+    values = block - np.uint8(48)  # a digit's value where there is a digit
+    value = np.zeros(n, dtype=np.int64)
+    for j in range(width):  # (in place, where each row has a digit: no array made per position)
         d = digit[j]
-        value *= np.where(d, 10, 1)
-        value += np.where(d, block[j] - 48, 0)
-        if ndots.any():
-            frac += d & seen
-            seen |= dot[j]
-    if as_int and not ndots.any():
+        np.multiply(value, 10, out=value, where=d)
+        np.add(value, values[j], out=value, where=d)
+    if as_int and not has_dots:
         return value
+    frac = np.zeros(n, dtype=np.int64)
+    if has_dots:
+        # The digits after the dot: all of them but those up to it.
+        upto = np.cumsum(digit, axis=0, dtype=np.int16)
+        frac = np.where(ndots > 0, ndigits - upto[np.argmax(dot, axis=0), np.arange(n)], 0)
     return value / _POW10[frac]
 
 

@@ -822,7 +822,7 @@ def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
                 dtype = kinds.pop()
                 if dtype.kind in "iufbM":
                     # One numpy type in every part: joined as concat joins it, without its frames.
-                    columns[name] = np.concatenate([a.to_numpy() for a in arrays])[perm]
+                    columns[name] = _unconsolidated(np.concatenate([a.to_numpy() for a in arrays])[perm])
                     del arrays
                     continue
             del arrays
@@ -831,15 +831,21 @@ def _joined(parts: list[pd.DataFrame]) -> pd.DataFrame:
             continue
         if all(p[name].dtype in (np.float64, np.int64) for p in parts if name in p.columns):
             # Numbers, missing from some parts: floats with NaN there (as concat fills them).
-            columns[name] = np.concatenate([
+            columns[name] = _unconsolidated(np.concatenate([
                 p[name].to_numpy(dtype=np.float64) if name in p.columns else np.full(len(p), np.nan) for p in parts
-            ])[perm]
+            ])[perm])
             continue
         pieces = [p[[name]] if name in p.columns else pd.DataFrame(index=pd.RangeIndex(len(p))) for p in parts]
         joined = pd.concat(pieces, ignore_index=True, sort=False)[name]
         columns[name] = joined.array.take(perm)
         del pieces, joined
     return pd.DataFrame(columns, copy=False)
+
+
+def _unconsolidated(values: np.ndarray) -> Any:
+    """A column for ``pd.DataFrame(columns, copy=False)`` that it keeps as it is (numpy arrays of
+    one type it would copy into one block: the whole table twice at once)."""
+    return pd.arrays.NumpyExtensionArray(values)
 
 
 def _timestamp(stamp: str | None) -> pd.Timestamp | None:

@@ -88,6 +88,7 @@ _STATS_NEEDLES = tuple(a.encode() for a in STATS_ANCHORS)
 _V0_HIT = b"Prefix cache hit rate: GPU:"
 # Lines tried per chunk for a new stats shape.
 _STATS_TRIES = 4
+_DIGITS_RE = re.compile(rb"[0-9]+")
 # The unit of a time read from "YYYY-MM-DD HH:MM:SS" (pandas 3: microseconds; 2: nanoseconds).
 _TEXT_UNIT = pd.Timestamp("2000-01-01 00:00:00").unit
 
@@ -205,6 +206,8 @@ class VllmParser:
         # Stats lines read a chunk at a time (glm5lib.logs.vllm_stats), a part per shape and chunk.
         self.decode_bulk: list[dict[str, Any]] = []
         self._stats_shapes: list[StatsShape] = []
+        self._stats_taken: list[int] = []  # lines each shape took so far
+        self._stats_odd: set[bytes] = set()  # stats lines (but for digits) no shape was learned from
         self.retract_rows: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.http_rows: list[list[Any]] = []
@@ -323,25 +326,38 @@ class VllmParser:
             if k == len(shapes):
                 if len(shapes) >= MAX_SHAPES or tries >= _STATS_TRIES:
                     break
-                # A shape from the first line that no shape takes (the next ones if it is odd).
+                # A shape from the first line that no shape takes (the next ones if it is odd;
+                # lines like one no shape was learned from before, but for digits, are not tried).
                 learned = None
-                for p in pending[: _STATS_TRIES - tries].tolist():
-                    tries += 1
+                for p in pending[: 4 * _STATS_TRIES].tolist():
                     line = buf[int(starts[p]) : int(ends[p])]
+                    odd = _DIGITS_RE.sub(b"", line)
+                    if odd in self._stats_odd:
+                        continue
+                    tries += 1
                     learned = self._learn_stats(line)
-                    if learned is not None:
+                    if learned is not None or tries >= _STATS_TRIES:
                         break
+                    if len(self._stats_odd) < 1024:
+                        self._stats_odd.add(odd)
                 if learned is None:
                     break
                 shapes.append(learned)
+                self._stats_taken.append(0)
             shape = shapes[k]
             k += 1
             took, rows = read_lines(shape.regex, buf, starts[pending], ends[pending])
             if rows:
+                self._stats_taken[k - 1] += len(rows)
                 taken.append((shape, pending[took], rows))
                 keep = np.ones(len(pending), dtype=bool)
                 keep[took] = False
                 pending = pending[keep]
+        if len(shapes) > 1:
+            # The shapes that took the most lines first: most lines are tried against one regex.
+            order = sorted(range(len(shapes)), key=lambda j: -self._stats_taken[j])
+            shapes[:] = [shapes[j] for j in order]
+            self._stats_taken[:] = [self._stats_taken[j] for j in order]
         if not taken:
             return empty
         parts = []
