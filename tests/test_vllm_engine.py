@@ -93,6 +93,30 @@ def test_preset_runs_the_module_not_the_console_script():
     assert engine.sweep_options == {"token_ids": False}
 
 
+def test_the_server_module_is_the_one_the_installed_vllm_has(monkeypatch, tmp_path):
+    """0.32 moved the OpenAI server and warns on the old path; older releases have only the old one."""
+    def fake_vllm(root, *modules):
+        for name in ("vllm", *modules):
+            path = root.joinpath(*name.split("."))
+            if name == "vllm":
+                path.mkdir(parents=True)
+                (path / "__init__.py").write_text("raise SystemExit('the probe must not import vllm')\n")
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.with_suffix(".py").write_text("")
+        return root
+
+    old = fake_vllm(tmp_path / "old", "vllm.entrypoints.openai.api_server")
+    new = fake_vllm(tmp_path / "new", *ev.VLLM_MODULES)
+    for root, want in ((old, "vllm.entrypoints.openai.api_server"),
+                       (new, "vllm.entrypoints.launchers.api_server.entry"),
+                       (tmp_path / "none", ev.VLLM_MODULE)):
+        monkeypatch.setenv("PYTHONPATH", str(root))
+        ev.vllm_module.cache_clear()
+        assert ev.vllm_module(sys.executable) == want, root
+    ev.vllm_module.cache_clear()
+
+
 # --------------------------------------------------------------------------- launch errors
 
 

