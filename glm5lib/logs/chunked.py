@@ -347,8 +347,7 @@ def _one_line_per_newline(chunk: bytes, crs: bool) -> bool:
     is there but the carriage return of a CRLF)."""
     if not crs:
         return True
-    returns = chunk.count(b"\r")
-    if returns and returns != chunk.count(b"\r\n"):
+    if b"\r" in chunk and chunk.count(b"\r") != chunk.count(b"\r\n"):  # (a search first: most pieces hold none)
         return False
     breaks = _OTHER_BREAKS[:5] if chunk.isascii() else _OTHER_BREAKS  # the last three are not ASCII
     return not any(b in chunk for b in breaks)
