@@ -510,6 +510,28 @@ def test_explicit_graph_backend_wins_over_the_legacy_switch_as_in_sglang():
     assert phase.disable_cuda_graph is True
 
 
+def test_cuda_graphs_off_resolves_each_phase_like_sglang_and_reads_logged_text():
+    """What ``glm5 logs``, the report and diff say about graphs agrees with the config: the
+    per-phase backend beats the legacy switch, and a boolean logged as text reads as it says."""
+    from glm5lib.config import cuda_graphs_off, graphs_off_for
+
+    decode_on = ServerConfig(model_path="m", cuda_graph_backend_decode="full", disable_cuda_graph=True).to_dict()
+    assert cuda_graphs_off(decode_on) is False
+    assert (graphs_off_for(decode_on, "decode"), graphs_off_for(decode_on, "prefill")) == (False, True)
+    # --disable-decode-cuda-graph loses to an explicit decode backend too
+    assert graphs_off_for({"disable_decode_cuda_graph": True, "cuda_graph_backend_decode": "full"}, "decode") is False
+    # logged server_args may hold booleans as text
+    assert cuda_graphs_off({"disable_cuda_graph": "False"}) is False
+    assert cuda_graphs_off({"disable_cuda_graph": "True"}) is True
+    assert graphs_off_for({"disable_decode_cuda_graph": "false", "disable_cuda_graph": "False"}, "decode") is False
+    # 0.5.23 logs the deprecated switch as False and says it per phase; an unset backend falls through
+    assert cuda_graphs_off({"disable_cuda_graph": False, "cuda_graph_backend_decode": "disabled",
+                            "cuda_graph_backend_prefill": "disabled"}) is True
+    assert cuda_graphs_off({"disable_cuda_graph": True, "cuda_graph_backend_decode": None}) is True
+    assert cuda_graphs_off({"disable_cuda_graph": False}) is False
+    with pytest.raises(ValueError, match="'decode' or 'prefill'"):
+        graphs_off_for({}, "draft")
+
 def test_argv_round_trip_property():
     from hypothesis import given, settings
     from hypothesis import strategies as st

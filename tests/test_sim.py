@@ -622,6 +622,14 @@ def test_the_configuration_picks_the_line_variant_of_its_release():
     assert not decode_off.step.cuda_graph and decode_off.shape.prefill_graph_tokens > 0
     assert not parse_sim_argv(["--sim-release", "0.5.23", "--disable-decode-cuda-graph"]).step.cuda_graph
     assert parse_sim_argv(["--sim-release", "0.5.23", "--cuda-graph-backend-prefill", "disabled"]).step.cuda_graph
+    # 0.5.23's precedence: a phase's explicit backend beats its disable switch and the legacy one
+    prefill_on = parse_sim_argv(
+        ["--sim-release", "0.5.23", "--disable-cuda-graph", "--cuda-graph-backend-prefill", "breakable"])
+    assert not prefill_on.step.cuda_graph and prefill_on.shape.prefill_graph_tokens > 0
+    assert shape("0.5.23", "--disable-prefill-cuda-graph", "--cuda-graph-backend-prefill", "breakable"
+                 ).prefill_graph_tokens > 0
+    assert parse_sim_argv(["--sim-release", "0.5.23", "--disable-decode-cuda-graph",
+                           "--cuda-graph-backend-decode", "full"]).step.cuda_graph
     assert shape("0.5.23").accept is None
     spec = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "d"]
     assert shape("0.5.9", *spec).accept == (2.0, 0.5)

@@ -58,6 +58,7 @@ __all__ = [
     "cuda_graphs_off",
     "field_for",
     "flag_for",
+    "graphs_off_for",
     "intent_flags",
     "mask_value",
     "parse_assignment",
@@ -403,7 +404,7 @@ class ServerConfig:
         cat = object.__getattribute__(self, "_cat")
         field = cat.field_name(name)
         if name == "disable_cuda_graph" and (field not in values or cat.graphs_by_phase):
-            return _graphs_off(values)
+            return cuda_graphs_off(values)
         if (field in ("cuda_graph_backend_decode", "cuda_graph_backend_prefill") and field not in values
                 and values.get("disable_cuda_graph")):
             return "disabled"  # what to_argv writes for "CUDA graphs off" on this release
@@ -839,26 +840,29 @@ def _checked(cat: Catalogue, fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def cuda_graphs_off(server_args: Mapping[str, Any]) -> bool:
     """Whether a server-args dict (any release: a config, a logged ServerArgs, /get_server_info)
-    turns CUDA graphs off: ``disable_cuda_graph`` up to 0.5.9, both
-    ``cuda_graph_backend_{decode,prefill}`` ``'disabled'`` in 0.5.23 (which logs the deprecated
-    switch as False then)."""
-    value = server_args.get("disable_cuda_graph")
-    return value is True or str(value).lower() == "true" or _graphs_off(server_args)
+    turns CUDA graphs off for both phases: ``disable_cuda_graph`` up to 0.5.9; in 0.5.23 (which
+    logs the deprecated switch as False) each phase as :func:`graphs_off_for` resolves it."""
+    return graphs_off_for(server_args, "decode") and graphs_off_for(server_args, "prefill")
 
 
-def _graphs_off(values: Mapping[str, Any]) -> bool:
-    """Whether CUDA graphs end up off for both phases, with SGLang 0.5.23's precedence.
+def graphs_off_for(server_args: Mapping[str, Any], phase: str) -> bool:
+    """Whether CUDA graphs end up off for ``phase`` (``'decode'`` or ``'prefill'``).
 
-    An explicit ``--cuda-graph-backend-<phase>`` wins over ``--disable-<phase>-cuda-graph``,
-    which wins over the legacy ``--disable-cuda-graph`` (``arg_groups/cuda_graph_hook.py``).
+    SGLang 0.5.23's precedence (``arg_groups/cuda_graph_hook.py``): an explicit
+    ``cuda_graph_backend_<phase>`` wins over ``disable_<phase>_cuda_graph``, which wins over the
+    legacy ``disable_cuda_graph`` (the only switch up to 0.5.9). Booleans logged as text
+    (``'False'``) read as what they say.
     """
-    def off(phase: str) -> bool:
-        backend = values.get(f"cuda_graph_backend_{phase}")
-        if backend is not None:
-            return backend == "disabled"
-        return bool(values.get(f"disable_{phase}_cuda_graph") or values.get("disable_cuda_graph"))
+    if phase not in ("decode", "prefill"):
+        raise ValueError(f"phase {phase!r}: expected 'decode' or 'prefill'")
+    backend = server_args.get(f"cuda_graph_backend_{phase}")
+    if backend is not None and str(backend) not in ("", "None"):
+        return str(backend).lower() == "disabled"
+    return _true(server_args.get(f"disable_{phase}_cuda_graph")) or _true(server_args.get("disable_cuda_graph"))
 
-    return off("decode") and off("prefill")
+
+def _true(value: Any) -> bool:
+    return value is True or str(value).lower() == "true"
 
 
 def _format_scalar(value: Any) -> str:

@@ -12,7 +12,13 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm5lib.config import DEFAULT_RELEASE, ServerConfig, cuda_graphs_off, mask_value
+from glm5lib.config import (
+    DEFAULT_RELEASE,
+    ServerConfig,
+    cuda_graphs_off,
+    graphs_off_for,
+    mask_value,
+)
 from glm5lib.config.releases import BUNDLED_RELEASES
 from glm5lib.errors import ConfigError
 from glm5lib.sim.faults import Faults, parse_faults
@@ -211,12 +217,8 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     if values.get("random_seed") is None:
         values["random_seed"] = 0
 
-    # decode graphs: off with all graphs, or (0.5.23) with the decode phase's own switches
-    cuda_graph = not (
-        config.disable_cuda_graph
-        or values.get("cuda_graph_backend_decode") == "disabled"
-        or values.get("disable_decode_cuda_graph") is True
-    )
+    # decode graphs: 0.5.23's own switches for the phase win over the legacy all-graphs one
+    cuda_graph = not graphs_off_for(values, "decode")
     capacity = profile.kv_capacity_tokens(values["mem_fraction_static"], cuda_graph)
     # Weights are split over the TP group; a smaller group holds more per GPU.
     tp_ratio = int(hw["num_gpus"]) / max(1, int(values["tp_size"]))
@@ -249,7 +251,7 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
             f"--speculative-algorithm {values['speculative_algorithm']}: decode lines carry a nominal "
             f"accept len of {NOMINAL_ACCEPT_LENGTH:.2f}; speculative decoding's step times are not modelled"
         )
-    shape = line_shape(release, values, graphs_off=bool(config.disable_cuda_graph) or cuda_graphs_off(values))
+    shape = line_shape(release, values, graphs_off=cuda_graphs_off(values))
 
     not_modelled = []
     for name in explicit:

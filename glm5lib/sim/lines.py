@@ -43,6 +43,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from glm5lib.config import graphs_off_for
+
 __all__ = [
     "NOMINAL_ACCEPT_LENGTH",
     "SPECULATIVE_DEFAULTS",
@@ -103,11 +105,7 @@ def line_shape(release: str, values: Mapping[str, Any], *, graphs_off: bool) -> 
     tokens = 0
     if generation == "0.5.9" and _on(values.get("enable_piecewise_cuda_graph")):
         tokens = int(values.get("piecewise_cuda_graph_max_tokens") or values.get("chunked_prefill_size") or 0)
-    elif generation == "0.5.23" and not (
-        graphs_off
-        or values.get("cuda_graph_backend_prefill") == "disabled"
-        or _on(values.get("disable_prefill_cuda_graph"))
-    ):
+    elif generation == "0.5.23" and not (graphs_off or graphs_off_for(values, "prefill")):
         tokens = int(values.get("cuda_graph_max_bs_prefill") or values.get("chunked_prefill_size") or 0)
         if values.get("max_total_tokens"):
             tokens = min(tokens, int(values["max_total_tokens"]))
