@@ -51,11 +51,12 @@ class _Collector:
         yield gauge("sglang:max_total_num_tokens", "Maximum total number of tokens in the KV cache.",
                     s.capacity)
         yield gauge("sglang:num_retracted_reqs", "The number of retracted requests.", s.retracted_total)
-        if s.s.shape.accept is not None:  # speculative decoding: the figures its decode lines carry
-            yield gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
-                        s.s.shape.accept[0])
-            yield gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.",
-                        s.s.shape.accept[1])
+        # SGLang creates both gauges whatever the launch and reports 0 without speculative decoding;
+        # with it, the figures its decode lines carry
+        accept = s.s.shape.accept or (0.0, 0.0)
+        yield gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
+                    accept[0])
+        yield gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.", accept[1])
         yield counter("sglang:prompt_tokens", "Number of prefill tokens processed.", s.prompt_total)
         yield counter("sglang:generation_tokens", "Number of generation tokens processed.", s.generated_total)
         yield counter("sglang:cached_tokens", "Number of cached prompt tokens.", s.cached_total)

@@ -443,9 +443,13 @@ def test_standin_variant_lines_are_the_release_own_format(standin_variant_output
 
 
 def test_standin_metrics_names_exist_in_the_release(standin_output):
+    import re
+
     release, _, metrics = standin_output
     _metric_names_exist(release, metrics)
-    assert "sglang:spec_accept_length" not in metrics
+    # every release creates speculative decoding's gauges at start and reports 0 without it
+    for name in ("sglang:spec_accept_length", "sglang:spec_accept_rate"):
+        assert re.search(rf"^{name}\{{[^}}]*\}} 0\.0$", metrics, re.M), (name, metrics[:2000])
 
 
 def test_standin_speculative_metrics_exist_in_the_release(standin_variant_output):
@@ -455,6 +459,9 @@ def test_standin_speculative_metrics_exist_in_the_release(standin_variant_output
     _metric_names_exist(release, metrics)
     # speculative decoding's gauges, with the figure the decode lines carry
     assert re.search(r"^sglang:spec_accept_length\{[^}]*\} 2\.0$", metrics, re.M), metrics[:2000]
+    rate = 0.333 if release == "0.5.23" else 0.5
+    found = re.search(r"^sglang:spec_accept_rate\{[^}]*\} ([0-9.]+)$", metrics, re.M)
+    assert found and abs(float(found[1]) - rate) < 1e-3, metrics[:2000]
 
 
 def _metric_names_exist(release: str, metrics: str) -> None:
