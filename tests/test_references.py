@@ -17,7 +17,10 @@ def _log_0_5_23() -> dict:
     return dict(parse_server_args(FIXTURE.read_text()))
 
 
-def test_names_and_defaults_come_from_the_arguments_release():
+def test_names_and_defaults_come_from_the_arguments_release(monkeypatch):
+    from glm5lib.config import releases
+
+    monkeypatch.setattr(releases, "installed_release", lambda: None)  # an SGLang installed here would be the default
     args = _log_0_5_23()
     assert release_of(args) == "0.5.23"
     assert release_of({"version": "0.5.9", "tp_size": 8}) == "0.5.9"
