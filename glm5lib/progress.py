@@ -210,6 +210,10 @@ class RunProgress:
             self._write(line + "\n")
 
     def _emit_live(self, text: str, now: float) -> None:
+        with self._lock:
+            self._emit_live_locked(text, now)
+
+    def _emit_live_locked(self, text: str, now: float) -> None:
         if self.tty:
             try:
                 width = os.get_terminal_size(self.stream.fileno()).columns - 1

@@ -179,7 +179,7 @@ def _save_status(out: Path, status: list[dict], on_status: Callable[[list[dict]]
         try:
             on_status([dict(s) for s in status])
         except Exception:  # a watcher must never cost the run
-            log.debug("notebook status callback failed", exc_info=True)
+            log.warning("the notebook status callback failed; the run goes on", exc_info=True)
 
 
 def _write_report(out: Path) -> Path | None:

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, settings
 _UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
 settings.register_profile("ci", derandomize=True, print_blob=True, **_UNTIMED)
 settings.register_profile("dev", print_blob=True, **_UNTIMED)
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+_ci = os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if _ci else "dev"))
 
 
 @functools.cache

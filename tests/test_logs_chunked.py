@@ -585,3 +585,20 @@ def test_any_vllm_stats_lines_cut_anywhere_read_as_line_by_line(picks, piece):
         start = end
     parser.finish()
     assert_same_vllm(parser.build(), vllm_line_by_line(raw), "chunks")
+
+
+def test_a_stats_line_with_a_date_that_does_not_exist_leaves_its_shape_learnable():
+    """A first line that fails for its values (02-30), not its words, must not send every later
+    line of that shape to the line-by-line reader."""
+    from glm5lib.logs import vllm
+
+    def line(k: int, date: str = "12-01") -> str:
+        return VLLM_STATS[0].format(pid=7, m=k // 60 % 60, s=k % 60, e=0, a="1.0", b=k, r=3, q="0", u="1.5",
+                                    h="0.0").replace("INFO 12-01", f"INFO {date}")
+
+    raw = ("\n".join([line(0, "02-30")] + [line(k) for k in range(1, 2000)]) + "\n").encode()
+    parser = vllm._new_parser(None, incremental=False)
+    parser.feed_chunk(raw, False)
+    assert sum(len(p["_order"]) for p in parser.decode_bulk) > 1900
+    parser.finish()
+    assert_same_vllm(parser.build(), vllm_line_by_line(raw), "whole")

@@ -17,7 +17,10 @@ def _log_0_5_23() -> dict:
     return dict(parse_server_args(FIXTURE.read_text()))
 
 
-def test_names_and_defaults_come_from_the_arguments_release():
+def test_names_and_defaults_come_from_the_arguments_release(monkeypatch):
+    from glm5lib.config import releases
+
+    monkeypatch.setattr(releases, "installed_release", lambda: None)  # an SGLang installed here would be the default
     args = _log_0_5_23()
     assert release_of(args) == "0.5.23"
     assert release_of({"version": "0.5.9", "tp_size": 8}) == "0.5.9"
@@ -165,6 +168,14 @@ def test_fields_whose_default_changed_between_the_releases_are_not_ranked():
     # the same release on both sides: no default changed, an ordinary difference
     row = diff_configs(cur, _log_0_5_23()).set_index("field").loc["hicache_mem_layout"]
     assert row["kind"] == "setting" and not row["rationale"].startswith("default changed")
+    # a changed default of a setting that matters for throughput stays ranked with its impact:
+    # 0.5.9 ran NVFP4 GEMMs with flashinfer_cutlass by default, 0.5.23 picks 'auto'
+    ref = dict(resolve_config("k2-thinking").args, fp4_gemm_runner_backend="flashinfer_cutlass")
+    frame = diff_configs(_log_0_5_23(), ref, hide_irrelevant=True)
+    row = frame.set_index("field").loc["fp4_gemm_runner_backend"]
+    assert row["kind"] == "setting" and row["impact"] in ("high", "medium")
+    assert row["rationale"].startswith("default changed: SGLang 0.5.9 'flashinfer_cutlass', SGLang 0.5.23 'auto'")
+    assert "fp4_gemm_runner_backend" not in {r["field"] for r in frame.attrs["default_changed"]}
 
 
 def test_cli_diff_counts_the_fields_whose_default_changed(capsys):

@@ -286,9 +286,13 @@ def diff_configs(
         changed = _default_changed(field, cur.args, ref.args, releases) if only is None else None
         if changed is not None and not context:
             reason, is_set = changed
-            if not any(is_set.values()):
+            if not any(is_set.values()) and cls in ("unknown", "none"):
                 kind, cls = "default", "none"
                 rationale = f"{reason}; each side has its own release's default"
+            elif not any(is_set.values()):
+                # neither side chose it, but the servers do run with different values of a
+                # setting that matters: ranked, saying where the difference comes from
+                rationale = f"{reason}; each side has its own release's default, and it matters: {rationale}"
             else:
                 who = " and ".join(side for side, s in is_set.items() if s)
                 rationale = f"{reason}; set by the {who} side: {rationale}"

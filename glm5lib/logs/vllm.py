@@ -213,6 +213,7 @@ class VllmParser:
         self._stats_shapes: list[StatsShape] = []
         self._stats_taken: list[int] = []  # lines each shape took so far
         self._stats_odd: set[bytes] = set()  # stats lines (but for digits) no shape was learned from
+        self._stats_shapeless = False  # whether the last line tried fit no shape at all
         self.retract_rows: list[dict[str, Any]] = []
         self.errors: list[dict[str, Any]] = []
         self.http_rows: list[list[Any]] = []
@@ -343,7 +344,9 @@ class VllmParser:
                     learned = self._learn_stats(line)
                     if learned is not None or tries >= _STATS_TRIES:
                         break
-                    if len(self._stats_odd) < 1024:
+                    # only a line whose words no shape fits marks its kind; one that failed for
+                    # its values (a date that does not exist, say) leaves the next ones learnable
+                    if len(self._stats_odd) < 1024 and self._stats_shapeless:
                         self._stats_odd.add(odd)
                 if learned is None:
                     break
@@ -403,6 +406,7 @@ class VllmParser:
     def _learn_stats(self, raw: bytes) -> StatsShape | None:
         """A shape learned from one stats line, kept only when the row its regex reads is the
         row the line-by-line reader reads (and nothing else happens to the parser)."""
+        self._stats_shapeless = True
         try:
             line = raw.decode("ascii")
         except UnicodeDecodeError:
@@ -410,6 +414,7 @@ class VllmParser:
         shape = learn_shape(line)
         if shape is None:
             return None
+        self._stats_shapeless = False
         m = shape.regex.match(b"\n" + raw + b"\n")
         probe = VllmParser()
         probe.year = self.year

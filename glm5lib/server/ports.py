@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 
 import psutil
 
@@ -29,7 +30,10 @@ def port_in_use(host: str, port: int) -> bool:
     otherwise a server relaunched on its port right after a stop is refused for a minute.
     """
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if sys.platform.startswith("linux"):
+            # (on BSD and macOS the option also lets 127.0.0.1 bind beside a 0.0.0.0 listener,
+            # which would read a taken port as free; there TIME_WAIT stays a refusal)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
