@@ -71,6 +71,7 @@ from glm5lib.logs.vllm_stats import (
     StatsShape,
     decode_frame,
     learn_shape,
+    pool_usage,
     shape_columns,
     stat_name,
     stats_times,
@@ -530,14 +531,7 @@ class VllmParser:
             name, fraction = stat_name(key)
             number = float(value) if "," not in value else _number(value)
             row[name] = number / 100.0 if fraction else number
-        if "gpu_token_usage" in row:
-            row["token_usage"] = row.pop("gpu_token_usage")
-        elif "kv_token_usage" in row:
-            row["token_usage"] = row.pop("kv_token_usage")
-        elif "cpu_token_usage" in row:
-            # CPU builds of V1 keep their KV cache in host memory and name it so: it is the pool.
-            row["token_usage"] = row.pop("cpu_token_usage")
-        row.pop("kv_token_usage", None)
+        pool_usage(row)
         self.decode_rows.append(row)
         self.decode_order.append(self.lines - 1)
         if row.get("preemptions", 0) > 0:

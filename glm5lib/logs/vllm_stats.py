@@ -123,14 +123,19 @@ def _plan(keys: list[str]) -> list[tuple[str, int, bool]] | None:
         if name in ("time", "engine", "rank", "preemptions"):
             return None  # (preemptions also make a retraction row)
         row[name] = (k, fraction)
-    if "gpu_token_usage" in row:
-        row["token_usage"] = row.pop("gpu_token_usage")
-    elif "kv_token_usage" in row:
-        row["token_usage"] = row.pop("kv_token_usage")
-    elif "cpu_token_usage" in row:
-        row["token_usage"] = row.pop("cpu_token_usage")
-    row.pop("kv_token_usage", None)
+    pool_usage(row)
     return [(name, k, fraction) for name, (k, fraction) in row.items()]
+
+
+def pool_usage(row: dict[str, Any]) -> None:
+    """Name the KV pool's usage ``token_usage`` in a stats row, in place (the GPU's, else the
+    one named kv, else the CPU's: CPU builds of V1 keep their KV cache in host memory and name
+    it so); a second usage key is dropped."""
+    for key in ("gpu_token_usage", "kv_token_usage", "cpu_token_usage"):
+        if key in row:
+            row["token_usage"] = row.pop(key)
+            break
+    row.pop("kv_token_usage", None)
 
 
 def learn_shape(line: str) -> StatsShape | None:
