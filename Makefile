@@ -7,7 +7,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test test-quick workbook lint clean-notebooks vllm browser-deps sglang-envs
+.PHONY: setup test test-quick test-integration test-vllm-scenarios workbook lint clean-notebooks vllm browser-deps sglang-envs tune-grid-fixture
 
 setup: $(VENV)/.installed
 
@@ -26,11 +26,20 @@ lint: setup
 test: setup lint
 	$(BIN)/python -m pytest $(ARGS)
 
-# the edit loop: no real servers in whole sweeps, notebooks, engines, browser or saturated cores
+# the edit loop: the unit tests (tests/unit, which start no process and no server)
 test-quick: setup lint
-	$(BIN)/python -m pytest -m "not slow and not notebooks and not vllm and not contract and not browser and not under_load" $(ARGS)
+	$(BIN)/python -m pytest tests/unit $(ARGS)
 
-# Chromium for the browser test (tests/test_browser.py), from Debian's packages; where they cannot
+# real servers, engines, notebooks and the browser (make test runs these and the unit tests)
+test-integration: setup lint
+	$(BIN)/python -m pytest tests/integration $(ARGS)
+
+# the scheduler-limit scenarios on real vLLM for CPU (cap, token budget, KV cache, load offered):
+# one launch and one short level each, about 4 minutes on two cores; `make test` runs them too
+test-vllm-scenarios: setup vllm
+	$(BIN)/python -m pytest tests/integration/test_vllm_scenarios.py -m vllm $(ARGS)
+
+# Chromium for the browser test (tests/integration/test_browser.py), from Debian's packages; where they cannot
 # be installed (no root, no apt, no network) the test skips and says why.
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo -n)
 browser-deps:
@@ -38,7 +47,7 @@ browser-deps:
 	elif command -v apt-get >/dev/null && timeout 900 $(SUDO) apt-get update -qq \
 	  && timeout 900 $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
 	     chromium chromium-driver >/dev/null; then echo "installed chromium and chromium-driver"; \
-	else echo "chromium not installed: tests/test_browser.py will skip"; fi
+	else echo "chromium not installed: tests/integration/test_browser.py will skip"; fi
 
 clean-notebooks: setup
 	$(BIN)/python scripts/strip_notebooks.py
@@ -49,6 +58,14 @@ ENGINES ?= .engines
 vllm:
 	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/vllm/install.sh
 
-# One CPU environment per supported SGLang release under .engines/ (for tests/contract/)
+# One CPU environment per supported SGLang release under .engines/ (for tests/integration/contract/)
 sglang-envs:
 	$(PYTHON) scripts/sglang_envs.py --root $(ENGINES)
+
+# The vLLM-on-CPU grid tests/integration/test_tune_vllm.py compares the tuner with, recorded once with the same
+# launch and sweep code as `glm5 tune --grid` (8 launches of real vLLM, ~15 min; holds the heavy-run
+# lock when the machine is shared: LOCK="flock /tmp/lockfile"). Rerun to refresh it.
+LOCK ?=
+tune-grid-fixture: setup vllm
+	$(LOCK) $(BIN)/python scripts/tune/record_vllm_grid.py --points 1-4
+	$(LOCK) $(BIN)/python scripts/tune/record_vllm_grid.py --points 1-9 --write

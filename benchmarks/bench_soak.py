@@ -16,7 +16,7 @@ resident memory and open file descriptors as it goes, and prints:
     python benchmarks/bench_soak.py                        # 2,048 streams for 10 minutes
     python benchmarks/bench_soak.py --streams 256 --duration 20
 
-Prints figures; asserts nothing (tests/test_soak.py runs a short variant with assertions).
+Prints figures; asserts nothing (tests/integration/test_soak.py runs a short variant with assertions).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from glm5lib import telemetry
+from glm5lib import levels, telemetry
 from glm5lib.telemetry import gpu as telemetry_gpu
 
 
@@ -313,7 +313,7 @@ def main() -> int:
              "window_end": [t_load, t_load_end], "output_throughput": [1.0, 1.0]}
     import pandas as pd
 
-    results["per_level"] = json.loads(telemetry.per_level(frame, pd.DataFrame(sweep)).to_json(orient="records"))
+    results["per_level"] = json.loads(levels.per_level(frame, pd.DataFrame(sweep)).to_json(orient="records"))
 
     passed = all(c["passed"] for c in checks.values())
     results["passed"] = passed

@@ -23,6 +23,7 @@ __all__ = [
     "SweepAbortedError",
     "TelemetryError",
     "TelemetryUnavailable",
+    "UsageError",
     "WorkbookError",
 ]
 
@@ -38,6 +39,10 @@ class ConfigError(Glm5Error, ValueError):
         super().__init__(message)
         self.field = field
         self.valid = list(valid) if valid is not None else None
+
+
+class UsageError(ConfigError):
+    """A command line names something outside its choices (``glm5`` exits 2, as argparse does)."""
 
 
 class ServerError(Glm5Error):

@@ -27,11 +27,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib import engines
 from glm5lib.errors import ConfigError
 
 __all__ = [
     "DEFAULT_GAUGES",
     "POWER_COLUMNS",
+    "SCHEDULER_GAUGES",
     "WINDOW_COLUMNS",
     "assign_levels",
     "level_windows",
@@ -52,16 +54,9 @@ DEFAULT_GAUGES = (
 
 _GENERATION_COUNTERS = ("sglang:generation_tokens_total", "sglang:generation_tokens")
 
-#: Other engines' /metrics names -> SGLang's, so every engine's gauges land in the same columns
-#: (vLLM's KV usage gauges are 0-1 fractions despite the name, like SGLang's token_usage).
-METRIC_ALIASES = {
-    "vllm:num_requests_running": "sglang:num_running_reqs",
-    "vllm:num_requests_waiting": "sglang:num_queue_reqs",
-    "vllm:kv_cache_usage_perc": "sglang:token_usage",
-    "vllm:gpu_cache_usage_perc": "sglang:token_usage",
-    "vllm:num_preemptions_total": "sglang:num_retracted_reqs",
-    "vllm:generation_tokens_total": "sglang:generation_tokens_total",
-}
+#: Other engines' /metrics names -> SGLang's, so every engine's gauges land in the same columns:
+#: built from each engine adapter's one /metrics map (:func:`glm5lib.engines.metric_aliases`).
+METRIC_ALIASES = engines.metric_aliases()
 
 
 def _numeric(sweep: pd.DataFrame, column: str) -> pd.Series:
@@ -226,24 +221,44 @@ def _per_scrape(metrics_frame: pd.DataFrame, names: Sequence[str]) -> dict[str, 
             for name, group in rows.groupby("metric", sort=False)}
 
 
+#: The scheduler figures :func:`metrics_per_level` gives under engine-neutral names: column ->
+#: the gauge (after :data:`METRIC_ALIASES`) that gives it.
+SCHEDULER_GAUGES = {
+    "running": "sglang:num_running_reqs",
+    "queued": "sglang:num_queue_reqs",
+    "kv_usage": "sglang:token_usage",
+}
+
+
 def metrics_per_level(metrics_frame: pd.DataFrame, sweep_frame: pd.DataFrame,
                       gauges: Sequence[str] = DEFAULT_GAUGES) -> pd.DataFrame:
     """Server gauges over each level's window: ``mean_<name>`` and ``max_<name>`` per gauge
     (name without the ``sglang:`` prefix), plus ``generation_tokens_per_s`` from the counter.
 
+    Every engine's scheduler figures also come under one set of names, from the gauges sampled
+    at each scrape (about once a second, denser than a scheduler log that writes a line every
+    40 steps): ``running``, ``queued`` and ``kv_usage`` (0-1 fraction of the KV pool) are the
+    window's means, ``max_running``, ``max_queued`` and ``max_kv_usage`` its peaks,
+    ``gauge_samples`` the scrapes inside the window, and ``gauges_missing`` names the figures
+    no scrape gave for the level (NaN in their columns; "" when all three are there).
+
     A ``max_num_running_reqs`` flat at a round number while ``mean_num_queue_reqs`` grows is
     the signature of a ``--max-running-requests`` cap.
     """
     windows = level_windows(sweep_frame)
-    series = _per_scrape(metrics_frame, [*gauges, *_GENERATION_COUNTERS])
+    wanted = dict.fromkeys([*gauges, *SCHEDULER_GAUGES.values(), *_GENERATION_COUNTERS])
+    series = _per_scrape(metrics_frame, list(wanted))
     counter = next((series[name] for name in _GENERATION_COUNTERS if name in series), None)
     rows = []
     for w in windows.itertuples():
         row: dict[str, Any] = {"concurrency": w.concurrency}
+        parts = {}
+        for g in wanted:
+            s = series.get(g)
+            parts[g] = s[(s.index >= w.start) & (s.index <= w.end)] if s is not None else pd.Series(dtype=float)
         for g in gauges:
             short = g.split(":", 1)[-1]
-            s = series.get(g)
-            part = s[(s.index >= w.start) & (s.index <= w.end)] if s is not None else pd.Series(dtype=float)
+            part = parts[g]
             row[f"mean_{short}"] = part.mean() if len(part) else np.nan
             row[f"max_{short}"] = part.max() if len(part) else np.nan
         rate = np.nan
@@ -252,5 +267,16 @@ def metrics_per_level(metrics_frame: pd.DataFrame, sweep_frame: pd.DataFrame,
             if len(part) >= 2 and part.index[-1] > part.index[0]:
                 rate = (part.iloc[-1] - part.iloc[0]) / (part.index[-1] - part.index[0])
         row["generation_tokens_per_s"] = rate
+        missing = []
+        samples = 0
+        for column, g in SCHEDULER_GAUGES.items():
+            part = parts[g].dropna()
+            samples = max(samples, len(part))
+            row[column] = float(part.mean()) if len(part) else np.nan
+            row[f"max_{column}"] = float(part.max()) if len(part) else np.nan
+            if not len(part):
+                missing.append(column)
+        row["gauge_samples"] = samples
+        row["gauges_missing"] = ",".join(missing)
         rows.append(row)
     return pd.DataFrame(rows)

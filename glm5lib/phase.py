@@ -42,10 +42,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib import http, rundir
+from glm5lib import engines, http, rundir
 from glm5lib import server as server_mod
-from glm5lib.config import ServerConfig
-from glm5lib.engines.vllm import VllmConfig, launch_vllm
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
 from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
@@ -66,8 +64,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Values of a notebook's ``BACKEND`` parameter, besides an http(s) URL to attach to.
-BACKENDS = ("sim", "sglang", "vllm", "command")
+#: Values of a notebook's ``BACKEND`` parameter (the registered engines), besides an http(s)
+#: URL to attach to.
+BACKENDS = tuple(engines.names())
 
 
 # --------------------------------------------------------------------------------------------
@@ -76,9 +75,9 @@ BACKENDS = ("sim", "sglang", "vllm", "command")
 def _check_backend(backend: str) -> str:
     if backend in BACKENDS or str(backend).startswith(("http://", "https://")):
         return backend
+    choices = ", ".join(f"{name!r} ({engines.get(name).description})" for name in BACKENDS)
     raise ConfigError(
-        f"BACKEND {backend!r} is not valid: use 'sim' (the stand-in), 'sglang' (launch SGLang here), "
-        f"'vllm' (launch vLLM here from a vLLM config, e.g. CONFIG 'vllm-capped'), 'command' (launch any engine from ENGINE_COMMAND) or the http(s) URL of a running server to attach to",
+        f"BACKEND {backend!r} is not valid: use {choices} or the http(s) URL of a running server to attach to",
         field="BACKEND",
         valid=[*BACKENDS, "http://HOST:PORT"],
     )
@@ -97,7 +96,7 @@ def save_server_info(base_url: str, folder: str | Path, *, api_key: str | None =
 
 def start_server(
     backend: str,
-    config: ServerConfig | None,
+    config: engines.EngineConfig | None,
     folder: str | Path,
     *,
     sim_profile: str | None = None,
@@ -109,7 +108,8 @@ def start_server(
     model: str | None = None,
     attach_log: str | Path | None = None,
 ):
-    """Launch (``sim``/``sglang``; ``command``: any engine from the argv template ``command``, see
+    """Launch (a registered engine, :func:`glm5lib.engines.names`: ``sim``, ``sglang``, ``vllm``
+    from ``config``; ``command``: any engine from the argv template ``command``, see
     :func:`glm5lib.server.launch_command`) or attach to (a URL) the server of one phase.
 
     The server log goes to ``<folder>/server.log``; the configuration to ``config.json`` and
@@ -121,35 +121,17 @@ def start_server(
     backend = _check_backend(backend)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if backend == "command":
-        if not command:
-            raise ConfigError(
-                "BACKEND 'command' needs ENGINE_COMMAND, an argv template such as "
-                "['transformers', 'serve', '{model}', '--continuous-batching', '--port', '{port}']",
-                field="ENGINE_COMMAND",
-            )
-        srv = server_mod.launch_command(
-            [*command, *extra_args], model=model or None, log_path=folder / rundir.SERVER_LOG,
-            ready_timeout=ready_timeout, api_key=api_key, changes=command_changes,
-        )
-        (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
-    elif backend == "vllm":
-        if not isinstance(config, VllmConfig):
-            raise ConfigError("BACKEND 'vllm' needs a vLLM config: CONFIG names one in data/configs/vllm-*.json "
-                              f"(e.g. 'vllm-capped'), not {type(config).__name__}", field="CONFIG")
-        srv = launch_vllm(config, log_path=folder / rundir.SERVER_LOG, ready_timeout=ready_timeout, api_key=api_key,
-                          extra_args=list(extra_args))
-        config.save(folder / rundir.CONFIG)
-        (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
-    elif backend in BACKENDS:
-        if config is None:
-            raise ConfigError(f"BACKEND {backend!r} needs a server configuration (CONFIG)", field="CONFIG")
-        args = list(extra_args)
-        if backend == "sim" and sim_profile:
-            args = ["--sim-profile", sim_profile, *args]
-        srv = server_mod.launch(config, backend=backend, log_path=folder / rundir.SERVER_LOG,
-                                ready_timeout=ready_timeout, extra_args=args)
-        config.save(folder / rundir.CONFIG)
+    if backend in BACKENDS:
+        adapter = engines.get(backend)
+        srv = adapter.launch(engines.LaunchRequest(
+            config=config, log_path=folder / rundir.SERVER_LOG, ready_timeout=ready_timeout, api_key=api_key,
+            extra_args=list(extra_args), command=command, command_changes=command_changes, model=model,
+            sim_profile=sim_profile,
+        ))
+        if adapter.capabilities.launches_from_config:
+            config.save(folder / rundir.CONFIG)
+        if isinstance(srv, server_mod.CommandServer):
+            (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
     else:
         srv = server_mod.attach(backend, api_key=api_key, log_path=attach_log or None)
         cfg = getattr(srv, "config", None)
@@ -275,6 +257,21 @@ def _with_power(callback: Callable[[dict[str, Any]], None], sampler: GpuSampler 
     return relay
 
 
+def _with_marks(callback: Callable[[dict[str, Any]], None] | None, sampler: GpuSampler | None,
+                scraper: MetricsScraper | None) -> Callable[[dict[str, Any]], None] | None:
+    """The sweep's callback: histograms snapshotted at each level's start and end, then the caller's."""
+    relay = _with_power(callback, sampler) if callback is not None else None
+    if scraper is None or not scraper.enabled:
+        return relay
+
+    def marks(event: dict[str, Any]) -> None:
+        if event.get("event") in ("level_start", "level_done"):
+            scraper.mark()
+        if relay is not None:
+            relay(event)
+    return marks
+
+
 def measure_phase(
     server: Any,
     run_dir: str | Path,
@@ -362,10 +359,12 @@ def measure_phase(
     folder = rundir.phase_dir(run_dir, phase)
     launched = not _is_running_server(server)
     if launched:
-        if server is not None and not isinstance(server, ServerConfig) and getattr(server, "engine", None) != "vllm":
+        if server is not None and not isinstance(server, engines.config_types()):
             raise ConfigError(
-                f"server={server!r} is neither a ServerConfig to launch nor a running server",
-                field="server", valid=["ServerConfig", "a glm5lib.server object", "None (command or URL backend)"])
+                f"server={server!r} is neither a ServerConfig to launch (any engine's: "
+                f"{', '.join(t.__name__ for t in engines.config_types())}) nor a running server",
+                field="server", valid=[*(t.__name__ for t in engines.config_types()), "a glm5lib.server object",
+                                       "None (command or URL backend)"])
         srv = start_server(backend, server, folder, sim_profile=sim_profile, ready_timeout=ready_timeout,
                            api_key=api_key, extra_args=extra_args, command=command,
                            command_changes=command_changes, model=model, attach_log=attach_log)
@@ -403,7 +402,7 @@ def measure_phase(
             settings = dataclasses.replace(settings, model=srv.model)
         sweep = run_sweep(
             srv.base_url, concurrencies, settings=settings, run_dir=folder, api_key=api_key, server=srv,
-            progress=progress, callback=_with_power(callback, sampler) if callback is not None else None,
+            progress=progress, callback=_with_marks(callback, sampler, scraper),
             stop_event=stop_event,
         )
     finally:

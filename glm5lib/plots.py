@@ -2,7 +2,7 @@
 
 Every function takes tidy frames as written to a run folder (``sweep.csv`` rows from
 :func:`glm5lib.loadgen.run_sweep`, decode rows from :func:`glm5lib.logs.parse_log`, per-level
-power rows from :func:`glm5lib.telemetry.per_level`) and returns a
+power rows from :func:`glm5lib.levels.per_level`) and returns a
 :class:`matplotlib.figure.Figure`. Figures are built without pyplot, so nothing accumulates in
 pyplot's global state during a long sweep; Jupyter shows a returned figure as a PNG
 (:class:`PlotFigure` renders itself).
@@ -106,34 +106,46 @@ def throughput_vs_concurrency(
     metric: str = "output_throughput",
     annotate: bool = True,
     title: str | None = None,
+    size: tuple[float, float] | None = None,
+    legend: bool | None = None,
 ) -> Figure:
     """Throughput per concurrency level, one line per phase, each point labelled in tok/s.
 
     ``metric`` is a sweep column: ``output_throughput`` (generated tok/s, the figure the
-    investigation quotes), ``total_throughput`` or ``request_throughput``.
+    investigation quotes), ``total_throughput`` or ``request_throughput``. ``size`` is the
+    figure's (width, height) in inches; ``legend`` defaults to one where several lines are drawn.
+    The axis leaves room above the highest point, so its label never sits on the plot's top edge.
     """
     frames = _as_mapping(sweeps, "sweep")
-    fig, (ax,) = _new_figure()
+    fig, (ax,) = _new_figure(*(size or (7.0, 4.2)))
     levels: list[float] = []
+    points: list[tuple[float, float, int, str]] = []
+    top = 0.0
     for i, (label, frame) in enumerate(frames.items()):
         _require(frame, ["concurrency", metric], "sweep", label)
         data = frame.sort_values("concurrency")
         levels.extend(data["concurrency"].tolist())
+        if data[metric].notna().any():
+            top = max(top, float(data[metric].max()))
         ax.plot(data["concurrency"], data[metric], marker="o", label=label, color=_colour(label, i))
-        if annotate:
-            # alternate above/below per phase so labels at the same level do not overprint
-            offset = (0, 6) if i % 2 == 0 else (0, -13)
-            for x, y in zip(data["concurrency"], data[metric], strict=True):
-                if pd.notna(y):
-                    ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=offset,
-                                ha="center", fontsize=8, color=_colour(label, i))
+        points += [(x, y, i, label) for x, y in zip(data["concurrency"], data[metric], strict=True) if pd.notna(y)]
+    if annotate:
+        for x, y, i, label in points:
+            # alternate above/below per phase so labels at the same level do not overprint; a
+            # label that would fall below the axis goes above its point
+            below = i % 2 == 1 and y > 0.12 * top
+            ax.annotate(f"{y:,.0f}", (x, y), textcoords="offset points", xytext=(0, -13) if below else (0, 6),
+                        ha="center", fontsize=8, color=_colour(label, i))
     _concurrency_axis(ax, levels)
     unit = "req/s" if metric == "request_throughput" else "tok/s"
     ax.set_ylabel(f"{metric.replace('_', ' ')} ({unit})")
-    ax.set_ylim(bottom=0)
+    if top > 0:
+        ax.set_ylim(0, top * 1.18)  # headroom: the top point's label stays inside the axes
+    else:
+        ax.set_ylim(bottom=0)
     ax.set_title(title or "Throughput vs concurrency")
-    if len(frames) > 1:
-        ax.legend()
+    if legend or (legend is None and len(frames) > 1):
+        ax.legend(fontsize=8)
     return fig
 
 
@@ -236,7 +248,7 @@ def power_vs_tdp(
 ) -> Figure:
     """Mean GPU power per concurrency level against the power limit (TDP), per phase.
 
-    Takes :func:`glm5lib.telemetry.per_level` frames (``concurrency, mean_power_w,
+    Takes :func:`glm5lib.levels.per_level` frames (``concurrency, mean_power_w,
     power_limit_w``, optionally ``peak_power_w``); the limit is drawn as a horizontal line, the
     right axis reads as a share of the limit, and each mean is labelled in watts.
     """

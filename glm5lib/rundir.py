@@ -9,8 +9,10 @@ rerun alone from what earlier ones left::
         environment-standin.log   the log of the stand-in notebook 01 reads simulated GPUs from
         diff.csv                  configuration diff against the reference (diagnose.diff_configs)
         hypothesis.json           the leading hypothesis and how to test it
+        forecast.csv              the performance model's forecast of the hypothesis
         comparison.csv            before/after throughput per level
         report.md, summary.json   the story and the numbers tests check
+        report.html               the same story as one self-contained page (figures embedded)
         notebooks.json            which notebooks ran, and how each ended (workbook.run_workbook)
         figures/*.png
         NN-*.ipynb                executed notebooks
@@ -26,6 +28,7 @@ rerun alone from what earlier ones left::
             power.csv             power and energy per level (levels.per_level)
             patch.json            the source patch applied for this phase (patching)
             findings.csv          diagnosis findings (diagnose.diagnose)
+            prediction.csv        forecast of the change beside its measurement (diagnose.prediction)
 
 Every file name lives here; code and notebooks use these constants, never the literals.
 """
@@ -48,18 +51,23 @@ __all__ = [
     "ENVIRONMENT_STANDIN_LOG",
     "FIGURES",
     "FINDINGS",
+    "FORECAST_CSV",
     "GPU",
     "HYPOTHESIS",
     "METRICS",
     "NOTEBOOKS_STATUS",
     "PATCH_RECORD",
     "POWER",
+    "PREDICTION_CSV",
     "REPORT",
+    "REPORT_HTML",
     "REQUESTS",
     "SERVER_INFO",
     "SERVER_LOG",
     "SUMMARY",
     "SWEEP",
+    "TUNE_BEST",
+    "TUNE_CSV",
     "new_run_dir",
     "phase_dir",
 ]
@@ -76,16 +84,21 @@ METRICS = "metrics.csv"
 POWER = "power.csv"
 PATCH_RECORD = "patch.json"
 FINDINGS = "findings.csv"
+PREDICTION_CSV = "prediction.csv"  # the baseline model's forecast of the change beside its measurement
 # in the run folder
 ENVIRONMENT = "environment.json"
 ENVIRONMENT_STANDIN_LOG = "environment-standin.log"
 DIFF = "diff.csv"
 HYPOTHESIS = "hypothesis.json"
+FORECAST_CSV = "forecast.csv"  # the hypothesis's forecast, stated before anything changes
 COMPARISON = "comparison.csv"
 REPORT = "report.md"
+REPORT_HTML = "report.html"
 SUMMARY = "summary.json"
 NOTEBOOKS_STATUS = "notebooks.json"
 FIGURES = "figures"
+TUNE_CSV = "tune.csv"
+TUNE_BEST = "tune-best.json"
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 

@@ -1,16 +1,22 @@
 """An ipywidgets panel for JupyterLab: pick a config, launch/stop the server, run a sweep live.
 
-``ServerPanel(run_dir)`` shows a config picker (the shipped configs of ``data/configs/`` or a
-JSON path), the backend (``sim``, ``sglang`` or a URL to attach to), the sweep settings, Launch /
-Stop / Sweep buttons, a tqdm progress bar, a status line and a throughput plot redrawn while the
-sweep runs. The sweep runs in a background thread, so the notebook stays responsive and Stop
-works mid-sweep (the sweep ends at once, "stopped by the user"). Each sweep is one
+``ServerPanel(run_dir)`` shows, on the left, a config picker (the shipped configs of
+``data/configs/`` or a JSON path), the backend (``sim``, ``sglang`` or a URL to attach to), the
+sweep settings, Launch / Sweep / Stop / Stop server buttons, a tqdm progress bar and a status
+line; on the right, a throughput plot (SVG, so it stays sharp at any size, and sized to its box)
+redrawn while the sweep runs. The sweep runs in a background thread, so the notebook stays
+responsive: Stop ends the sweep at once ("stopped by the user") and keeps the server for the next
+sweep; Stop server stops the server (and a sweep in progress). Each sweep is one
 :func:`glm5lib.phase.measure_phase` on the running server, GPU telemetry included; results go to
 ``<run_dir>/<phase>/`` (``sweep.csv``, ``requests.jsonl``, ``gpu.csv``, ``power.csv``) like the
-notebooks' own. Sweep again as often as you like: each sweep replaces the last.
+notebooks' own, each sweep's files replacing the last's. The plot keeps every sweep of the
+session (:attr:`ServerPanel.history`), so a change and a new sweep read against the sweeps before.
+The progress bar's line shows only the running level's own numbers: it is cleared when a level
+starts, when a sweep ends, on Launch and on Stop server.
 
-Every button has a method doing the same (:meth:`ServerPanel.launch`, :meth:`~ServerPanel.stop`,
-:meth:`~ServerPanel.start_sweep`), so the panel works, and is tested, without a browser.
+Every button has a method doing the same (:meth:`ServerPanel.launch`,
+:meth:`~ServerPanel.start_sweep`, :meth:`~ServerPanel.stop_sweep`, :meth:`~ServerPanel.stop`),
+so the panel works, and is tested, without a browser.
 """
 
 from __future__ import annotations
@@ -35,12 +41,23 @@ __all__ = ["ServerPanel"]
 log = logging.getLogger(__name__)
 
 
-def _png(fig) -> bytes:
+def _svg(fig) -> bytes:
+    """The figure as SVG, its fixed size removed so the page sizes it to its box."""
     import io
+    import re
+
+    import matplotlib
 
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return buf.getvalue()
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text: small, sharp, searchable
+        fig.savefig(buf, format="svg")
+    text = buf.getvalue().decode("utf-8")
+    text = re.sub(r'(<svg[^>]*?) width="[^"]*pt" height="[^"]*pt"', r'\1 width="100%"', text, count=1)
+    return text.encode("utf-8")
+
+
+#: The plot's size in inches (the SVG keeps its proportions in the page).
+_PLOT_SIZE = (6.4, 3.9)
 
 
 def _parse_levels(text: str) -> list[int]:
@@ -58,7 +75,7 @@ def _parse_levels(text: str) -> list[int]:
 
 
 class ServerPanel:
-    """Launch/stop a server and run a concurrency sweep with live progress, in one panel."""
+    """Launch/stop a server and run concurrency sweeps with live progress, in one panel."""
 
     def __init__(
         self,
@@ -85,6 +102,8 @@ class ServerPanel:
         self.sweep: pd.DataFrame | None = None
         self.error: BaseException | None = None
         self.events: list[dict] = []
+        #: every sweep of the session that measured a level: ``(label, frame)``, oldest first
+        self.history: list[tuple[str, pd.DataFrame]] = []
         self._rows: list[dict] = []
         self._live: dict[int, float] = {}
         self._thread: threading.Thread | None = None
@@ -92,44 +111,69 @@ class ServerPanel:
         self._user_stop = threading.Event()
         self._lock = threading.Lock()
         self._level: int | None = None
+        self._label = ""
         self.power: pd.DataFrame | None = None
         self.plot_title = ""
 
         names = list(shipped_configs())
+        wide = widgets.Layout(width="100%")
         self.config = widgets.Combobox(value=config, options=names, description="config",
-                                       placeholder="shipped name or JSON path", ensure_option=False)
+                                       placeholder="shipped name or JSON path", ensure_option=False, layout=wide)
         self.backend = widgets.Combobox(value=backend, options=["sim", "sglang"], description="backend",
-                                        placeholder="sim, sglang or http://host:port")
-        self.phase = widgets.Text(value=phase, description="phase")
-        self.concurrencies = widgets.Text(value=", ".join(str(c) for c in concurrencies), description="levels")
-        self.input_len = widgets.BoundedIntText(value=input_len, min=1, max=1_000_000, description="input len")
-        self.output_len = widgets.BoundedIntText(value=output_len, min=1, max=1_000_000, description="output len")
-        self.duration = widgets.BoundedFloatText(value=duration, min=0.5, max=36_000, description="level s")
-        self.launch_button = widgets.Button(description="Launch", button_style="primary", icon="play")
-        self.stop_button = widgets.Button(description="Stop", button_style="danger", icon="stop", disabled=True)
+                                        placeholder="sim, sglang or http://host:port", layout=wide)
+        self.phase = widgets.Text(value=phase, description="phase", layout=wide)
+        self.concurrencies = widgets.Text(value=", ".join(str(c) for c in concurrencies), description="levels",
+                                          layout=wide)
+        self.input_len = widgets.BoundedIntText(value=input_len, min=1, max=1_000_000, description="input len",
+                                                layout=wide)
+        self.output_len = widgets.BoundedIntText(value=output_len, min=1, max=1_000_000, description="output len",
+                                                 layout=wide)
+        self.duration = widgets.BoundedFloatText(value=duration, min=0.5, max=36_000, description="level s",
+                                                 layout=wide)
+        button = widgets.Layout(width="auto", min_width="6.5em")
+        self.launch_button = widgets.Button(description="Launch", button_style="primary", icon="play", layout=button)
         self.sweep_button = widgets.Button(description="Sweep", button_style="success", icon="line-chart",
-                                           disabled=True)
-        self.status = widgets.HTML(value="no server")
+                                           disabled=True, layout=button)
+        self.stop_button = widgets.Button(description="Stop", button_style="warning", icon="pause", disabled=True,
+                                          tooltip="stop the sweep; the server keeps running", layout=button)
+        self.server_button = widgets.Button(description="Stop server", button_style="danger", icon="stop",
+                                            disabled=True, tooltip="stop the server (and a sweep in progress)",
+                                            layout=button)
+        # room for a few lines, so a longer message does not move what is below the panel
+        self.status = widgets.HTML(value="no server", layout=widgets.Layout(width="100%", min_height="5.5em"))
         self.placeholder = widgets.HTML(
             value="<i>No sweep yet: press Launch, then Sweep; the throughput plot appears here.</i>")
-        self.plot = widgets.Image(format="png", layout=widgets.Layout(display="none"))
+        # SVG: sharp at any size; the page gives it its box's width and keeps its proportions.
+        self.plot = widgets.Image(format="svg+xml", layout=widgets.Layout(
+            display="none", width="100%", height="auto", max_height="60vh", object_fit="contain"))
         # Stable hooks for the page (browser tests, user CSS).
         self.status.add_class("glm5-panel-status")
         self.placeholder.add_class("glm5-panel-placeholder")
         self.plot.add_class("glm5-panel-plot")
-        self.bar = tqdm(total=0, desc="sweep", unit="level", display=False, leave=True, disable=False)
+        self.bar = tqdm(total=0, desc="no sweep", unit="level", display=False, leave=True, disable=False)
+        self.bar.container.add_class("glm5-panel-bar")
         self.launch_button.on_click(lambda _b: self._guard(self.launch))
-        self.stop_button.on_click(lambda _b: self._guard(self.stop))
         self.sweep_button.on_click(lambda _b: self._guard(self.start_sweep))
-        self.widget = widgets.VBox([
-            widgets.HBox([self.config, self.backend, self.phase]),
-            widgets.HBox([self.concurrencies, self.input_len, self.output_len, self.duration]),
-            widgets.HBox([self.launch_button, self.stop_button, self.sweep_button]),
-            self.bar.container,
-            self.status,
-            self.placeholder,
-            self.plot,
-        ])
+        self.stop_button.on_click(lambda _b: self._guard(self.stop_sweep))
+        self.server_button.on_click(lambda _b: self._guard(self.stop))
+        controls = widgets.VBox(
+            [self.config, self.backend, self.phase, self.concurrencies, self.input_len, self.output_len,
+             self.duration,
+             widgets.HBox([self.launch_button, self.sweep_button, self.stop_button, self.server_button],
+                          layout=widgets.Layout(flex_flow="row wrap", gap="4px")),
+             self.bar.container, self.status],
+            layout=widgets.Layout(flex="0 1 24rem", min_width="18rem", max_width="100%", overflow="hidden"))
+        controls.add_class("glm5-panel-controls")
+        self.bar.container.layout.width = "100%"
+        self.bar.container.layout.overflow = "hidden"
+        # The plot's box keeps its height between sweeps, so the page does not jump.
+        figure_box = widgets.Box([self.placeholder, self.plot], layout=widgets.Layout(
+            flex="1 1 26rem", min_width="18rem", min_height="14rem", align_items="flex-start",
+            flex_flow="column", overflow="hidden"))
+        figure_box.add_class("glm5-panel-figure")
+        self.widget = widgets.HBox([controls, figure_box],
+                                   layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start", gap="12px"))
+        self.widget.add_class("glm5-panel")
 
     # -- display ---------------------------------------------------------------------------------
     def _repr_mimebundle_(self, **kwargs):
@@ -149,8 +193,15 @@ class ServerPanel:
     def _buttons(self) -> None:
         up = self.server is not None
         self.launch_button.disabled = up
-        self.stop_button.disabled = not up
+        self.server_button.disabled = not up
         self.sweep_button.disabled = not up or self._active
+        self.stop_button.disabled = not (up and self._active)
+
+    def _bar_idle(self, text: str) -> None:
+        """No sweep runs: the bar says so and shows no numbers (none of an earlier level)."""
+        self.bar.reset(total=0)
+        self.bar.set_description(text)
+        self.bar.set_postfix_str("")
 
     @property
     def folder(self) -> Path:
@@ -169,35 +220,48 @@ class ServerPanel:
         self.error = None
         config = ServerConfig.load(self.config.value.strip())
         backend = self.backend.value.strip()
+        self._bar_idle("no sweep")
         self._say(f"starting {backend} with {self.config.value} ...")
         self.server = workbook.start_server(backend, config, self.folder, sim_profile=self.sim_profile,
                                             ready_timeout=self.ready_timeout, api_key=self.api_key)
+        self._server_label = f"{self.config.value.strip()} on {backend}"
         self._say(f"server ready at {self.server.base_url} (log: {getattr(self.server, 'log_path', None)})")
         self._buttons()
         return self.server
 
+    def stop_sweep(self) -> None:
+        """End the sweep in progress at once ("stopped by the user"); the server keeps running."""
+        if not self._active:
+            return
+        self._user_stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30.0)
+        self._buttons()
+
     def stop(self) -> None:
-        """Stop the server; a sweep in progress ends at once, "stopped by the user"."""
+        """Stop the server; a sweep in progress ends first, "stopped by the user"."""
         if self.server is None:
             return
         sweeping = self._active
         if sweeping:
             # The sweep ends within a fraction of a second of the event; the server goes after
             # it, so the sweep ends as stopped rather than as a dead server.
-            self._user_stop.set()
-            if self._thread is not None:
-                self._thread.join(timeout=30.0)
+            self.stop_sweep()
         srv, self.server = self.server, None
         srv.stop()
+        self._bar_idle("no server")
         self._say(self._stopped_text(server_stopped=True) if sweeping else "server stopped")
         self._buttons()
+
+    stop_server = stop
 
     def _stopped_text(self, server_stopped: bool = False) -> str:
         done = len(self._rows)
         where = f" during level {self._level}" if self._level is not None else ""
         kept = (f"{done} level{'s' if done != 1 else ''} measured, kept in {self.folder / rundir.SWEEP}"
                 if done else "no level finished")
-        return f"<b>sweep stopped by the user</b>{where} ({kept})" + ("; server stopped" if server_stopped else "")
+        after = "; server stopped" if server_stopped else "; the server keeps running"
+        return f"<b>sweep stopped by the user</b>{where} ({kept}){after}"
 
     def start_sweep(self, *, wait: bool = False) -> threading.Thread:
         """Run a sweep with the panel's settings in a background thread (``wait`` joins it)."""
@@ -210,14 +274,17 @@ class ServerPanel:
         self.sweep = None
         self.power = None
         self._rows, self._live, self.events, self._level = [], {}, [], None
+        self._label = (f"sweep {len(self.history) + 1}: {getattr(self, '_server_label', self.config.value)}, "
+                       f"out {self.output_len.value}")
         self._user_stop.clear()
         self.bar.reset(total=len(levels))
-        self.bar.set_description("sweep")
+        self.bar.set_description("sweep starting")
         self.bar.set_postfix_str("")
-        self.plot.layout.display = "none"  # the last sweep's plot would pass for this one's
-        self.placeholder.value = "<i>Sweep running: the plot fills in as the levels report.</i>"
-        self.placeholder.layout.display = None
         self._active = True
+        if self.history:  # the earlier sweeps stay drawn ("live" in the title); this one's points join them
+            self._draw()
+        else:
+            self.placeholder.value = "<i>Sweep running: the plot fills in as the levels report.</i>"
         self._say(f"sweeping levels {', '.join(map(str, levels))} ...")
         self._thread = threading.Thread(target=self._run, args=(levels,), name="glm5-panel-sweep", daemon=True)
         self._buttons()
@@ -237,7 +304,7 @@ class ServerPanel:
         srv = self.server
         folder = self.folder
         for name in (rundir.SWEEP, rundir.REQUESTS, rundir.GPU, rundir.METRICS, rundir.POWER):
-            (folder / name).unlink(missing_ok=True)  # each sweep replaces the last
+            (folder / name).unlink(missing_ok=True)  # each sweep's files replace the last's
         outcome = "done"
         try:
             result = measure_phase(
@@ -263,9 +330,15 @@ class ServerPanel:
                 self._say(f"<b>sweep stopped</b>: {exc}")
         finally:
             self._active = False
-            self.bar.set_description({"done": "sweep done", "stopped": "stopped by the user"}.get(outcome, "failed"))
+            measured = len(self._rows)
+            self.bar.set_description({"done": f"sweep done ({measured} levels)",
+                                      "stopped": f"stopped by the user ({measured} levels)"}.get(outcome, "failed"))
+            self.bar.set_postfix_str("")  # the last level's live numbers are not the sweep's result
             self.bar.disp(bar_style="success" if outcome == "done" else "danger", check_delay=False)
             self._draw(final=outcome)
+            if self._rows:
+                self.history.append((self._label + ("" if outcome == "done" else f" ({outcome})"),
+                                     pd.DataFrame(self._rows)))
             self._live.clear()
             self._buttons()
 
@@ -284,8 +357,12 @@ class ServerPanel:
         kind, level = event.get("event"), event.get("level")
         if kind == "level_start":
             self._level = level
+            self._live.clear()  # only the running level is drawn as running
+            self.bar.set_postfix_str("")  # no numbers of the level before
             self.bar.set_description(f"C={level}")
         elif kind == "progress":
+            if level != self._level:
+                return  # a late report of a level already done
             self._live[level] = float(event.get("recent_output_throughput") or 0.0)
             postfix = {"done": event.get("completed"), "in_flight": event.get("in_flight"),
                        "tok_s": f"{self._live[level]:,.0f}"}
@@ -302,15 +379,16 @@ class ServerPanel:
             self._draw()
 
     def _draw(self, final: str | None = None) -> None:
-        """Redraw the plot: finished levels as measured, the running level's recent rate dashed.
+        """Redraw the plot: the session's earlier sweeps, this sweep's finished levels, the
+        running level's recent rate.
 
         ``final`` is how the sweep ended (done, stopped, failed): the title then drops "(live)".
         """
         self._drawn_at = time.time()
+        frames = dict(self.history)
         done = pd.DataFrame(self._rows)
-        frames = {}
         if not done.empty and {"concurrency", "output_throughput"} <= set(done.columns):
-            frames["measured"] = done
+            frames[self._label or "this sweep"] = done
         if self._live:
             label = "running level (recent)" if final is None else "level cut short (recent)"
             frames[label] = pd.DataFrame(
@@ -323,8 +401,9 @@ class ServerPanel:
             return
         state = {None: "(live)", "done": "", "stopped": "(stopped by the user)", "failed": "(sweep failed)"}[final]
         try:
-            fig = plots.throughput_vs_concurrency(frames, title=f"{self.phase.value}: throughput {state}".strip())
-            self.plot.value = _png(fig)
+            fig = plots.throughput_vs_concurrency(frames, title=f"{self.phase.value}: throughput {state}".strip(),
+                                                  size=_PLOT_SIZE, legend=True)
+            self.plot.value = _svg(fig)
         except Exception:  # a drawing problem must not stop the measurement
             log.exception("live plot not drawn")
             return

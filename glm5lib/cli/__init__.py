@@ -9,7 +9,14 @@ assembles them.
 A command module imports at its top only what building its parser needs (argparse, the
 foundation modules, the light ``glm5lib.config``); its handlers import the library modules they
 call (pandas, aiohttp, matplotlib behind them), so ``glm5 --help`` and ``glm5 <command> --help``
-load none of them. ``tests/test_cli.py`` checks it.
+load none of them. ``tests/integration/test_cli.py`` checks it.
+
+Conventions every command keeps: exit 0 on success, 1 on a failure (the message names the input
+that failed: a file that does not exist, a config field that is not valid), 2 on a usage error
+(argparse's own, and :class:`~glm5lib.errors.UsageError`: an option value that is not one of its
+choices); ``-v``/``--verbose`` before or after the sub-command; ``-q``/``--quiet`` for no
+progress lines; ``--run-dir`` for a run folder; secrets from the environment or a file, never
+from the command line.
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ import sys
 from collections.abc import Sequence
 
 from glm5lib._version import __version__
-from glm5lib.errors import Glm5Error
+from glm5lib.errors import Glm5Error, UsageError
 
 __all__ = ["build_parser", "main"]
 
@@ -36,6 +43,11 @@ COMMAND_MODULES = (
     "glm5lib.cli.logs",
     "glm5lib.cli.config",
     "glm5lib.cli.diagnose",
+    "glm5lib.cli.predict",
+    "glm5lib.cli.report",
+    "glm5lib.cli.compare",
+    "glm5lib.cli.runs",
+    "glm5lib.cli.tune",
 )
 
 
@@ -52,7 +64,22 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register_cli(sub)
+    _add_verbose(parser)
     return parser
+
+
+def _add_verbose(parser: argparse.ArgumentParser) -> None:
+    """``-v`` after the sub-command too (``glm5 diagnose RUN -v``), on every level of sub-commands."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for child in dict.fromkeys(action.choices.values()):  # aliases share their parser
+            # a parser that passes every token on (prefix_chars without "-") takes no options
+            if "-" in child.prefix_chars and not any("--verbose" in a.option_strings for a in child._actions):
+                # SUPPRESS: an absent -v leaves the top-level value alone
+                child.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                                   help="log at DEBUG level")
+            _add_verbose(child)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -68,9 +95,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(func(args) or 0)
-    except Glm5Error as exc:
+    except UsageError as exc:
         print(f"glm5: error: {exc}", file=sys.stderr)
         return 2
+    except Glm5Error as exc:
+        print(f"glm5: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("glm5: interrupted", file=sys.stderr)
         return 130

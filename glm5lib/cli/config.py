@@ -1,22 +1,27 @@
-"""``glm5 config``: list, show, diff and turn into argv SGLang server configs."""
+"""``glm5 config``: list, show and turn into argv SGLang server configs.
+
+``glm5 config diff`` is the older spelling of ``glm5 diff --raw`` (one diff verb): it still works
+and says so on stderr. :func:`raw_diff` prints the field-by-field difference for both.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from glm5lib.config import (
     DEFAULT_RELEASE,
     ServerConfig,
     catalogue,
-    mask_value,
     parse_assignment,
     shipped_configs,
     type_name,
 )
 from glm5lib.errors import ConfigError
+from glm5lib.masking import mask_value
 
-__all__ = ["register_cli"]
+__all__ = ["raw_diff", "register_cli"]
 
 
 def _resolve_config(text: str, release: str | None = None) -> ServerConfig:
@@ -73,20 +78,34 @@ def _cmd_config(args: argparse.Namespace) -> int:
             print(config.to_shell(module=args.module))
         return 0
     if action == "diff":
-        other = _resolve_config(args.other, args.other_release)
-        differences = config.diff(other)
-        if args.json:
-            print(json.dumps({k: [mask_value(k, a), mask_value(k, b)] for k, (a, b) in differences.items()}, indent=2))
-            return 0
-        if not differences:
-            print("no differences")
-            return 0
-        left, right = config.name or args.config, other.name or args.other
-        print(f"{'field':40s} {left:>24s} {right:>24s}")
-        for name, (mine, theirs) in differences.items():
-            print(f"{name:40s} {mask_value(name, mine)!r:>24} {mask_value(name, theirs)!r:>24}")
-        return 1 if args.exit_code else 0
+        print("glm5: 'glm5 config diff' is deprecated: use 'glm5 diff --raw CURRENT REFERENCE'", file=sys.stderr)
+        return raw_diff(config, args.other, other_release=args.other_release, as_json=args.json,
+                        exit_code=args.exit_code, left_name=args.config)
     raise ConfigError(f"unknown config action {action!r}", valid=["list", "flags", "check", "show", "argv", "diff"])
+
+
+def raw_diff(config: ServerConfig | str, other: ServerConfig | str, *, release: str | None = None,
+             other_release: str | None = None, as_json: bool = False, exit_code: bool = False,
+             left_name: str | None = None) -> int:
+    """Print the fields that differ between two SGLang configs (secrets masked); returns the exit
+    code (1 with ``exit_code`` when they differ)."""
+    if not isinstance(config, ServerConfig):
+        left_name = left_name or config
+        config = _resolve_config(config, release)
+    right_name = other if isinstance(other, str) else None
+    other = other if isinstance(other, ServerConfig) else _resolve_config(other, other_release)
+    differences = config.diff(other)
+    if as_json:
+        print(json.dumps({k: [mask_value(k, a), mask_value(k, b)] for k, (a, b) in differences.items()}, indent=2))
+        return 1 if exit_code and differences else 0
+    if not differences:
+        print("no differences")
+        return 0
+    left, right = config.name or left_name or "current", other.name or right_name or "reference"
+    print(f"{'field':40s} {left:>24s} {right:>24s}")
+    for name, (mine, theirs) in differences.items():
+        print(f"{name:40s} {mask_value(name, mine)!r:>24} {mask_value(name, theirs)!r:>24}")
+    return 1 if exit_code else 0
 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
@@ -110,7 +129,7 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     for name, text in (
         ("show", "show a config's fields (secrets masked)"),
         ("argv", "print the launch command for a config"),
-        ("diff", "fields that differ between two configs"),
+        ("diff", "deprecated: use 'glm5 diff --raw' (fields that differ between two configs)"),
     ):
         p = sub.add_parser(name, help=text)
         p.add_argument("config", help="shipped config name or JSON file")

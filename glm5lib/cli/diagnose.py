@@ -8,7 +8,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any
 
 from glm5lib import rundir
-from glm5lib.errors import DiagnosisError
+from glm5lib.errors import DiagnosisError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,6 +42,14 @@ def _print_findings(frame: pd.DataFrame) -> None:
 
 def _cli_diagnose(args: argparse.Namespace) -> int:
     from glm5lib.diagnose import CapacityModel, diagnose, load_evidence
+
+    # RUN_DIR or --run-dir, the spelling of a run folder every other command takes
+    if args.run_dir and args.run_dir_option and args.run_dir != args.run_dir_option:
+        raise UsageError(f"RUN_DIR {args.run_dir!r} and --run-dir {args.run_dir_option!r} disagree: give one",
+                         field="run_dir")
+    args.run_dir = args.run_dir or args.run_dir_option
+    if not args.run_dir:
+        raise UsageError("give the run folder: glm5 diagnose RUN_DIR (or --run-dir RUN_DIR)", field="run_dir")
 
     frame = diagnose(
         args.run_dir,
@@ -90,6 +98,11 @@ def _cli_diagnose(args: argparse.Namespace) -> int:
 
 
 def _cli_diff(args: argparse.Namespace) -> int:
+    if args.raw:
+        from glm5lib.cli.config import raw_diff
+
+        return raw_diff(args.current, args.reference, release=args.release, other_release=args.other_release,
+                        as_json=args.json, exit_code=args.exit_code)
     import pandas as pd
 
     from glm5lib.diagnose import diff_configs
@@ -128,7 +141,8 @@ def register_cli(subparsers: Any) -> None:
         help="rank the likely bottlenecks of a measured run, with evidence",
         description="Apply the diagnosis rules to one phase of a run folder and print the findings.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder or one of its phase folders")
+    p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run folder or one of its phase folders")
+    p.add_argument("--run-dir", dest="run_dir_option", metavar="RUN_DIR", help="the same, as other commands spell it")
     p.add_argument("--phase", help="phase folder inside RUN_DIR (baseline, fix, ...)")
     p.add_argument(
         "--reference",
@@ -150,8 +164,10 @@ def register_cli(subparsers: Any) -> None:
 
     q = subparsers.add_parser(
         "diff",
-        help="rank the server-argument differences between two configurations",
-        description="CURRENT and REFERENCE: a config .json, a server log, a run folder, a reference name or a shipped config name.",
+        help="rank the server-argument differences between two configurations (--raw: field by field)",
+        description="CURRENT and REFERENCE: a config .json, a server log, a run folder, a reference name or a "
+                    "shipped config name. Ranked by their impact on throughput; --raw lists every field that "
+                    "differs between two SGLang configs, unranked.",
     )
     q.add_argument("current", metavar="CURRENT")
     q.add_argument("reference", metavar="REFERENCE")
@@ -159,4 +175,8 @@ def register_cli(subparsers: Any) -> None:
         "--all", action="store_true", help="also list arguments that never matter for throughput"
     )
     q.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    q.add_argument("--raw", action="store_true", help="every field that differs between two SGLang configs, unranked")
+    q.add_argument("--exit-code", action="store_true", help="with --raw: exit 1 when the configs differ")
+    q.add_argument("--release", help="with --raw: SGLang release of CURRENT")
+    q.add_argument("--other-release", help="with --raw: SGLang release of REFERENCE")
     q.set_defaults(func=_cli_diff)

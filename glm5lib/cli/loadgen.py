@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import rundir
-from glm5lib.errors import ConfigError
+from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]
 
@@ -30,6 +30,23 @@ def _float_list(text: str) -> list[float]:
         return [float(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of rates, e.g. 2,4,8") from None
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The bearer token from ``--api-key-file`` or ``$GLM5_API_KEY``, never from the command line."""
+    if args.api_key_argv is not None:
+        raise UsageError("--api-key would put the secret in the process list: set GLM5_API_KEY or "
+                         "pass --api-key-file PATH (a file holding the token)", field="api_key",
+                         valid=["GLM5_API_KEY", "--api-key-file"])
+    if args.api_key_file:
+        path = Path(args.api_key_file)
+        if not path.is_file():
+            raise ConfigError(f"--api-key-file {args.api_key_file!r} does not exist", field="api_key_file")
+        key = path.read_text().strip()
+        if not key:
+            raise ConfigError(f"--api-key-file {args.api_key_file!r} is empty", field="api_key_file")
+        return key
+    return os.environ.get("GLM5_API_KEY") or None
 
 
 def register_cli(subparsers: Any) -> None:
@@ -55,17 +72,24 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the first level")
     p.add_argument("--mode", choices=["closed", "poisson"], default="closed")
     p.add_argument("--rate", type=_float_list, default=None, help="poisson: requests/s, comma-separated")
-    p.add_argument("--api-key", default=os.environ.get("GLM5_API_KEY"),
-                   help="bearer token (default: $GLM5_API_KEY; never written to the run folder)")
+    p.add_argument("--api-key-file", metavar="PATH", default=None,
+                   help="file holding the bearer token (default: $GLM5_API_KEY; never written to the run folder)")
+    # a secret on the command line shows in the process list: refused with the way to give it
+    p.add_argument("--api-key", dest="api_key_argv", default=None, help=argparse.SUPPRESS)
     p.add_argument("--server-log", default=None,
                    help="the server's log file: a sweep stopped by a dead server quotes its fatal lines")
     p.add_argument("--read-timeout", type=float, default=300.0,
                    help="seconds without data before a request fails (default 300)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steady-extend", type=float, default=1.0,
+                   help="how far past --duration a level not yet steady may run, a multiple of it (default 1; 0: never)")
+    p.add_argument("--no-exact-prompts", action="store_true",
+                   help="text prompts of one word a token instead of sized in the served model's tokens")
     p.add_argument("--run-dir", default=None, help="run folder (default: a new one under data/runs)")
     p.add_argument("--phase", default="sweep", help="phase sub-folder of the run folder (default 'sweep')")
     p.add_argument("--no-resume", action="store_true", help="redo levels already in sweep.csv")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
+                   help="no progress lines (--no-progress is the older spelling)")
     p.set_defaults(func=_handler)
 
 
@@ -75,6 +99,7 @@ def _handler(args: argparse.Namespace) -> int:
     from glm5lib.loadgen import run_sweep
     from glm5lib.server import attach
 
+    api_key = _api_key(args)
     run = Path(args.run_dir) if args.run_dir else rundir.new_run_dir()
     out = rundir.phase_dir(run, args.phase)
     if args.mode == "poisson" and not args.rate:
@@ -82,18 +107,18 @@ def _handler(args: argparse.Namespace) -> int:
     rate = args.rate if args.mode == "poisson" else None
     server = None
     if args.server_log:
-        server = attach(args.base_url, api_key=args.api_key, log_path=args.server_log)
+        server = attach(args.base_url, api_key=api_key, log_path=args.server_log)
     frame = run_sweep(
         args.base_url, args.concurrency, api=args.api, model=args.model, input_len=args.input_len,
         output_len=args.output_len, range_ratio=args.range_ratio, dataset=args.dataset,
         requests_per_level=args.requests, duration=args.duration, warmup=args.warmup,
-        mode=args.mode, rate=rate, run_dir=out, api_key=args.api_key, seed=args.seed,
-        progress=not args.no_progress, resume=not args.no_resume, server=server,
-        read_timeout=args.read_timeout,
+        mode=args.mode, rate=rate, run_dir=out, api_key=api_key, seed=args.seed,
+        progress=not args.quiet, resume=not args.no_resume, server=server,
+        read_timeout=args.read_timeout, steady_extend=args.steady_extend, exact_prompts=not args.no_exact_prompts,
     )
     cols = ["concurrency", "completed", "failed", "cancelled", "output_throughput",
             "median_ttft_ms", "median_itl_ms", "p99_e2e_latency_ms", "client_cpu_pct", "loop_lag_p99_ms",
-            "client_bound"]
+            "client_bound", "steady", "prompt_length_ratio"]
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(frame[cols].to_string(index=False, float_format=lambda v: f"{v:,.1f}"))
     print(f"\nwritten: {out / rundir.SWEEP} and {out / rundir.REQUESTS}")

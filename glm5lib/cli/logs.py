@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from glm5lib.errors import ConfigError
+from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]
 
@@ -42,7 +42,7 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
     engines = ["auto", *available_engines()]
     if args.engine not in engines:
-        raise ConfigError(f"--engine {args.engine!r}: valid values are {', '.join(engines)}", field="engine", valid=engines)
+        raise UsageError(f"--engine {args.engine!r}: valid values are {', '.join(engines)}", field="engine", valid=engines)
     path = Path(args.file)
     if not path.is_file():
         raise ConfigError(f"log file {args.file!r} does not exist", field="file")

@@ -1,4 +1,11 @@
-"""``glm5 launch``: start an SGLang server or the stand-in, print its URL, stop it on Ctrl-C."""
+"""``glm5 launch``: start a server of any registered engine, print its URL, stop it on Ctrl-C.
+
+``--backend`` is a registered engine (:func:`glm5lib.engines.names`): ``sglang`` and the
+stand-in ``sim`` from a ServerConfig (a shipped name, a JSON file, or launch_server flags after
+``--``), ``vllm`` from a vLLM config (``vllm-capped``...), ``command`` from the argv template
+after ``--``. ``--set FIELD=VALUE`` changes a field of the config, typed by the engine's own
+flags (the config's SGLang release for SGLang and the stand-in).
+"""
 
 from __future__ import annotations
 
@@ -7,33 +14,41 @@ import signal
 import sys
 from typing import Any
 
-from glm5lib.config import SGLANG_FLAGS, ServerConfig, flag_for
-from glm5lib.errors import ConfigError
+from glm5lib import engines
+from glm5lib.config import ServerConfig, parse_assignment
+from glm5lib.errors import ConfigError, UsageError
 
-__all__ = ["parse_set", "register_cli"]
-
-_TRUE = ("true", "1", "yes")
-_FALSE = ("false", "0", "no")
+__all__ = ["register_cli"]
 
 
-def parse_set(text: str) -> tuple[str, Any]:
-    """``FIELD=VALUE`` from ``--set`` -> (field, typed value), checked against SGLang's flags."""
-    name, sep, raw = text.partition("=")
-    if not sep:
-        raise ConfigError(f"--set expects FIELD=VALUE, got {text!r}", field=text)
-    name = name.strip().lstrip("-").replace("-", "_")
-    flag = flag_for(name)  # raises naming the closest field for an unknown one
-    spec = SGLANG_FLAGS[name]
-    value = raw.strip()
-    if spec.value_type == "bool":
-        if value.lower() not in _TRUE + _FALSE:
-            raise ConfigError(f"{name} is a switch: use {name}=true or {name}=false", field=name, valid=["true", "false"])
-        return name, value.lower() in _TRUE
-    if value.lower() in ("none", "null") and spec.nullable:
-        return name, None
-    tokens = value.replace(",", " ").split() if spec.value_type == "list" else [raw]
-    # the value as sglang.launch_server's own argument parser would read it
-    return name, ServerConfig.from_argv([flag, *tokens]).get(name)
+def _plain_value(raw: str) -> Any:
+    """A ``--set`` value for an engine whose config checks types itself (vLLM)."""
+    text = raw.strip()
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    if lowered in ("none", "null"):
+        return None
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _changes(config: Any, items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        if isinstance(config, ServerConfig):
+            name, value = parse_assignment(item, config.release)
+        else:
+            name, sep, raw = item.partition("=")
+            if not sep:
+                raise ConfigError(f"--set expects FIELD=VALUE, got {item!r}", field=item)
+            name, value = name.strip().lstrip("-").replace("-", "_"), _plain_value(raw)
+        out[name] = value
+    return out
 
 
 def _interrupt(signum: int, _frame: object) -> None:
@@ -41,7 +56,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
-    from glm5lib.server import BACKENDS, launch
+    from glm5lib.server import launch
 
     # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -56,27 +71,44 @@ def _cmd_launch(args: argparse.Namespace) -> int:
         _add_launch_options(again)
         again.add_argument("config", nargs="?")
         args = again.parse_args(head, namespace=args)
-    if args.backend not in BACKENDS:
-        raise ConfigError(f"--backend {args.backend!r}: valid values are {', '.join(sorted(BACKENDS))}",
-                          field="backend", valid=sorted(BACKENDS))
-    if args.config:
-        config = ServerConfig.load(args.config)
-        sglang_args, foreign = ServerConfig.parse_known_argv(extra) if extra else (ServerConfig(), [])
-        if sglang_args.explicit:
-            config = config.with_changes(**sglang_args.explicit)
+    valid = engines.names()
+    if args.backend not in valid:
+        raise UsageError(f"--backend {args.backend!r}: valid values are {', '.join(valid)}",
+                         field="backend", valid=valid)
+    adapter = engines.get(args.backend)
+    if adapter.config_type is ServerConfig:
+        if args.config:
+            config = ServerConfig.load(args.config)
+            sglang_args, foreign = ServerConfig.parse_known_argv(extra) if extra else (ServerConfig(), [])
+            if sglang_args.explicit:
+                config = config.with_changes(**sglang_args.explicit)
+        else:
+            if not extra:
+                raise UsageError("give a config name/file or sglang.launch_server flags after '--'", field="config")
+            config, foreign = ServerConfig.parse_known_argv(extra)
+        changes = _changes(config, args.set or [])
+        if changes:
+            config = config.with_changes(**changes)
+        if foreign and not adapter.capabilities.accepts_foreign_flags:
+            raise ConfigError(f"unknown SGLang arguments: {' '.join(foreign)}", field=foreign[0])
+        server = launch(
+            config, backend=args.backend, log_path=args.log, ready_timeout=args.ready_timeout,
+            port=args.port, extra_args=foreign, python=args.python,
+        )
+    elif adapter.capabilities.launches_from_config:
+        if not args.config:
+            raise UsageError(f"--backend {args.backend} needs a config name or file", field="config")
+        config = adapter.load_config(args.config)
+        changes = _changes(config, args.set or [])
+        if changes:
+            config = config.with_changes(**changes)
+        server = adapter.launch(engines.LaunchRequest(config=config, log_path=args.log, port=args.port,
+                                                      ready_timeout=args.ready_timeout, extra_args=extra))
     else:
         if not extra:
-            raise ConfigError("give a config name/file or sglang.launch_server flags after '--'", field="config")
-        config, foreign = ServerConfig.parse_known_argv(extra)
-    changes = dict(parse_set(item) for item in (args.set or []))
-    if changes:
-        config = config.with_changes(**changes)
-    if foreign and args.backend != "sim":
-        raise ConfigError(f"unknown SGLang arguments: {' '.join(foreign)}", field=foreign[0])
-    server = launch(
-        config, backend=args.backend, log_path=args.log, ready_timeout=args.ready_timeout,
-        port=args.port, extra_args=foreign, python=args.python,
-    )
+            raise UsageError(f"--backend {args.backend} needs the engine's argv template after '--'", field="command")
+        server = adapter.launch(engines.LaunchRequest(command=extra, log_path=args.log, port=args.port,
+                                                      ready_timeout=args.ready_timeout))
     try:
         print(server.base_url, flush=True)
         print(f"# pid {server.pid}, log {server.log_path}; Ctrl-C stops it", file=sys.stderr, flush=True)
@@ -99,11 +131,13 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
     """Add ``glm5 launch``."""
     parser = subparsers.add_parser(
         "launch",
-        help="start an SGLang server or the stand-in, print its URL, stop it on Ctrl-C",
+        help="start a server of any engine (SGLang, vLLM, the stand-in, a command), print its URL, stop it on Ctrl-C",
         description=(
             "Start a server from a shipped config name, a JSON config file, or sglang.launch_server "
             "flags after '--' (which also override the config's fields; with --backend sim the "
-            "stand-in's own --sim-* flags may follow too). Prints the base URL, then waits; Ctrl-C stops it."
+            "stand-in's own --sim-* flags may follow too); with --backend vllm from a vLLM config; with "
+            "--backend command from the argv template after '--'. Prints the base URL, then waits; "
+            "Ctrl-C stops it."
         ),
     )
     _add_launch_options(parser)
@@ -115,8 +149,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _add_launch_options(parser: argparse.ArgumentParser) -> None:
-    # not argparse choices: the launcher's list of backends imports the server package (pandas)
-    parser.add_argument("--backend", default="sglang", help="sglang (default) or sim (the stand-in)")
+    # the registry's names need no adapter imported; checked by the handler (exit 2 when unknown)
+    parser.add_argument("--backend", default="sglang", metavar="ENGINE",
+                        help=f"engine: {', '.join(engines.names())} (default sglang)")
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     parser.add_argument("--log", default=None, help="log file (default: a new temporary folder)")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")

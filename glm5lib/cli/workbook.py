@@ -41,6 +41,8 @@ def _cmd_run(args) -> int:
     report = out / rundir.REPORT
     if report.exists():
         print(f"Report: {report}")
+    if (out / rundir.REPORT_HTML).exists():
+        print(f"HTML report (self-contained): {out / rundir.REPORT_HTML}")
     return 0
 
 
@@ -56,5 +58,5 @@ def register_cli(sub) -> None:
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 2,4")
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.add_argument("--notebooks", help="folder of NN-*.ipynb notebooks (default: the workbook's)")
-    run.add_argument("--no-report", action="store_true", help="do not write report.md/summary.json")
+    run.add_argument("--no-report", action="store_true", help="do not write report.md, report.html and summary.json")
     run.set_defaults(func=_cmd_run)

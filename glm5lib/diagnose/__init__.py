@@ -18,18 +18,16 @@ Known flag/hardware incompatibilities live in ``data/knowledge/incompatibilities
 checked against the environment snapshot; users can add their own entries there.
 
 Modules: :mod:`.knowledge` (the data files), :mod:`.references` (resolving configurations),
-:mod:`.diff`, :mod:`.evidence` (Evidence, Finding, load_evidence), :mod:`.rules` (one module per
-theme), :mod:`.capacity`, :mod:`.runs` (diagnose a run folder).
+:mod:`.diff`, :mod:`.evidence` (Evidence, Finding, load_evidence; each level's scheduler figures
+from the denser of the log and ``/metrics``), :mod:`.rules` (one module per theme: the running
+batch, admission, per-step limits, throughput and the client, trade-offs between phases, ...),
+:mod:`.capacity`, :mod:`.runs` (diagnose a run folder), :mod:`.section` (the report's scheduler
+limits section).
 """
 
 from __future__ import annotations
 
-from glm5lib.diagnose.capacity import (
-    CapacityModel,
-    Recommendation,
-    predict_remedy,
-    recommend_max_running_requests,
-)
+from glm5lib.diagnose.capacity import CapacityModel, Recommendation, recommend_max_running_requests
 from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
 from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, Prediction, load_evidence
 from glm5lib.diagnose.knowledge import (
@@ -39,19 +37,43 @@ from glm5lib.diagnose.knowledge import (
     load_remedies,
     remedy,
 )
+from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.references import (
     list_references,
     reference_dir,
     resolve_config,
     resolve_server_args,
 )
-from glm5lib.diagnose.rules import *  # noqa: F403  (RULES, evaluate, every rule: rules.__all__)
-from glm5lib.diagnose.rules import __all__ as _RULES_ALL
+from glm5lib.diagnose.rules import (
+    CAVEAT_RULES,
+    RULES,
+    evaluate,
+    rule_admission_reserve,
+    rule_client_bound,
+    rule_concurrency_cap,
+    rule_crashes,
+    rule_cuda_graph,
+    rule_dp_imbalance,
+    rule_gpu_underused,
+    rule_incompatibilities,
+    rule_kv_capacity,
+    rule_load_bound,
+    rule_prefill_budget,
+    rule_reference_diff,
+    rule_retraction_churn,
+    rule_saturation,
+    rule_token_budget,
+    rule_tradeoff,
+    rule_underfed,
+)
 from glm5lib.diagnose.runs import diagnose
 
+# Every rule is re-exported by name (the tests check this list holds rules.__all__).
 __all__ = [
+    "CAVEAT_RULES",
     "DIFF_COLUMNS",
     "FINDING_COLUMNS",
+    "RULES",
     "CapacityModel",
     "Evidence",
     "Finding",
@@ -59,11 +81,12 @@ __all__ = [
     "Recommendation",
     "diagnose",
     "diff_configs",
+    "evaluate",
+    "fill_remedy",
     "list_references",
     "load_evidence",
     "load_impact",
     "load_incompatibilities",
-    "fill_remedy",
     "load_remedies",
     "predict_remedy",
     "recommend_max_running_requests",
@@ -72,5 +95,21 @@ __all__ = [
     "resolve_automatic",
     "resolve_config",
     "resolve_server_args",
-    *_RULES_ALL,  # the rules package's export list, not a copy of it
+    "rule_admission_reserve",
+    "rule_client_bound",
+    "rule_concurrency_cap",
+    "rule_crashes",
+    "rule_cuda_graph",
+    "rule_dp_imbalance",
+    "rule_gpu_underused",
+    "rule_incompatibilities",
+    "rule_kv_capacity",
+    "rule_load_bound",
+    "rule_prefill_budget",
+    "rule_reference_diff",
+    "rule_retraction_churn",
+    "rule_saturation",
+    "rule_token_budget",
+    "rule_tradeoff",
+    "rule_underfed",
 ]

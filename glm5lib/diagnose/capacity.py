@@ -2,7 +2,9 @@
 
 :class:`CapacityModel` fits a run's decode lines, predicts throughput at other caps and
 concurrencies (with the fit's error), and :func:`recommend_max_running_requests` gives the
-largest ``--max-running-requests`` the KV pool supports for a workload.
+largest ``--max-running-requests`` the KV pool supports for a workload. It reads decode lines
+only; the forecast of a whole change (every limit, TTFT and TPOT, from a phase's sweep levels)
+is :mod:`glm5lib.diagnose.model`'s.
 """
 
 from __future__ import annotations
@@ -15,13 +17,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct
+from glm5lib.diagnose.evidence import Evidence, _col, _num, _pct
 from glm5lib.errors import ConfigError, DiagnosisError
 
 __all__ = [
     "CapacityModel",
     "Recommendation",
-    "predict_remedy",
     "recommend_max_running_requests",
 ]
 
@@ -410,59 +411,3 @@ def fitted_model(ev: Evidence) -> CapacityModel | None:
             return None
 
     return ev.cached("capacity_model", ev.decode, fit)
-
-
-def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction | None:
-    """The capacity model's throughput at the highest offered level once a remedy lets up to
-    ``cap_after`` requests run (None: no cap, only the offered load and the KV pool bound the
-    batch), with the fit's error band, beside the throughput measured there.
-
-    None when there is no sweep, no fit, or a fit without a lever arm (it would only
-    extrapolate)."""
-    s = ev.sweep_sorted()
-    if s.empty or "output_throughput" not in s:
-        return None
-    model = fitted_model(ev)
-    if model is None or not model.lever_arm:
-        return None
-    top = s.iloc[-1]
-    offered = int(top["concurrency"])
-    measured = float(pd.to_numeric(top["output_throughput"], errors="coerce"))
-    levels = ev.level_decode()
-    lines = levels[0][1] if levels else ev.active_decode()
-    batch_now = int(_col(lines, "running_req").median()) if len(lines) else 0
-    pool, _ = ev.kv_pool_tokens()
-    ctx, _ = ev.context_tokens()
-    row = model.predict(offered, cap=cap_after, max_total_num_tokens=pool, context_tokens=ctx).iloc[0]
-    if int(row["batch"]) <= batch_now:
-        return None  # the remedy would not let more requests run
-    text = (
-        f"{what}: at concurrency {offered} the decode model predicts {_num(row['throughput'])} tok/s "
-        f"({_num(row['throughput_low'])}-{_num(row['throughput_high'])}: fit error {_pct(model.mape)}"
-        + (", widened for extrapolation" if bool(row["extrapolated"]) else "")
-        + ") "
-        f"with {int(row['batch'])} running ({row['limited_by']}-bound), against "
-        + (f"{_num(measured)} tok/s measured" if math.isfinite(measured) else "no measured figure")
-        + f" with {batch_now}"
-        + (
-            "; the model predicts no gain over the measurement"
-            if math.isfinite(measured) and float(row["throughput_high"]) < measured
-            else ""
-        )
-        + (
-            f"; extrapolated beyond the measured batches {model.batch_range[0]}-{model.batch_range[1]}"
-            if bool(row["extrapolated"])
-            else ""
-        )
-    )
-    return Prediction(
-        concurrency=offered,
-        batch_now=batch_now,
-        batch_after=int(row["batch"]),
-        throughput=float(row["throughput"]),
-        low=float(row["throughput_low"]),
-        high=float(row["throughput_high"]),
-        measured=measured if math.isfinite(measured) else None,
-        extrapolated=bool(row["extrapolated"]),
-        text=text,
-    )

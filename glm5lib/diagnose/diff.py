@@ -17,7 +17,7 @@ that server's own start-up lines (``max_running_requests=..., max_total_num_toke
 failing that, from the release's rule (the running-request cap of 0.5.x is
 ``min(max(KV tokens / context length x 512, 2048), 4096)``, at most half the KV pool; vLLM's
 ``max_num_seqs`` and ``max_num_batched_tokens`` by the device's table in
-:func:`glm5lib.engines.vllm_defaults.vllm_automatic`). An
+:func:`glm5lib.engines.vllm.vllm_automatic`). An
 explicit capacity setting far below the other side's (resolved) value is the signature of a cap
 and ranks first in its class.
 """
@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib.config.releases import bundled_catalogue, version_key
+from glm5lib.config import bundled_catalogue, version_key
 from glm5lib.diagnose.knowledge import IMPACT_ORDER, is_context_field, load_impact
 from glm5lib.diagnose.references import (
     arg,
@@ -41,7 +41,7 @@ from glm5lib.diagnose.references import (
     resolved_fallback,
     shown_as,
 )
-from glm5lib.engines.vllm_defaults import VLLM_AUTOMATIC_FIELDS, vllm_automatic
+from glm5lib.engines.vllm import VLLM_AUTOMATIC_FIELDS, vllm_automatic
 from glm5lib.masking import mask_value
 
 __all__ = ["CAPACITY_FIELDS", "DIFF_COLUMNS", "diff_configs", "resolve_automatic"]

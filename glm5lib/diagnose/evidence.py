@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib import rundir
+from glm5lib import engines, rundir
 from glm5lib.diagnose.references import (
     _args_from_json_file,
     arg,
@@ -27,7 +27,6 @@ from glm5lib.diagnose.references import (
     release_of,
     resolve_config,
 )
-from glm5lib.engines.vllm_defaults import vllm_automatic
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log, to_epoch
 
@@ -37,7 +36,15 @@ __all__ = [
     "Finding",
     "Prediction",
     "decode_from_metrics",
+    "level_throughput",
     "load_evidence",
+    "logs_prefill_lines",
+    "preemptions_from_metrics",
+    "reserves_future_tokens",
+    "running_cap_field",
+    "samples_text",
+    "step_tokens_from_metrics",
+    "token_budget_field",
 ]
 
 FINDING_COLUMNS = [
@@ -54,6 +61,7 @@ FINDING_COLUMNS = [
     "predicted_low",
     "predicted_high",
     "measured_throughput",
+    "covers",  # the configuration fields the finding is about, space-separated
 ]
 
 
@@ -106,6 +114,15 @@ class Evidence:
     skipped: list[str] = dataclasses.field(default_factory=list)
     # Where ``decode`` came from: the server log, or /metrics gauges when the log had no lines.
     decode_source: str = "log"
+    # Decode-schema rows from the scraped /metrics gauges (one per scrape, ``epoch`` in seconds),
+    # read beside the log's lines so each level takes the denser of the two; empty: not scraped.
+    gauges: pd.DataFrame = dataclasses.field(default_factory=lambda: _frame(_DECODE_COLS))
+    # Cumulative per-step token counters from /metrics (vLLM's iteration-token histogram):
+    # ``epoch``, ``steps``, ``tokens``; empty: not exported.
+    step_tokens: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # The sweep of the phase this one changed (the run's baseline when this is a later phase).
+    before_sweep: pd.DataFrame | None = None
+    before_label: str | None = None
     # Derived frames several rules read, keyed by the identity of the frame they came from.
     _cache: dict[Any, Any] = dataclasses.field(
         default_factory=dict, init=False, repr=False, compare=False
@@ -114,7 +131,15 @@ class Evidence:
     def cached(self, key: str, source: Any, make: Any) -> Any:
         """``make()``, computed once per ``source`` object (a frame replaced later is recomputed)."""
         hit = self._cache.get(key)
-        if hit is not None and hit[0] is source:
+        if hit is not None and (
+            hit[0] is source
+            or (
+                isinstance(source, tuple)
+                and isinstance(hit[0], tuple)
+                and len(source) == len(hit[0])
+                and all(x is y for x, y in zip(source, hit[0], strict=True))
+            )
+        ):
             return hit[1]
         value = make()
         self._cache[key] = (source, value)
@@ -125,18 +150,71 @@ class Evidence:
         return arg(self.server_args, field)
 
     def active_decode(self) -> pd.DataFrame:
-        """Decode lines of one rank (the first seen) with at least one running request."""
-        return self.cached("active_decode", self.decode, self._active_decode)
+        """Decode rows with at least one running request, each level's from its densest source.
 
-    def _active_decode(self) -> pd.DataFrame:
-        d = self.decode
+        Within a sweep level's time window the server log's decode lines are used when they are
+        at least as many as the ``/metrics`` scrapes there, else the scrapes (a log that writes a
+        line every N steps can leave a level of long steps with none); rows outside every level
+        come from the log. Column ``source`` says which (``"log"`` or ``"metrics"``), ``epoch``
+        is each row's time in seconds. Without gauges: the log's lines (:meth:`log_decode`)."""
+        return self.cached("active_decode", (self.decode, self.gauges, self.sweep), self._merged_decode)
+
+    def log_decode(self) -> pd.DataFrame:
+        """The server log's decode lines of one rank (the first seen) with a running request."""
+        if self.decode_source == "metrics":
+            return self._active(None, "log")  # the log had none: ``decode`` holds the gauges
+        return self.cached("log_decode", self.decode, lambda: self._active(self.decode, "log"))
+
+    def gauge_decode(self) -> pd.DataFrame:
+        """The ``/metrics`` scrapes (decode schema) with a running request."""
+        return self.cached("gauge_decode", self.gauges, lambda: self._active(self.gauges, "metrics"))
+
+    def _active(self, d: pd.DataFrame | None, source: str) -> pd.DataFrame:
         if d is None or d.empty or "running_req" not in d:
-            return _frame(_DECODE_COLS)
+            return _frame([*_DECODE_COLS, "source", "epoch"])
         if "rank" in d and d["rank"].nunique(dropna=True) > 1:
             first = d["rank"].dropna().iloc[0]
             d = d[d["rank"].isna() | (d["rank"] == first)]
-        d = d[pd.to_numeric(d["running_req"], errors="coerce") > 0]
-        return d.reset_index(drop=True)
+        d = d[pd.to_numeric(d["running_req"], errors="coerce") > 0].reset_index(drop=True)
+        d = d.assign(source=source)
+        if "epoch" not in d:
+            t = self._epoch(d) if "time" in d else None
+            d["epoch"] = t if t is not None else np.nan
+        return d
+
+    def _merged_decode(self) -> pd.DataFrame:
+        if self.decode_source == "metrics":
+            # the log had no decode lines: the gauges stand in for them
+            return self.cached("gauges_as_decode", self.decode, lambda: self._active(self.decode, "metrics"))
+        gauges = self.gauge_decode()
+        log = self.log_decode()
+        if gauges.empty:
+            return log
+        windows = self._level_windows()
+        if not windows:
+            return log if len(log) >= len(gauges) else gauges
+        t_log = _col(log, "epoch").to_numpy(dtype=float)
+        t_g = _col(gauges, "epoch").to_numpy(dtype=float)
+        inside = np.zeros(len(log), dtype=bool)
+        parts = []
+        for a, b in windows:
+            in_log = (t_log >= a) & (t_log <= b)
+            in_g = (t_g >= a) & (t_g <= b)
+            inside |= in_log
+            parts.append(log[in_log] if in_log.sum() >= in_g.sum() else gauges[in_g])
+        parts.append(log[~inside])
+        parts = [p for p in parts if not p.empty]
+        if not parts:
+            return log
+        out = pd.concat(parts, ignore_index=True)
+        return out.sort_values("epoch", kind="stable").reset_index(drop=True)
+
+    def _level_windows(self) -> list[tuple[float, float]]:
+        s = self.sweep
+        if s is None or s.empty or not {"start_time", "end_time"} <= set(s.columns):
+            return []
+        a, b = _col(s, "start_time"), _col(s, "end_time")
+        return [(float(x), float(y)) for x, y in zip(a, b, strict=True) if pd.notna(x) and pd.notna(y)]
 
     def cap(self) -> tuple[int | None, str]:
         """The effective max-running-requests and where it came from."""
@@ -148,11 +226,13 @@ class Evidence:
             v = self.arg(key)
             if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
                 return int(v), "server arguments"
-        if self.engine == "vllm":
-            # vLLM logs only the arguments given: an unset max_num_seqs is the value its rule chose
-            auto = vllm_automatic("max_num_seqs", self.server_args or {}, self.startup, self.environment)
+        adapter = engines.get(self.engine, default="sglang")
+        if adapter.capabilities.resolves_automatic_values:
+            # an engine that logs only the arguments given: an unset cap is the value its rule chose
+            cap_field = adapter.capabilities.running_cap_field
+            auto = adapter.automatic(cap_field, self.server_args or {}, self.startup, self.environment)
             if auto is not None and auto.value is not None:
-                return auto.value, f"value vLLM chose, max_num_seqs being unset: {auto.how}"
+                return auto.value, f"value {adapter.title} chose, {cap_field} being unset: {auto.how}"
         return None, "unset"
 
     def kv_pool_tokens(self) -> tuple[int | None, str]:
@@ -220,11 +300,9 @@ class Evidence:
         """
         d = self.active_decode()
         a, b = level.get("start_time", np.nan), level.get("end_time", np.nan)
-        if d.empty or "time" not in d or pd.isna(a) or pd.isna(b):
+        if d.empty or "epoch" not in d or pd.isna(a) or pd.isna(b):
             return d.iloc[0:0]
-        t = self.cached("decode_epoch", self.decode, lambda: self._epoch(d))
-        if t is None:
-            return d.iloc[0:0]
+        t = _col(d, "epoch").to_numpy(dtype=float)
         return d[(t >= float(a)) & (t <= float(b))]
 
     @staticmethod
@@ -238,8 +316,18 @@ class Evidence:
         s = self.sweep
         if s is None or s.empty or "concurrency" not in s:
             return _frame(["concurrency"])
+        return self._sweep_sorted(s)
+
+    @staticmethod
+    def _sweep_sorted(s: pd.DataFrame) -> pd.DataFrame:
         s = s.copy()
         s["concurrency"] = pd.to_numeric(s["concurrency"], errors="coerce")
+        if "output_throughput" in s and "total_output_tokens" in s:
+            # a level whose steady window counted nothing though tokens streamed is read whole
+            # (level_throughput), so no rule quotes 0 tok/s for it; ``not_steady`` says why
+            read = [level_throughput(r) for r in s.to_dict(orient="records")]
+            s["output_throughput"] = [v for v, _ in read]
+            s["not_steady"] = [n for _, n in read]
         return s.dropna(subset=["concurrency"]).sort_values("concurrency").reset_index(drop=True)
 
     @property
@@ -250,7 +338,8 @@ class Evidence:
     @property
     def release(self) -> str | None:
         """The SGLang release of the evidence's server arguments (:func:`release_of`); None for other engines."""
-        return release_of(self.server_args or {}) if self.engine == "sglang" else None
+        sglang_format = engines.get(self.engine, default="sglang").config_type is engines.get("sglang").config_type
+        return release_of(self.server_args or {}) if sglang_format else None
 
     def prefill_budget(self) -> tuple[int | None, str]:
         """Prompt tokens one prefill batch may take, and where that came from.
@@ -258,7 +347,12 @@ class Evidence:
         SGLang: the smaller of chunked_prefill_size and max_prefill_tokens (start-up line, else
         arguments); vLLM: max_num_batched_tokens."""
         values = []
-        for key in ("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens"):
+        keys = (
+            ("max_num_batched_tokens",)
+            if token_budget_field(self) == "max_num_batched_tokens"
+            else ("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens")
+        )
+        for key in keys:
             v = norm(self.startup.get(key)) if self.startup else None
             where = "start-up log line"
             if not isinstance(v, (int, float)) or v <= 0:
@@ -268,6 +362,65 @@ class Evidence:
         if not values:
             return None, "unknown"
         return min(values)
+
+    def token_budget(self) -> tuple[int | None, str]:
+        """The per-step token budget (:meth:`prefill_budget`), or the value vLLM chose when
+        ``max_num_batched_tokens`` was left unset."""
+        budget, src = self.prefill_budget()
+        if budget is None:
+            adapter = engines.get(self.engine, default="sglang")
+            field = adapter.capabilities.token_budget_field
+            auto = adapter.automatic(field, self.server_args or {}, self.startup, self.environment) if field else None
+            if auto is not None and auto.value is not None:
+                return int(auto.value), f"{field} {adapter.title} chose, being unset: {auto.how}"
+        return budget, src
+
+    def prompt_tokens(self, level: Mapping[str, Any] | None = None) -> tuple[float | None, str]:
+        """Median prompt tokens per request (of one level when given), and where from."""
+        r = self.requests
+        if r is not None and not r.empty and "prompt_tokens" in r:
+            rows = r
+            if level is not None and "level_id" in r and pd.notna(level.get("level_id", np.nan)):
+                rows = r[r["level_id"] == level["level_id"]]
+            if "warmup" in rows:
+                rows = rows[~rows["warmup"].fillna(False).astype(bool)]
+            v = pd.to_numeric(rows["prompt_tokens"], errors="coerce").dropna()
+            v = v[v > 0]
+            if len(v):
+                return float(v.median()), "median prompt_tokens in requests.jsonl"
+        s = self.sweep_sorted() if level is None else pd.DataFrame([dict(level)])
+        if not s.empty and "mean_prompt_tokens" in s:
+            v = _col(s, "mean_prompt_tokens").dropna()
+            if len(v) and float(v.median()) > 0:
+                return float(v.median()), "mean prompt tokens per request in the sweep"
+        if not s.empty and {"total_input_tokens", "completed"} <= set(s.columns):
+            c = _col(s, "completed") + _col(s, "cancelled").fillna(0) if "cancelled" in s else _col(s, "completed")
+            per = (_col(s, "total_input_tokens") / c)[c > 0].dropna()
+            if len(per):
+                return float(per.median()), "input tokens per request in the sweep"
+        if not s.empty and "input_len" in s:
+            v = _col(s, "input_len").dropna()
+            if len(v):
+                return float(v.max()), "input_len of the sweep (asked, not measured)"
+        return None, "unknown"
+
+    def steps_in_level(self, level: Mapping[str, Any]) -> dict[str, float] | None:
+        """Engine steps inside a level from the per-step token counters: ``steps``, ``tokens``
+        and their ``mean`` per step; None without counters covering the level."""
+        st = self.step_tokens
+        a, b = level.get("start_time", np.nan), level.get("end_time", np.nan)
+        if st is None or st.empty or pd.isna(a) or pd.isna(b) or "steps" not in st:
+            return None
+        # the snapshots nearest the level's ends (histograms may be kept only at level boundaries)
+        t = _col(st, "epoch").to_numpy(dtype=float)
+        first = st.iloc[int(np.nanargmin(np.abs(t - float(a))))]
+        last = st.iloc[int(np.nanargmin(np.abs(t - float(b))))]
+        steps = float(last["steps"] - first["steps"])
+        if not steps > 0:
+            return None
+        out = {"steps": steps, "tokens": float(last.get("tokens", np.nan) - first.get("tokens", np.nan))}
+        out["mean"] = out["tokens"] / steps
+        return out
 
     def level_decode(self) -> list[tuple[float | None, pd.DataFrame]]:
         """Active decode lines per sweep level, highest offered level first: ``[(concurrency,
@@ -284,6 +437,33 @@ class Evidence:
             if not d.empty:
                 out.append((None, d))
         return out
+
+    def level_table(self) -> pd.DataFrame:
+        """Per sweep level, what the scheduler's figures say, from the level's densest source:
+        ``concurrency``, ``source`` (``"log"``, ``"metrics"`` or ``"missing"``), ``samples``,
+        ``running_median``, ``running_max``, ``queued_mean``, ``queued_max``, ``kv_max`` (0-1;
+        NaN where the source has no such figure) and ``tokens_per_step`` (from step counters)."""
+        rows = []
+        for _, level in self.sweep_sorted().iterrows():
+            lines = self.decode_in_level(level)
+            row: dict[str, Any] = {"concurrency": int(level["concurrency"]), "source": "missing", "samples": 0}
+            if len(lines):
+                sources = sorted(set(lines["source"])) if "source" in lines else ["log"]
+                row.update(
+                    source="+".join(sources),
+                    samples=len(lines),
+                    running_median=float(_col(lines, "running_req").median()),
+                    running_max=float(_col(lines, "running_req").max()),
+                    queued_mean=float(_col(lines, "queue_req").mean()),
+                    queued_max=float(_col(lines, "queue_req").max()),
+                    kv_max=float(_col(lines, "token_usage").max()),
+                )
+            steps = self.steps_in_level(level)
+            row["tokens_per_step"] = steps["mean"] if steps else np.nan
+            rows.append(row)
+        cols = ["concurrency", "source", "samples", "running_median", "running_max", "queued_mean",
+                "queued_max", "kv_max", "tokens_per_step"]
+        return pd.DataFrame(rows, columns=cols)
 
     def requested_max_tokens(self) -> tuple[float | None, str]:
         """The max_tokens requests asked for (what SGLang reserves against), and where from."""
@@ -337,6 +517,72 @@ class Finding:
         return round(self.severity * self.confidence, 4)
 
 
+# -- engine facts the rules need, answered by the engine's adapter (glm5lib.engines) --
+def _capabilities(ev: Evidence):
+    return engines.get(ev.engine, default="sglang").capabilities
+
+
+def reserves_future_tokens(ev: Evidence) -> bool:
+    """Does the engine hold KV room for tokens a request will still generate when it admits it?
+    (SGLang does; vLLM does not.)"""
+    return bool(_capabilities(ev).reserves_future_tokens)
+
+
+def logs_prefill_lines(ev: Evidence) -> bool:
+    """Does the engine log one line per prefill batch (SGLang) rather than only periodic stats?"""
+    return bool(_capabilities(ev).logs_prefill_lines)
+
+
+def token_budget_field(ev: Evidence) -> str:
+    """The engine's own name for its per-step token budget."""
+    return _capabilities(ev).token_budget_field or "chunked_prefill_size"
+
+
+def running_cap_field(ev: Evidence) -> str:
+    """The engine's own name for its cap on running requests."""
+    return _capabilities(ev).running_cap_field or "max_running_requests"
+
+
+def _num_or_nan(row: dict[str, Any], key: str) -> float:
+    v = pd.to_numeric(pd.Series([row.get(key)]), errors="coerce").iloc[0]
+    return float(v) if pd.notna(v) else np.nan
+
+
+def level_throughput(row: dict[str, Any]) -> tuple[float, str | None]:
+    """A sweep row's output tok/s and why it is not the steady figure (None when it is).
+
+    The steady window's throughput when the level was steady and it counted tokens; otherwise the
+    whole level's (output tokens over its length), with the reason: the level's own
+    ``steady_note`` where recorded, else "no steady window" with its note."""
+    steady_thr = _num_or_nan(row, "output_throughput")
+    steady = row.get("steady")
+    flagged = steady is False or (isinstance(steady, str) and steady.lower() == "false")
+    if steady_thr > 0 and not flagged:
+        return steady_thr, None
+    tokens = _num_or_nan(row, "total_output_tokens")
+    duration = _num_or_nan(row, "duration")
+    whole = _num_or_nan(row, "output_throughput_overall")
+    if not whole > 0 and tokens > 0 and duration > 0:
+        whole = tokens / duration
+    if not whole > 0:
+        return steady_thr, None
+    note = row.get("steady_note") if isinstance(row.get("steady_note"), str) else None
+    if not note:
+        window = row.get("window_note")
+        note = f"no steady window ({window})" if isinstance(window, str) and window else "no steady window"
+    tokens_text = f"{tokens:,.0f} tokens in {duration:.1f} s" if tokens > 0 and duration > 0 else "whole level"
+    return whole, f"not steady: {note}; {tokens_text}"
+
+
+def samples_text(lines: pd.DataFrame) -> str:
+    """'8 /metrics scrapes' or '12 decode lines': how many figures a statement rests on, and whose."""
+    if "source" in lines and len(lines) and (lines["source"] == "metrics").all():
+        return f"{len(lines)} /metrics scrapes"
+    if "source" in lines and len(lines) and (lines["source"] == "metrics").any():
+        return f"{len(lines)} decode lines and /metrics scrapes"
+    return f"{len(lines)} decode lines"
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:.0f}%"
 
@@ -380,14 +626,8 @@ def _read_environment(environment: Any, phase: Path) -> dict[str, Any] | None:
     return None
 
 
-# Schema column -> the gauges that give it, per engine (SGLang's, then vLLM's names).
-_GAUGES = {
-    "running_req": ("sglang:num_running_reqs", "vllm:num_requests_running"),
-    "queue_req": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
-    "token_usage": ("sglang:token_usage", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
-    "num_token": ("sglang:num_used_tokens",),
-    "gen_throughput": ("sglang:gen_throughput",),
-}
+# Schema column -> the gauges that give it, from every engine adapter's /metrics map (SGLang's first).
+_GAUGES = {column: engines.metric_names(column) for column in engines.DECODE_METRIC_COLUMNS}
 
 
 def decode_from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -414,10 +654,65 @@ def decode_from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
     if "running_req" not in out:
         return pd.DataFrame()
     out = out.reset_index()
+    out["epoch"] = out["time"].astype(float)
     out["time"] = pd.to_datetime(out["time"], unit="s", utc=True)
     out["rank"] = ""
     out.attrs["engine"] = engine
     return out
+
+
+# The phase a later phase is compared with.
+BEFORE_PHASE = "baseline"
+
+# vLLM's histogram of tokens per engine step (prompt and decode tokens the scheduler took).
+_STEP_TOKENS = "vllm:iteration_tokens_total"
+
+
+_PREEMPTIONS = ("vllm:num_preemptions_total", "vllm:num_preemptions")
+
+
+def preemptions_from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Retraction rows (``time``, ``rank``, ``retracted_reqs``, ``epoch``) from vLLM's preemption
+    counter in ``metrics.csv``: one row per scrape in which it rose, by how much. Empty when the
+    counter was not scraped or never rose."""
+    if metrics is None or metrics.empty or not {"time", "metric", "value"} <= set(metrics.columns):
+        return pd.DataFrame()
+    m = metrics[metrics["metric"].isin(_PREEMPTIONS)]
+    if m.empty:
+        return pd.DataFrame()
+    per = m.assign(value=pd.to_numeric(m["value"], errors="coerce"), time=pd.to_numeric(m["time"], errors="coerce"))
+    total = per.groupby("time")["value"].sum().sort_index()
+    rose = total.diff().fillna(0)
+    rose = rose[rose > 0]
+    if rose.empty:
+        return pd.DataFrame()
+    return pd.DataFrame({"time": pd.to_datetime(rose.index, unit="s", utc=True), "rank": "",
+                         "retracted_reqs": rose.to_numpy().astype(int), "epoch": rose.index.to_numpy(dtype=float)})
+
+
+def step_tokens_from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Cumulative per-step token counters, one row per scrape: ``epoch``, ``steps`` (engine steps
+    so far) and ``tokens`` (tokens they took), from the count and sum of vLLM's
+    ``iteration_tokens_total`` histogram in ``metrics.csv``. Empty when not scraped.
+
+    Only the mean per step is read from it: vLLM 0.32 credits a prompt's tokens to the step that
+    finishes its prefill, so under chunked prefill the buckets show a few huge steps and many
+    small ones while the sum over steps (and so the mean) is what the steps took."""
+    if metrics is None or metrics.empty or not {"time", "metric", "value"} <= set(metrics.columns):
+        return pd.DataFrame()
+    m = metrics[metrics["metric"].astype(str).str.startswith(_STEP_TOKENS)]
+    if m.empty:
+        return pd.DataFrame()
+    m = m.assign(value=pd.to_numeric(m["value"], errors="coerce"), time=pd.to_numeric(m["time"], errors="coerce"))
+    metric = m["metric"].astype(str)
+    out = pd.DataFrame(index=pd.Index(sorted(m["time"].dropna().unique()), name="epoch"))
+    for suffix, column in (("_count", "steps"), ("_sum", "tokens")):
+        part = m[metric == _STEP_TOKENS + suffix]
+        if not part.empty:
+            out[column] = part.groupby("time")["value"].sum()
+    if "steps" not in out:
+        return pd.DataFrame()
+    return out.reset_index()
 
 
 def load_evidence(
@@ -450,19 +745,30 @@ def load_evidence(
         ev.skipped.append("server.log missing: log-based rules skipped")
     ev.server_args = args
     metrics_path = path / rundir.METRICS
-    if (
-        (ev.decode is None or ev.decode.empty or "running_req" not in ev.decode)
-        and metrics_path.is_file()
-        and metrics_path.stat().st_size
-    ):
-        gauges = decode_from_metrics(pd.read_csv(metrics_path))
+    if metrics_path.is_file() and metrics_path.stat().st_size:
+        try:
+            metrics = pd.read_csv(metrics_path)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            ev.skipped.append(f"metrics.csv unreadable: {exc}")
+            metrics = pd.DataFrame()
+        gauges = decode_from_metrics(metrics)
+        ev.step_tokens = step_tokens_from_metrics(metrics)
+        if ev.retractions is None or ev.retractions.empty:
+            preempted = preemptions_from_metrics(metrics)
+            if not preempted.empty:
+                ev.retractions = preempted  # vLLM V1 logs no line per preemption; its counter counts them
         if not gauges.empty:
-            ev.decode = gauges
-            ev.decode_source = "metrics"
+            ev.gauges = gauges
+            if ev.decode is None or ev.decode.empty or "running_req" not in ev.decode:
+                ev.decode = gauges
+                ev.decode_source = "metrics"
             if gauges.attrs.get("engine") and "engine" not in ev.startup:
                 ev.startup["engine"] = gauges.attrs["engine"]
     if (path / rundir.SWEEP).is_file():
         ev.sweep = pd.read_csv(path / rundir.SWEEP)
+    before = path.parent / BEFORE_PHASE
+    if path.name != BEFORE_PHASE and (before / rundir.SWEEP).is_file():
+        ev.before_sweep, ev.before_label = pd.read_csv(before / rundir.SWEEP), BEFORE_PHASE
     if (path / rundir.REQUESTS).is_file() and (path / rundir.REQUESTS).stat().st_size:
         ev.requests = pd.read_json(path / rundir.REQUESTS, lines=True)
     if (path / rundir.GPU).is_file() and (path / rundir.GPU).stat().st_size:

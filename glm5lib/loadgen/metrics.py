@@ -71,7 +71,26 @@ SWEEP_COLUMNS = [
     "input_len",
     "output_len",
     "level_id",
+    # added after level_id, so older sweep.csv files keep their columns' places
+    "steady",
+    "steady_note",
+    "extended_s",
+    "tpot_requests",
+    "mean_prompt_tokens",
+    "prompt_length_ratio",
+    "prompt_source",
+    "loop_lag_p50_ms",
+    "loop_lag_max_ms",
+    "host_cpus",
+    "host_cpu_pct",
+    "others_cpu_pct",
+    "other_processes",
 ]
+
+#: A steady window shorter than this share of its level (and than :data:`MIN_WINDOW_S`), or one
+#: in which no token arrived, measures nothing: the level is reported whole, marked not steady.
+MIN_WINDOW_SHARE = 0.1
+MIN_WINDOW_S = 1.0
 
 _NAN = float("nan")
 _OK, _ERROR, _CANCELLED = 0, 1, 2
@@ -92,6 +111,7 @@ class _Columns:
     def __init__(self, records: Iterable[RequestRecord]) -> None:
         self.start, self.first_token, self.end = array("d"), array("d"), array("d")
         self.prompt, self.output, self.ttft, self.tpot = array("d"), array("d"), array("d"), array("d")
+        self.asked = array("d")
         self.status = array("b")
         self.itl = array("d")  # every gap between two chunks of a request that streamed
         self.errors: Counter[str] = Counter()
@@ -99,7 +119,8 @@ class _Columns:
         for rec in records:
             self.add(rec)
         self.np = {name: np.frombuffer(getattr(self, name), dtype=float) if len(getattr(self, name)) else
-                   np.empty(0) for name in ("start", "first_token", "end", "prompt", "output", "ttft", "tpot")}
+                   np.empty(0) for name in ("start", "first_token", "end", "prompt", "output", "ttft", "tpot",
+                                            "asked")}
         self.code = np.frombuffer(self.status, dtype=np.int8) if len(self.status) else np.empty(0, np.int8)
 
     def add(self, rec: RequestRecord) -> None:
@@ -109,6 +130,7 @@ class _Columns:
         self.first_token.append(_f(rec.first_token))
         self.end.append(_f(rec.end))
         self.prompt.append(_f(rec.prompt_tokens))
+        self.asked.append(_f(rec.asked_input_tokens))
         self.output.append(_f(rec.output_tokens))
         self.ttft.append(_f(rec.ttft) if status != _ERROR else _NAN)
         self.tpot.append(_f(rec.tpot) if status != _ERROR else _NAN)
@@ -187,6 +209,7 @@ def _window(
     *,
     deadline: float | None,
     closed: bool,
+    unsteady: str | None = None,
 ) -> tuple[float, float, str, float]:
     """:func:`steady_window`'s ``(start, end, note)`` and the output tokens that arrived in it."""
     c = cols.np
@@ -234,10 +257,19 @@ def _window(
     (last_arrival, tokens), (_, whole_tokens) = _chunk_pass(again, [(ws, we), whole])
     if last_arrival is not None:
         we = last_arrival
+    if unsteady:
+        return level_start, level_end, f"whole level (not steady: {unsteady})", whole_tokens
     if we <= ws:
         return level_start, level_end, (
             f"whole level (no steady state: ramp-up over at +{ws - level_start:.2f} s "
             f"({why_start}), load ended at +{we - level_start:.2f} s ({why_end}))"
+        ), whole_tokens
+    level_span = level_end - level_start
+    if whole_tokens > 0 and (tokens <= 0 or (we - ws < MIN_WINDOW_SHARE * level_span and we - ws < MIN_WINDOW_S)):
+        return level_start, level_end, (
+            f"whole level (not steady: the steady window from +{ws - level_start:.2f} s ({why_start}) to "
+            f"+{we - level_start:.2f} s ({why_end}) spans {we - ws:.2f} s of {level_span:.2f} and holds "
+            f"{tokens:.0f} of the {whole_tokens:.0f} tokens streamed)"
         ), whole_tokens
     return ws, we, (
         f"steady {we - ws:.2f} s of {level_end - level_start:.2f}: from +{ws - level_start:.2f} s "
@@ -306,6 +338,7 @@ def level_stats(
     last_issue: float | None,
     deadline: float | None = None,
     closed: bool = True,
+    unsteady: str | None = None,
 ) -> dict[str, Any]:
     """The sweep.csv figures for one level's (non-warm-up) records.
 
@@ -314,7 +347,12 @@ def level_stats(
     ``total_throughput`` and ``request_throughput`` are over the steady-state window (see
     :func:`steady_window`; ``deadline`` is when a duration-bound level stopped, ``closed`` False
     for open-loop arrivals); ``output_throughput_overall`` is bench_serving's figure, finished
-    requests' tokens over the whole level.
+    requests' tokens over the whole level. A level the sweep found not steady (``unsteady``: the
+    reason), or whose steady window is too short or holds no token, is measured over its whole
+    length: ``steady`` is False and ``window_note`` says why, so a level in which tokens streamed
+    never reads 0 tok/s. ``tpot_requests`` counts the requests that could measure a TPOT (at least
+    one token after their first chunk); ``mean_prompt_tokens`` and ``prompt_length_ratio`` (the
+    server's prompt tokens over the lengths asked) say how close the prompts came.
     """
     again = _again(records)
     cols = _Columns(again())
@@ -333,8 +371,11 @@ def level_stats(
     row["total_input_tokens"] = int(np.nan_to_num(c["prompt"][ok]).sum())
     row["total_output_tokens"] = int(np.nan_to_num(c["output"][ok]).sum())
 
-    ws, we, note, out_tokens = _window(cols, again, concurrency, last_issue, deadline=deadline, closed=closed)
+    ws, we, note, out_tokens = _window(cols, again, concurrency, last_issue, deadline=deadline, closed=closed,
+                                       unsteady=unsteady)
     row["window_start"], row["window_end"], row["window_note"] = ws, we, note
+    row["steady"] = note.startswith("steady")
+    row["steady_note"] = note[len("whole level ("):-1] if note.startswith("whole level (") else note
     span = we - ws
     first = c["first_token"]
     in_window = ~np.isnan(first) & (first > ws) & (first <= we)
@@ -365,6 +406,13 @@ def level_stats(
     _pct(c["ttft"][~np.isnan(c["ttft"])], "ttft", row)
     _pct(np.frombuffer(cols.itl, dtype=float) if len(cols.itl) else np.empty(0), "itl", row)
     _pct(c["tpot"][~np.isnan(c["tpot"])], "tpot", row)
+    row["tpot_requests"] = int((~np.isnan(c["tpot"])).sum())
+    prompt, asked = c["prompt"], c["asked"]
+    known = ~np.isnan(prompt) & (prompt > 0)
+    row["mean_prompt_tokens"] = float(prompt[known].mean()) if known.any() else _NAN
+    both_known = known & ~np.isnan(asked) & (asked > 0)
+    row["prompt_length_ratio"] = (float(prompt[both_known].sum() / asked[both_known].sum())
+                                  if both_known.any() else _NAN)
     _pct(e2e, "e2e_latency", row)
     row["error_summary"] = _summary(cols.errors, 5)
     return row

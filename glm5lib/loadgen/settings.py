@@ -56,7 +56,11 @@ class SweepSettings:
     for chat); ``ignore_eos``, ``temperature``, ``extra_body`` (fields merged into each request
     body, None removes one); ``read_timeout``: seconds without data before a request fails;
     ``health_interval``/``health_timeout``: seconds between /health checks and per check;
-    ``resume``: skip levels already in the run folder's sweep.csv.
+    ``resume``: skip levels already in the run folder's sweep.csv; ``steady_extend``: how far a
+    duration-bound level that has not reached a steady state may run past its duration, as a
+    multiple of it (0: never; see :mod:`glm5lib.loadgen.constraints`); ``exact_prompts``: size
+    text prompts in the served model's tokens (its local tokenizer, else the server's counts
+    during warm-up; see :mod:`glm5lib.loadgen.prompts`).
     """
 
     api: str = "generate"
@@ -79,6 +83,8 @@ class SweepSettings:
     health_interval: float = 2.0
     health_timeout: float = 5.0
     resume: bool = True
+    steady_extend: float = 1.0
+    exact_prompts: bool = True
 
     def __post_init__(self) -> None:
         if self.api not in API_PATHS:
@@ -112,7 +118,7 @@ class SweepSettings:
             object.__setattr__(self, "token_ids", self.api != "chat")
         if self.token_ids and self.api == "chat":
             raise ConfigError("api='chat' takes text prompts: leave token_ids unset or False", field="token_ids")
-        for name in ("token_ids", "ignore_eos", "resume"):
+        for name in ("token_ids", "ignore_eos", "resume", "exact_prompts"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be True or False", field=name,
                                   valid=["True", "False"])
@@ -122,6 +128,8 @@ class SweepSettings:
         if self.read_timeout is not None:  # 0 or None: no read timeout
             _positive_float("read_timeout", self.read_timeout, unit="seconds without data; 0 for none",
                             allow_zero=True)
+        _positive_float("steady_extend", self.steady_extend, unit="a multiple of duration; 0 never extends",
+                        allow_zero=True)
         _positive_float("health_interval", self.health_interval, unit="seconds")
         _positive_float("health_timeout", self.health_timeout, unit="seconds")
 

@@ -9,6 +9,13 @@ finishes, so an interrupted sweep loses nothing and resumes where it stopped. Me
 the requests in flight and the level's counters: the level's figures are computed from its lines
 of ``requests.jsonl`` (a temporary file when there is no run folder) when it ends, so a long level
 takes no more memory than a short one.
+
+The parts live in their own modules: how a level issues requests (:mod:`~glm5lib.loadgen.strategy`:
+closed loop, Poisson arrivals), when it ends (:mod:`~glm5lib.loadgen.constraints`: count,
+duration, steady state within a bound), where records and rows go (:mod:`~glm5lib.loadgen.sink`),
+the client's self-check (:mod:`~glm5lib.loadgen.selfcheck`) and prompt sizing
+(:mod:`~glm5lib.loadgen.prompts`); this module runs levels with them, watching the server's
+health, its log's fatal lines and the caller's stop event, and reporting progress.
 """
 
 from __future__ import annotations
@@ -16,48 +23,37 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import dataclasses
 import gc
-import inspect
-import json
 import logging
 import math
-import os
-import tempfile
 import threading
 import time
-from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, Protocol
 
 import aiohttp
 import numpy as np
 import pandas as pd
-import psutil
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, LoadGenError, SweepAbortedError
 from glm5lib.loadgen.client import API_PATHS, RequestRecord, build_body, stream_request
+from glm5lib.loadgen.constraints import SAMPLE_INTERVAL_S, LevelBounds, LevelSamples
 from glm5lib.loadgen.health import check_alive, exit_details, wait_while_starting
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
-from glm5lib.loadgen.records import find_level, load_requests, load_sweep, write_level_row
+from glm5lib.loadgen.prompts import PROMPT_TOLERANCE, PromptSizer
+from glm5lib.loadgen.records import load_requests, load_sweep
+from glm5lib.loadgen.selfcheck import LevelSelfCheck, client_limited
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
-from glm5lib.loadgen.workload import RequestSpec, load_prompts, make_workload
+from glm5lib.loadgen.sink import RecordSink, RowSink
+from glm5lib.loadgen.strategy import LevelClock, strategy_for
+from glm5lib.loadgen.workload import RequestSpec, load_prompts
 
 __all__ = ["client_limited", "load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
 
 log = logging.getLogger(__name__)
 
-# The client limited a level when its event loop lagged, at p99, by a large part of the interval
-# between tokens the level actually had, so that reading the streams delayed them, and either
-# its process used nearly a whole core (one event loop cannot use more) or the lag outlasted the
-# whole interval (a client starved of CPU by a busy machine is the limit all the same). A lag
-# alone is no verdict: 30 ms is noise against 70 ms between tokens and decisive against 5 ms.
-CLIENT_CPU_BOUND_PCT = 80.0
-LOOP_LAG_ITL_FRACTION = 0.5
-# Without a measured inter-token interval (no stream had two chunks), the lag is judged alone.
-LOOP_LAG_BOUND_MS = 25.0
 # Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
 # notebook bar is a message to the front end; faster updates flood long cells (and nbval).
 PROGRESS_INTERVAL_S = 1.0
@@ -100,35 +96,15 @@ def _mask(key: str | None) -> str:
     return "***" if key else "None"
 
 
-def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float) -> tuple[bool, float]:
-    """Was the client the limit of a level? Returns ``(verdict, loop_lag_p99_ms / median_itl_ms)``.
-
-    True when the event loop's p99 lag was at least :data:`LOOP_LAG_ITL_FRACTION` of the level's
-    median inter-token interval and the client's process used at least
-    :data:`CLIENT_CPU_BOUND_PCT` % of a core, or when the lag was at least the whole interval
-    (tokens waited longer for the client than for the server, whatever kept the client from
-    running). A median interval of 0 (tokens arrive together: the server outpaces the reader)
-    gives an infinite ratio; with no interval at all (no stream had two chunks) the lag is held
-    against :data:`LOOP_LAG_BOUND_MS` and the CPU must be busy.
-    """
-    lag = float(loop_lag_p99_ms) if loop_lag_p99_ms is not None else float("nan")
-    itl = float(median_itl_ms) if median_itl_ms is not None else float("nan")
-    busy = bool(cpu_pct is not None and np.isfinite(cpu_pct) and cpu_pct >= CLIENT_CPU_BOUND_PCT)
-    if not np.isfinite(lag) or not np.isfinite(itl) or itl < 0:
-        return busy and bool(np.isfinite(lag) and lag >= LOOP_LAG_BOUND_MS), float("nan")
-    ratio = lag / itl if itl > 0 else (float("inf") if lag > 0 else 0.0)
-    return bool(ratio >= 1.0 or (busy and ratio >= LOOP_LAG_ITL_FRACTION)), ratio
-
-
-class _LevelState:
+class _LevelState(LevelClock):
     """Counters the progress bar, the callback and the watchdog read while a level runs."""
 
-    def __init__(self, planned: int = 0) -> None:
+    def __init__(self, planned: int = 0, deadline: float | None = None, *, may_extend: bool = False) -> None:
+        # The gate (LevelClock) is cleared on a refused or dropped connection: no new request goes
+        # out until a health check says the server is still there, so a dead server does not eat
+        # a level's requests.
+        super().__init__(deadline, may_extend=may_extend)
         self.planned = planned
-        # Cleared on a refused or dropped connection: no new request goes out until a health
-        # check says the server is still there, so a dead server does not eat a level's requests.
-        self.gate = asyncio.Event()
-        self.gate.set()
         self.unchecked = False
         self.finished = False
         self.issued = 0
@@ -137,13 +113,16 @@ class _LevelState:
         self.cancelled = 0
         self.output_tokens = 0
         self.last_issue: float | None = None
-        self.deadline: float | None = None
         self.first_error: str | None = None  # the level's records are on disk, not kept here
         self.fatal_before = 0  # fatal lines in the server's log when the level began
         self.connection_errors = asyncio.Event()
         self.rejected = 0  # HTTP 4xx
         self.inflight: dict[int, tuple[RequestRecord, asyncio.Task]] = {}
         self.last_data: float | None = None  # the newest chunk of a request that has ended
+        self.samples = LevelSamples()
+        self.extended = 0.0  # seconds the deadline moved while the level was not steady
+        self.verdict = ""  # the steady-state test at the (last) deadline
+        self.steady: bool | None = None
 
     def newest_data(self) -> float | None:
         """time.time() of the newest chunk any request of the level received (None: none yet)."""
@@ -152,6 +131,37 @@ class _LevelState:
             if rec.chunk_times and (newest is None or rec.chunk_times[-1] > newest):
                 newest = rec.chunk_times[-1]
         return newest
+
+    def streamed(self) -> tuple[float, int]:
+        """(tokens streamed so far, requests streaming now)."""
+        tokens, streaming = float(self.output_tokens), 0
+        for rec, _task in list(self.inflight.values()):
+            if rec.chunk_times:
+                streaming += 1
+                tokens += (rec.chunk_tokens[-1] if rec.chunk_tokens else None) or len(rec.chunk_times)
+        return tokens, streaming
+
+    def count(self, rec: RequestRecord) -> None:
+        """Fold a finished request into the counters (and shut the gate on a lost connection)."""
+        if rec.chunk_times and (self.last_data is None or rec.chunk_times[-1] > self.last_data):
+            self.last_data = rec.chunk_times[-1]
+        if rec.status == "ok":
+            self.completed += 1
+        elif rec.status == "cancelled":
+            self.cancelled += 1
+        else:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = rec.error or ""
+            if rec.connection_lost:
+                self.gate.clear()
+                self.unchecked = True
+                self.connection_errors.set()
+            if rec.http_status is not None and 400 <= rec.http_status < 500:
+                self.rejected += 1
+                if self.completed == 0:
+                    self.connection_errors.set()
+        self.output_tokens += rec.output_tokens or 0
 
 
 class _Sweep:
@@ -183,43 +193,24 @@ class _Sweep:
             self.headers["Authorization"] = f"Bearer {self.api_key}"
         self.url = self.base_url + API_PATHS[settings.api]
         self.out_dir: Path | None = Path(run_dir) if run_dir is not None else None
-        self.jsonl: BinaryIO | None = None
-        self.records_path: Path | None = None
-        self.proc = psutil.Process(os.getpid())
+        self.records: RecordSink | None = None
+        self.rows = RowSink(self.out_dir)
         self.stopped_at: int | None = None
+        self.prompts = PromptSizer(settings, self._dataset_pairs)
 
     # -- records ---------------------------------------------------------------------------
     def _sink(self, rec: RequestRecord, state: _LevelState | None) -> None:
-        if self.jsonl is not None:
-            self.jsonl.write(rec.to_json().encode() + b"\n")
-            self.jsonl.flush()
-        if state is None:
-            return
-        if rec.chunk_times and (state.last_data is None or rec.chunk_times[-1] > state.last_data):
-            state.last_data = rec.chunk_times[-1]
-        if rec.status == "ok":
-            state.completed += 1
-        elif rec.status == "cancelled":
-            state.cancelled += 1
-        else:
-            state.failed += 1
-            if state.first_error is None:
-                state.first_error = rec.error or ""
-            if rec.connection_lost:
-                state.gate.clear()
-                state.unchecked = True
-                state.connection_errors.set()
-            if rec.http_status is not None and 400 <= rec.http_status < 500:
-                state.rejected += 1
-                if state.completed == 0:
-                    state.connection_errors.set()
-        state.output_tokens += rec.output_tokens or 0
+        if self.records is not None:
+            self.records.write(rec)
+        if state is not None:
+            state.count(rec)
 
     async def _one(
         self, session: aiohttp.ClientSession, spec: RequestSpec, level: int, level_id: str,
         state: _LevelState | None, warmup: bool = False,
-    ) -> None:
-        rec = RequestRecord(level=level, index=spec.index, warmup=warmup, level_id=level_id)
+    ) -> RequestRecord:
+        rec = RequestRecord(level=level, index=spec.index, warmup=warmup, level_id=level_id,
+                            asked_input_tokens=spec.input_len)
         body = build_body(
             self.settings.api, spec.prompt, spec.output_len, model=self.model, ignore_eos=self.settings.ignore_eos,
             temperature=self.settings.temperature, extra_body=self.settings.extra_body,
@@ -236,6 +227,7 @@ class _Sweep:
             if state is not None:
                 state.inflight.pop(id(rec), None)
             self._sink(rec, state)
+        return rec
 
     # -- health ----------------------------------------------------------------------------
     async def _check_alive(
@@ -308,23 +300,23 @@ class _Sweep:
                 rec.stalled = self.settings.read_timeout
                 task.cancel()
 
-    # -- self-check ------------------------------------------------------------------------
-    @staticmethod
-    async def _lag_probe(lags: array, interval: float = 0.01) -> None:
-        clock = time.perf_counter
-        while True:  # ended by cancellation; asyncio.sleep never swallows it
-            t = clock()
-            await asyncio.sleep(interval)
-            lags.append(clock() - t - interval)
-
+    # -- watching a level ------------------------------------------------------------------
     async def _stop_watch(self, interval: float = 0.1) -> None:
         """Return once the caller's stop event is set (a threading.Event: polled, not awaited)."""
         while not self.stop_event.is_set():
             await asyncio.sleep(interval)
 
+    @staticmethod
+    async def _sampler(state: _LevelState) -> None:
+        """The level's samples of itself (tokens streamed, requests streaming) for the steady-state test."""
+        while True:
+            tokens, streaming = state.streamed()
+            state.samples.add(time.time(), tokens, streaming)
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
     async def _reporter(self, state: _LevelState, level: int, bar: Any, t0: float) -> None:
         """Refresh the bar and call the callback once every PROGRESS_INTERVAL_S, no more often."""
-        last_t, last_tok, last_trim = t0, 0, t0
+        last_t, last_tok, last_trim = t0, 0.0, t0
         while True:
             await asyncio.sleep(PROGRESS_INTERVAL_S)
             now = time.time()
@@ -339,12 +331,14 @@ class _Sweep:
             rate = (tokens - last_tok) / max(now - last_t, 1e-9)
             if bar is not None:
                 if self.settings.duration and self.settings.requests_per_level is None:
-                    bar.n = min(round(now - t0, 1), float(self.settings.duration))
+                    if state.deadline is not None:
+                        bar.total = max(float(self.settings.duration), round(state.deadline - t0, 1))
+                    bar.n = min(round(now - t0, 1), float(bar.total))
                 else:
                     bar.n = done
                 bar.set_postfix_str(
                     f"done={state.completed} failed={state.failed} in-flight={state.issued - done} "
-                    f"{rate:,.0f} tok/s",
+                    f"{rate:,.0f} tok/s" + (f" extended {state.extended:.0f} s (not steady)" if state.extended else ""),
                     refresh=False,
                 )
                 bar.refresh()  # the one refresh of this tick
@@ -365,64 +359,38 @@ class _Sweep:
             log.exception("sweep callback raised on %s event; continuing", event.get("event"))
 
     # -- one level -------------------------------------------------------------------------
+    def _at_deadline(self, state: _LevelState, bounds: LevelBounds, t0: float, conc: int) -> bool:
+        """At the deadline: True to end the level, False when it was extended (not steady yet)."""
+        later, why = bounds.next_deadline(t0, state.deadline, state.samples)  # type: ignore[arg-type]
+        state.verdict = why
+        if later is None:
+            state.steady = why.startswith("steady")
+            return True
+        log.info("level %s not steady at +%.0f s (%s): extended to +%.0f s", conc, state.deadline - t0, why,
+                 later - t0)
+        state.extended = later - t0 - (bounds.duration or 0.0)
+        state.extend_to(later)
+        return False
+
     async def _run_level(
         self, session: aiohttp.ClientSession, conc: int, rate: float, specs: list[RequestSpec],
-        level_id: str, bar: Any,
-    ) -> tuple[_LevelState, float, float, array]:
-        state = _LevelState(planned=len(specs))
-        state.fatal_before = await self._fatal_count()
+        level_id: str, bar: Any, bounds: LevelBounds,
+    ) -> tuple[_LevelState, dict[str, Any]]:
         t0 = time.time()
-        deadline = t0 + self.settings.duration if self.settings.duration else None
-        state.deadline = deadline
-        lags = array("d")  # 100 a second: 8 bytes each, not a float object each
-        cpu0 = self.proc.cpu_times()
-        wall0 = time.perf_counter()
-        it = iter(specs)
-        tasks: set[asyncio.Task] = set()
+        state = _LevelState(planned=len(specs), deadline=t0 + bounds.duration if bounds.duration else None,
+                            may_extend=bounds.extend > 0)
+        state.fatal_before = await self._fatal_count()
+        check = LevelSelfCheck()
+        strategy = strategy_for(conc, rate, self.settings.seed)
 
-        async def worker() -> None:
-            for spec in it:
-                if not state.gate.is_set():
-                    await state.gate.wait()
-                if deadline is not None and time.time() >= deadline:
-                    return
-                await self._one(session, spec, conc, level_id, state)
+        async def send(spec: RequestSpec) -> None:
+            await self._one(session, spec, conc, level_id, state)
 
-        async def poisson() -> None:
-            rng = np.random.default_rng([self.settings.seed, conc, int(rate * 1000)])
-            sem = asyncio.Semaphore(conc)
-            next_t = time.perf_counter()
-
-            async def capped(spec: RequestSpec) -> None:
-                try:
-                    await self._one(session, spec, conc, level_id, state)
-                finally:
-                    sem.release()
-
-            for spec in specs:
-                next_t += float(rng.exponential(1.0 / rate))
-                delay = next_t - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                await sem.acquire()
-                if not state.gate.is_set():
-                    await state.gate.wait()
-                if deadline is not None and time.time() >= deadline:
-                    sem.release()
-                    return
-                task = asyncio.create_task(capped(spec))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-            while tasks:
-                await asyncio.gather(*list(tasks), return_exceptions=True)
-
-        if math.isinf(rate):
-            main = [asyncio.create_task(worker()) for _ in range(conc)]
-        else:
-            main = [asyncio.create_task(poisson())]
+        main = asyncio.create_task(strategy.issue(specs, send, state))
         helpers = [
-            asyncio.create_task(self._lag_probe(lags)),
+            asyncio.create_task(check.probe()),
             asyncio.create_task(self._reporter(state, conc, bar, t0)),
+            asyncio.create_task(self._sampler(state)),
         ]
         watchdog = asyncio.create_task(self._watchdog(session, state))
         stopper = asyncio.create_task(self._stop_watch()) if self.stop_event is not None else None
@@ -433,9 +401,9 @@ class _Sweep:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            pending = set(main)
+            pending = {main}
             while pending:
-                timeout = None if deadline is None else max(0.0, deadline - time.time())
+                timeout = None if state.deadline is None else max(0.0, state.deadline - time.time())
                 done, pending = await asyncio.wait(
                     pending | {watchdog} | ({stopper} if stopper is not None else set()),
                     timeout=timeout, return_when=asyncio.FIRST_COMPLETED,
@@ -450,8 +418,9 @@ class _Sweep:
                     exc = watchdog.exception()
                     aborted = exc if isinstance(exc, _Aborted) else _Aborted(f"health watchdog failed: {exc!r}")
                     break
-                if deadline is not None and time.time() >= deadline:
+                if main not in done and state.past_deadline() and self._at_deadline(state, bounds, t0, conc):
                     break
+            state.end()
             if aborted is None and not stopped and (state.unchecked or state.failed or state.inflight):
                 # A level some of whose requests did not finish is finished only if the server
                 # outlived it: one that died or hung near the level's end (the watchdog not yet
@@ -464,45 +433,33 @@ class _Sweep:
                     aborted = exc
         finally:
             state.finished = True
+            state.end()
             extra = [stopper] if stopper is not None else []
-            for t in [*main, *tasks, watchdog, *helpers, *extra]:
+            for t in [main, watchdog, *helpers, *extra]:
                 t.cancel()
-            await asyncio.gather(*main, *tasks, watchdog, *helpers, *extra, return_exceptions=True)
+            await asyncio.gather(main, watchdog, *helpers, *extra, return_exceptions=True)
             if gc_was_enabled:
                 gc.enable()
-        wall = time.perf_counter() - wall0
-        cpu1 = self.proc.cpu_times()
-        cpu_pct = 100.0 * ((cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)) / max(wall, 1e-9)
+        figures = check.finish()
         if aborted is not None:
             raise aborted
         if stopped:
             raise _Stopped()
-        return state, cpu_pct, wall, lags
+        return state, figures
 
     async def _warmup(self, session: aiohttp.ClientSession, conc: int) -> None:
         if not self.settings.warmup:
             return
-        specs = make_workload(
-            self.settings.warmup, level=-1, seed=self.settings.seed, input_len=self.settings.input_len,
-            output_len=min(self.settings.output_len, 16), range_ratio=1.0, dataset=self._dataset_pairs,
-            token_ids=self.settings.token_ids,
-        )
+        # Text prompts of two lengths (the asked one and half of it), so that the server's prompt-token
+        # counts give the tokens a word and the template's overhead.
+        specs = self.prompts.warmup_workload(self.settings.warmup)
         sem = asyncio.Semaphore(max(1, min(conc, self.settings.warmup)))
-        recs: list[RequestRecord] = []
 
-        async def one(spec: RequestSpec) -> None:
+        async def one(spec: RequestSpec) -> RequestRecord:
             async with sem:
-                rec = RequestRecord(level=conc, index=spec.index, warmup=True, level_id="warmup")
-                body = build_body(self.settings.api, spec.prompt, spec.output_len, model=self.model,
-                                  ignore_eos=self.settings.ignore_eos, temperature=self.settings.temperature,
-                                  extra_body=self.settings.extra_body)
-                try:
-                    await stream_request(session, self.url, body, self.headers, rec, self.settings.api)
-                finally:
-                    recs.append(rec)
-                    self._sink(rec, None)
+                return await self._one(session, spec, conc, "warmup", None, warmup=True)
 
-        await asyncio.gather(*(one(s) for s in specs))
+        recs = list(await asyncio.gather(*(one(s) for s in specs)))
         bad = [r for r in recs if r.status != "ok"]
         if bad and len(bad) == len(recs):
             alive, why, lines = await self._check_alive(session)
@@ -514,6 +471,27 @@ class _Sweep:
             )
         if bad:
             log.warning("%d of %d warm-up requests failed, e.g. %s", len(bad), len(recs), bad[0].error)
+        self.prompts.from_usage(recs, specs)
+
+    async def _get_json(self, session: aiohttp.ClientSession, path: str) -> Any:
+        async with session.get(self.base_url + path, headers=self.headers,
+                               timeout=aiohttp.ClientTimeout(total=10.0)) as resp:
+            if resp.status != 200:
+                return None
+            return await resp.json(content_type=None)
+
+    async def _find_model_paths(self, session: aiohttp.ClientSession) -> list[str]:
+        """Where the served model may be on this machine: SGLang's model_path, vLLM's model root."""
+        paths: list[str] = []
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError, TypeError, KeyError):
+            info = await self._get_json(session, "/get_model_info")
+            if isinstance(info, dict) and info.get("model_path"):
+                paths.append(str(info["model_path"]))
+        with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError, ValueError, TypeError, KeyError):
+            models = await self._get_json(session, "/v1/models")
+            for entry in (models or {}).get("data", [])[:1]:
+                paths += [str(entry[k]) for k in ("root", "id") if entry.get(k)]
+        return paths
 
     async def _preflight(self, session: aiohttp.ClientSession) -> None:
         try:
@@ -537,26 +515,9 @@ class _Sweep:
                     f"api={self.settings.api!r} needs a model name and {self.base_url}/v1/models did not give one "
                     f"({type(exc).__name__}); pass model=..."
                 ) from None
-
-    def _level_records(self, offset: int, level_id: str) -> Callable[[], Iterator[RequestRecord]]:
-        """The level's records as they are on disk, read again on each call (from ``offset``)."""
-        self.jsonl.flush()
-        path, needle = self.records_path, f'"level_id":{json.dumps(level_id)}'.encode()
-
-        def read() -> Iterator[RequestRecord]:
-            with open(path, "rb") as lines:
-                lines.seek(offset)
-                for line in lines:
-                    if needle in line:
-                        rec = RequestRecord.from_json(line)
-                        if not rec.warmup:
-                            yield rec
-
-        return read
-
-    def _write_row(self, row: dict[str, Any]) -> None:
-        if self.out_dir is not None:
-            write_level_row(self.out_dir, row)
+        if self.prompts.sizing:
+            paths = await self._find_model_paths(session)
+            await asyncio.to_thread(self.prompts.from_tokenizer, [self.model, *paths])
 
     async def run(self) -> pd.DataFrame:
         levels = sweep_levels(self.concurrencies, self.settings)
@@ -564,20 +525,15 @@ class _Sweep:
         if self.out_dir is not None:
             self.out_dir.mkdir(parents=True, exist_ok=True)
             if self.settings.resume:
-                existing = load_sweep(self.out_dir)
+                existing = self.rows.existing()
                 for n, (conc, rate) in enumerate(levels):
-                    key = self._key(conc, rate)
-                    match = find_level(existing, key)
+                    match = self.rows.find(existing, self._key(conc, rate))
                     if match is not None:
                         done_rows[n] = match
                         log.info("level %s already in %s: skipped (resume)", conc, self.out_dir / rundir.SWEEP)
-            self.records_path = self.out_dir / rundir.REQUESTS
-        else:
-            # Without a run folder the records are spooled to a temporary file all the same: a
-            # level's statistics are read back from its lines, not kept in memory.
-            spool = tempfile.TemporaryDirectory(prefix="glm5-sweep-")
-            self.records_path = Path(spool.name) / rundir.REQUESTS
-        self.jsonl = open(self.records_path, "ab")  # noqa: SIM115
+        # Without a run folder the records are spooled to a temporary file all the same: a
+        # level's statistics are read back from its lines, not kept in memory.
+        self.records = RecordSink(self.out_dir)
         rows: list[dict[str, Any]] = []
         connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=None, enable_cleanup_closed=False)
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0, sock_read=None)
@@ -609,9 +565,7 @@ class _Sweep:
                     rows.append(row)
                     completed_levels.append(conc)
         finally:
-            self.jsonl.close()
-            if self.out_dir is None:
-                spool.cleanup()
+            self.records.close()
         frame = pd.DataFrame(rows, columns=SWEEP_COLUMNS)
         frame.attrs["stopped_at"] = self.stopped_at
         return frame
@@ -627,44 +581,33 @@ class _Sweep:
         return {"concurrency": conc, "mode": self.settings.mode, "request_rate": rate, "api": self.settings.api,
                 "input_len": self.settings.input_len, "output_len": self.settings.output_len}
 
-    def _count_for(self, conc: int) -> int:
-        if self.settings.requests_per_level is not None:
-            return int(self.settings.requests_per_level)
-        if self.settings.duration:
-            # Enough never to run out before the deadline at any plausible speed.
-            return max(1000, conc * 64)
-        return max(2 * conc, 16)
+    def _bar(self, conc: int, rate: float, n: int) -> Any:
+        if not self.progress:
+            return None
+        # tqdm.auto looks for ipywidgets (a notebook front end) when imported: only with bars
+        from tqdm.auto import tqdm
+
+        desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
+        if self.settings.duration and self.settings.requests_per_level is None:
+            return tqdm(total=float(self.settings.duration), desc=desc, unit="s", leave=True,
+                        mininterval=PROGRESS_INTERVAL_S, miniters=0,
+                        bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
+        return tqdm(total=n, desc=desc, unit="req", leave=True, mininterval=PROGRESS_INTERVAL_S, miniters=0)
 
     async def _level(self, session: aiohttp.ClientSession, conc: int, rate: float,
                      completed_levels: list[int]) -> dict[str, Any]:
-        n = self._count_for(conc)
-        specs = make_workload(
-            n, level=conc if math.isinf(rate) else f"{conc}@{rate}", seed=self.settings.seed,
-            input_len=self.settings.input_len, output_len=self.settings.output_len, range_ratio=self.settings.range_ratio,
-            dataset=self._dataset_pairs, token_ids=self.settings.token_ids,
-        )
+        bounds = LevelBounds.for_level(self.settings, conc)
+        n = bounds.requests
+        specs = self.prompts.workload(n, level=conc if math.isinf(rate) else f"{conc}@{rate}")
         level_id = f"c{conc}{'' if math.isinf(rate) else f'-r{rate:g}'}-{int(time.time() * 1000)}"
-        bar = None
-        if self.progress:
-            # tqdm.auto looks for ipywidgets (a notebook front end) when imported: only with bars
-            from tqdm.auto import tqdm
-
-            desc = f"C={conc}" if math.isinf(rate) else f"rate={rate:g}/s C<={conc}"
-            if self.settings.duration and self.settings.requests_per_level is None:
-                bar = tqdm(total=float(self.settings.duration), desc=desc, unit="s", leave=True,
-                           mininterval=PROGRESS_INTERVAL_S, miniters=0,
-                           bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
-            else:
-                bar = tqdm(total=n, desc=desc, unit="req", leave=True, mininterval=PROGRESS_INTERVAL_S,
-                           miniters=0)
+        bar = self._bar(conc, rate, n)
         if self.callback is not None:
             self._call_back({"event": "level_start", "level": conc, "request_rate": rate,
                              "requests": n, "duration": self.settings.duration})
-        self.jsonl.flush()
-        offset = self.jsonl.tell()
+        offset = self.records.tell()
         try:
             try:
-                state, cpu_pct, _wall, lags = await self._run_level(session, conc, rate, specs, level_id, bar)
+                state, check = await self._run_level(session, conc, rate, specs, level_id, bar, bounds)
             except _Aborted as exc:
                 if self.callback is not None:
                     self._call_back({"event": "aborted", "level": conc, "reason": str(exc)})
@@ -681,87 +624,57 @@ class _Sweep:
                     bar.n = bar.total
                     bar.refresh()
                 bar.close()
-        stats = level_stats(self._level_records(offset, level_id), concurrency=conc,
-                            last_issue=state.last_issue, deadline=state.deadline, closed=math.isinf(rate))
-        lag_p99 = float(np.percentile(np.frombuffer(lags), 99)) * 1000.0 if lags else float("nan")
+        unsteady = state.verdict if state.steady is False else None
+        stats = level_stats(self.records.level_records(offset, level_id), concurrency=conc,
+                            last_issue=state.last_issue, deadline=state.deadline, closed=math.isinf(rate),
+                            unsteady=unsteady)
+        cpu_pct, lag_p99 = check["client_cpu_pct"], check["loop_lag_p99_ms"]
         bound, lag_ratio = client_limited(cpu_pct, lag_p99, stats.get("median_itl_ms", float("nan")))
         row: dict[str, Any] = {
             **self._key(conc, rate),
             "max_concurrency": conc,
             **stats,
-            "client_cpu_pct": cpu_pct,
-            "loop_lag_p99_ms": lag_p99,
+            **check,
             "loop_lag_itl_ratio": lag_ratio,
             "client_bound": bound,
             "level_id": level_id,
+            "extended_s": state.extended,
+            "prompt_source": self.prompts.source,
         }
-        if row["client_bound"]:
-            log.warning(
-                "level %s: the client was the limit (CPU %.0f%% of a core; loop lag p99 %.1f ms, %.0f%% of "
-                "the median inter-token interval of %.1f ms)",
-                conc, cpu_pct, lag_p99, 100 * lag_ratio, stats.get("median_itl_ms", float("nan")),
-            )
-        if str(row["window_note"]).startswith("whole level"):
-            log.warning(
-                "level %s: throughput over the %s; a longer level (duration=) gives a steady state",
-                conc, row["window_note"],
-            )
-        if row["failed"]:
-            log.warning("level %s: %d failed requests: %s", conc, row["failed"], row["error_summary"])
-        self._write_row(row)
+        if state.steady is True and row["steady"]:
+            row["steady_note"] = f"{row['steady_note']}; {state.verdict}"
+        self._warn(conc, row)
+        self.rows.write(row)
         if self.callback is not None:
             self._call_back({"event": "level_done", "level": conc, "row": row})
         return row
 
-
-# What a sweep writes to and reports to; the settings keywords come from SweepSettings itself.
-_SWEEP_ARGS = (
-    ("settings", "SweepSettings | None", None),
-    ("run_dir", "str | Path | None", None),
-    ("api_key", "str | None", None),
-    ("server", "_ServerLike | None", None),
-    ("progress", "bool", True),
-    ("callback", "Callable[[dict[str, Any]], None] | None", None),
-    ("stop_event", "threading.Event | None", None),
-)
-
-
-def _signature() -> inspect.Signature:
-    """``(base_url, concurrencies, *, <every SweepSettings field>, settings, run_dir, ...)``."""
-    keyword = inspect.Parameter.KEYWORD_ONLY
-    params = [
-        inspect.Parameter("base_url", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation="str"),
-        inspect.Parameter("concurrencies", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                          annotation="Sequence[int] | int"),
-    ]
-    params += [inspect.Parameter(f.name, keyword, default=f.default, annotation=f.type)
-                for f in dataclasses.fields(SweepSettings)]
-    params += [inspect.Parameter(name, keyword, default=default, annotation=kind) for name, kind, default in _SWEEP_ARGS]
-    return inspect.Signature(params, return_annotation="pd.DataFrame")
+    def _warn(self, conc: int, row: dict[str, Any]) -> None:
+        if row["client_bound"]:
+            log.warning(
+                "level %s: the client was the limit (CPU %.0f%% of a core; loop lag p99 %.1f ms, %.0f%% of "
+                "the median inter-token interval of %.1f ms; other processes: %s)",
+                conc, row["client_cpu_pct"], row["loop_lag_p99_ms"], 100 * row["loop_lag_itl_ratio"],
+                row.get("median_itl_ms", float("nan")), row["other_processes"] or "none",
+            )
+        if str(row["window_note"]).startswith("whole level"):
+            log.warning("level %s: throughput over the %s%s", conc, row["window_note"],
+                        f" after extending it by {row['extended_s']:.0f} s" if row["extended_s"] else
+                        "; a longer level (duration=) gives a steady state")
+        ratio = row.get("prompt_length_ratio")
+        if ratio is not None and np.isfinite(ratio) and abs(ratio - 1.0) > PROMPT_TOLERANCE:
+            log.warning("level %s: prompts were %.0f tokens on average, %.2fx the %d asked (%s)", conc,
+                        row["mean_prompt_tokens"], ratio, self.settings.input_len, row["prompt_source"])
+        if row["failed"]:
+            log.warning("level %s: %d failed requests: %s", conc, row["failed"], row["error_summary"])
 
 
-_SIGNATURE = _signature()
+_OUTPUTS = ("settings", "run_dir", "api_key", "server", "progress", "callback", "stop_event")
 
 
-def _takes_the_settings(fn: Callable[..., Any]) -> Callable[..., Any]:
-    # One list of keywords (SweepSettings' fields), shown by help() and inspect.signature and
-    # checked as Python checks a written-out signature (unknown keywords raise TypeError).
-    fn.__signature__ = _SIGNATURE  # type: ignore[attr-defined]
-    return fn
-
-
-@_takes_the_settings
-async def run_sweep_async(base_url: str, concurrencies: Sequence[int] | int, **options: Any) -> pd.DataFrame:
-    """The coroutine behind :func:`run_sweep` (same arguments), for callers already inside an event loop."""
-    return await _make(base_url, concurrencies, options).run()
-
-
-def _make(base_url: Any, concurrencies: Any, options: dict[str, Any]) -> _Sweep:
+def _make(base_url: Any, concurrencies: Any, given: dict[str, Any], outputs: dict[str, Any]) -> _Sweep:
     """Validate everything before anything is sent; ``settings`` replaces the setting keywords."""
-    bound = _SIGNATURE.bind(base_url, concurrencies, **options)  # TypeError for an unknown keyword
-    args = {name: bound.arguments.get(name, default) for name, _, default in _SWEEP_ARGS}
-    given = {k: v for k, v in bound.arguments.items() if k in SweepSettings.field_names()}
-    settings = args["settings"]
+    settings = outputs["settings"]
     if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
         raise ConfigError(
             f"base_url {base_url!r} is not valid: use a URL like http://127.0.0.1:30000", field="base_url"
@@ -777,10 +690,55 @@ def _make(base_url: Any, concurrencies: Any, options: dict[str, Any]) -> _Sweep:
             raise ConfigError(f"settings= and the keywords {changed} both set the sweep: use one or the other",
                               field="settings", valid=["settings", *changed])
     sweep_levels(concurrencies, settings)  # validate early
-    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api, _mask(args["api_key"]))
-    return _Sweep(base_url, concurrencies, settings, run_dir=args["run_dir"], api_key=args["api_key"],
-                  server=args["server"], progress=args["progress"], callback=args["callback"],
-                  stop_event=args["stop_event"])
+    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api,
+              _mask(outputs["api_key"]))
+    return _Sweep(base_url, concurrencies, settings, run_dir=outputs["run_dir"], api_key=outputs["api_key"],
+                  server=outputs["server"], progress=outputs["progress"], callback=outputs["callback"],
+                  stop_event=outputs["stop_event"])
+
+
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A call's keywords as (the settings' fields, the outputs)."""
+    return ({k: options[k] for k in SweepSettings.field_names()}, {k: options[k] for k in _OUTPUTS})
+
+
+async def run_sweep_async(
+    base_url: str,
+    concurrencies: Sequence[int] | int,
+    *,
+    api: str = "generate",
+    model: str | None = None,
+    input_len: int = 256,
+    output_len: int = 256,
+    range_ratio: float = 1.0,
+    dataset: str | Path | None = None,
+    requests_per_level: int | None = None,
+    duration: float | None = None,
+    warmup: int = 2,
+    mode: str = "closed",
+    rate: float | Sequence[float] | None = None,
+    seed: int = 0,
+    token_ids: bool | None = None,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    extra_body: dict[str, Any] | None = None,
+    read_timeout: float = 300.0,
+    health_interval: float = 2.0,
+    health_timeout: float = 5.0,
+    resume: bool = True,
+    steady_extend: float = 1.0,
+    exact_prompts: bool = True,
+    settings: SweepSettings | None = None,
+    run_dir: str | Path | None = None,
+    api_key: str | None = None,
+    server: _ServerLike | None = None,
+    progress: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> pd.DataFrame:
+    """The coroutine behind :func:`run_sweep` (same arguments), for callers already inside an event loop."""
+    given, outputs = _split(locals())
+    return await _make(base_url, concurrencies, given, outputs).run()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -801,8 +759,40 @@ def _run_coro(coro: Any) -> Any:
         loop.close()
 
 
-@_takes_the_settings
-def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **options: Any) -> pd.DataFrame:
+def run_sweep(
+    base_url: str,
+    concurrencies: Sequence[int] | int,
+    *,
+    api: str = "generate",
+    model: str | None = None,
+    input_len: int = 256,
+    output_len: int = 256,
+    range_ratio: float = 1.0,
+    dataset: str | Path | None = None,
+    requests_per_level: int | None = None,
+    duration: float | None = None,
+    warmup: int = 2,
+    mode: str = "closed",
+    rate: float | Sequence[float] | None = None,
+    seed: int = 0,
+    token_ids: bool | None = None,
+    ignore_eos: bool = True,
+    temperature: float = 0.0,
+    extra_body: dict[str, Any] | None = None,
+    read_timeout: float = 300.0,
+    health_interval: float = 2.0,
+    health_timeout: float = 5.0,
+    resume: bool = True,
+    steady_extend: float = 1.0,
+    exact_prompts: bool = True,
+    settings: SweepSettings | None = None,
+    run_dir: str | Path | None = None,
+    api_key: str | None = None,
+    server: _ServerLike | None = None,
+    progress: bool = True,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    stop_event: threading.Event | None = None,
+) -> pd.DataFrame:
     """Drive ``base_url`` at each concurrency level in turn; one row per level.
 
     The settings keywords (``api`` to ``resume``) make a :class:`SweepSettings`, which checks
@@ -820,6 +810,8 @@ def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **options: Any)
     default for generate/completions), ``ignore_eos``, ``temperature``, ``extra_body``,
     ``read_timeout`` (seconds without data before a request fails), ``health_interval`` (seconds
     between health checks), ``health_timeout`` (seconds a /health probe may take),
+    ``steady_extend`` (how far past its duration a level not yet steady may run, a multiple of
+    it), ``exact_prompts`` (size text prompts in the served model's tokens),
     ``stop_event`` (a ``threading.Event``: once set, the level in progress is cancelled and left
     out, and the levels finished so far are returned; ``frame.attrs["stopped_at"]`` names the
     level it stopped at, and the callback gets a ``stopped`` event).
@@ -827,7 +819,8 @@ def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **options: Any)
     Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
     the server dies, and :class:`ConfigError` for bad arguments.
     """
-    sweep = _make(base_url, concurrencies, options)
+    given, outputs = _split(locals())
+    sweep = _make(base_url, concurrencies, given, outputs)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

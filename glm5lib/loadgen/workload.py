@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,11 +123,15 @@ def make_workload(
     dataset: str | Path | Sequence[tuple[str, int | None]] | None = None,
     token_ids: bool = True,
     vocab_range: tuple[int, int] = (1000, 30000),
+    words_for: Callable[[int], int] | None = None,
 ) -> list[RequestSpec]:
     """Build ``n`` requests for one level, deterministic in (seed, level, parameters).
 
-    Random prompts are token ids (exact input length) when ``token_ids`` else words; a
-    ``dataset`` (a path or already-loaded pairs) supplies prompts instead, sampled with the seed.
+    Random prompts are token ids (exact input length) when ``token_ids`` else words: one a
+    token, or ``words_for(tokens)`` of them (:meth:`glm5lib.loadgen.prompts.PromptScale.words`,
+    sized in the served model's tokens); a ``dataset`` (a path or already-loaded pairs)
+    supplies prompts instead, sampled with the seed. ``RequestSpec.input_len`` is the length
+    asked for, in tokens.
     """
     if not 0.0 <= range_ratio <= 1.0:
         raise ConfigError(
@@ -156,7 +160,7 @@ def make_workload(
         if token_ids:
             prompt: str | list[int] = rng.integers(lo, hi, size=k).tolist()
         else:
-            idx = rng.integers(0, len(_WORDS), size=k)
+            idx = rng.integers(0, len(_WORDS), size=words_for(k) if words_for is not None else k)
             prompt = " ".join(_WORDS[j] for j in idx)
         specs.append(RequestSpec(i, prompt, int(out_lens[i]), k))
     return specs

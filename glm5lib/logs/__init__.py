@@ -45,8 +45,10 @@ none; :func:`to_epoch` converts it), ``rank`` the rank label as printed (``"TP0"
 Engines
 -------
 ``parse_log(..., engine="auto")`` tells the engine from the log's first lines and hands the
-lines to that engine's adapter (:mod:`glm5lib.logs.engine`): SGLang's is
-:mod:`glm5lib.logs.sglang`; another engine is one more module that fills the schema above.
+lines to that engine's log adapter (:mod:`glm5lib.logs.engine` finds it by name): each engine's
+folder under :mod:`glm5lib.engines` holds its own (SGLang's :mod:`glm5lib.engines.sglang.log`,
+vLLM's :mod:`glm5lib.engines.vllm.log`); this package keeps what every engine shares: the schema
+above, chunked reading of large files, following a growing log, fatal-line classification.
 
 Formats drift between SGLang releases (2024 to 2026), so scheduler lines are parsed by key:
 known keys get fixed snake_case column names, unknown keys become extra columns. Garbage never
@@ -62,8 +64,6 @@ from glm5lib.logs.follow import LogFollower, follow_log, to_epoch
 from glm5lib.logs.model import IMPORTANT_ARGS, ServerLog, summarize
 from glm5lib.logs.parse import iter_log, parse_log
 from glm5lib.logs.server_args import ServerArgs, parse_server_args
-from glm5lib.masking import mask_mapping as mask_secrets
-from glm5lib.masking import mask_text
 
 __all__ = [
     "ERROR_KINDS",
@@ -77,8 +77,6 @@ __all__ = [
     "classify_fatal",
     "follow_log",
     "iter_log",
-    "mask_secrets",
-    "mask_text",
     "parse_bench_result",
     "parse_log",
     "parse_server_args",

@@ -1,7 +1,7 @@
 """Which engine wrote a log, and the adapter that reads that engine's lines.
 
-Each engine (SGLang, vLLM...) brings one module under ``glm5lib.logs`` that defines
-``ENGINE = LogEngine(name, detect, new_parser)``:
+Each engine (SGLang, vLLM...) brings one log module in its folder of :mod:`glm5lib.engines`
+(``glm5lib.engines.<name>.log``) that defines ``ENGINE = LogEngine(name, detect, new_parser)``:
 
 * ``detect(head)`` tells from the first lines of a log (up to :data:`DETECT_BYTES` of it)
   whether that engine wrote it;
@@ -22,15 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+from glm5lib.errors import ConfigError
+
 if TYPE_CHECKING:  # the model imports nothing of this module: a type name only
     from glm5lib.logs.model import ServerLog
 
-__all__ = ["DETECT_BYTES", "ENGINE_MODULES", "LogEngine", "LogParser", "available_engines", "detect_engine", "get_engine"]
+__all__ = ["DETECT_BYTES", "ENGINE_MODULES", "LogEngine", "LogParser", "available_engines", "detect_engine", "log_adapter"]
 
 #: Engines and the modules holding their adapters; the first whose ``detect`` says yes wins.
 ENGINE_MODULES: dict[str, str] = {
-    "vllm": "glm5lib.logs.vllm",
-    "sglang": "glm5lib.logs.sglang",
+    "vllm": "glm5lib.engines.vllm.log",
+    "sglang": "glm5lib.engines.sglang.log",
 }
 #: The engine of a log no ``detect`` recognises.
 DEFAULT_ENGINE = "sglang"
@@ -74,13 +76,15 @@ def available_engines() -> list[str]:
     return [name for name, module in ENGINE_MODULES.items() if importlib.util.find_spec(module) is not None]
 
 
-def get_engine(name: str) -> LogEngine:
-    """The adapter of engine ``name`` (``"sglang"``, ``"vllm"``...); ValueError naming the
-    valid values for anything else."""
+def log_adapter(name: str) -> LogEngine:
+    """The adapter of engine ``name`` (``"sglang"``, ``"vllm"``...); ConfigError (a ValueError)
+    naming the valid values for anything else."""
     valid = available_engines()
     if name not in valid:
-        raise ValueError(f"unknown log engine {name!r}: valid values are 'auto', " + ", ".join(map(repr, valid)))
-    # Adapters are plugins found by name, so a new engine needs no change here.
+        raise ConfigError(f"unknown log engine {name!r}: valid values are 'auto', " + ", ".join(map(repr, valid)),
+                          field="engine", valid=["auto", *valid])
+    # Adapters are plugins found by name: the log modules live in the engines' folders (a layer
+    # above this one), imported only when a log of theirs is read.
     return importlib.import_module(ENGINE_MODULES[name]).ENGINE
 
 
@@ -89,10 +93,10 @@ def detect_engine(head: str) -> LogEngine:
     for name in available_engines():
         if name == DEFAULT_ENGINE:
             continue
-        engine = get_engine(name)
+        engine = log_adapter(name)
         if engine.detect(head):
             return engine
-    return get_engine(DEFAULT_ENGINE)
+    return log_adapter(DEFAULT_ENGINE)
 
 
 def resolve_engine(engine: str, head: str | bytes) -> LogEngine:
@@ -100,7 +104,7 @@ def resolve_engine(engine: str, head: str | bytes) -> LogEngine:
     if not isinstance(engine, str):
         raise TypeError(f"engine must be a name ('auto', 'sglang', 'vllm'), got {type(engine).__name__}")
     if engine != "auto":
-        return get_engine(engine)
+        return log_adapter(engine)
     if isinstance(head, bytes):
         head = head[:DETECT_BYTES].decode("utf-8", errors="replace")
     return detect_engine(head[:DETECT_BYTES])

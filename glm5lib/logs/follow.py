@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib.logs.engine import LogParser, get_engine, resolve_engine
+from glm5lib.logs.engine import LogParser, log_adapter, resolve_engine
 from glm5lib.logs.model import ServerLog
 from glm5lib.logs.text import split_text
 
@@ -32,7 +32,7 @@ class LogFollower:
         self.path = Path(path)
         self._date = date
         if engine != "auto":
-            get_engine(engine)  # a bad name fails here, not at the first update
+            log_adapter(engine)  # a bad name fails here, not at the first update
         self._engine_name = engine
         self._reset()
 

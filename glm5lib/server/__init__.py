@@ -35,18 +35,19 @@ from glm5lib.server.command import (
     flag_value,
     launch_command,
 )
-from glm5lib.server.launcher import BACKENDS, Server, launch
+from glm5lib.server.launcher import PROGRAMS, Program, Server, launch
 from glm5lib.server.ports import LOOPBACK, find_free_port
 from glm5lib.server.process import READY_LINE, ServerProcess, live_servers, stop_all
 from glm5lib.server.standin import StandinProcess, run_standin
 
 __all__ = [
-    "BACKENDS",
     "LOOPBACK",
     "PLACEHOLDERS",
+    "PROGRAMS",
     "READY_LINE",
     "AttachedServer",
     "CommandServer",
+    "Program",
     "Server",
     "ServerProcess",
     "StandinProcess",

@@ -18,7 +18,7 @@ from typing import Any
 
 from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_argv
-from glm5lib.server.launcher import Server, start_server
+from glm5lib.server.launcher import Server, spawn_ready
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
 from glm5lib.server.process import child_env, next_restart_log, prepare_log_path
 
@@ -311,7 +311,7 @@ def launch_command(
     env_overrides, whole_env, secrets = child_env(env, (api_key,))
     base_url = f"http://{connect_host(host)}:{port}"
     logger.info("launching %s (log %s)", " ".join(mask_argv(argv, secrets)), log_path)
-    server = start_server(
+    server = spawn_ready(
         lambda: CommandServer(
             argv_template=[str(t) for t in template], host=host, port=int(port), model=model,
             ready_path=ready_path, ready_line=ready_line, api_key=api_key,

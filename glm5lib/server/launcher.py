@@ -18,12 +18,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from glm5lib import http
-from glm5lib.config import DEFAULT_RELEASE, ServerConfig
-from glm5lib.config.releases import nearest_bundled
+from glm5lib.config import DEFAULT_RELEASE, ServerConfig, nearest_bundled
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.masking import mask_argv
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
@@ -36,12 +36,30 @@ from glm5lib.server.process import (
     signals_deferred,
 )
 
-__all__ = ["BACKENDS", "Server", "launch", "launch_error", "start_server", "wait_ready"]
+__all__ = ["PROGRAMS", "Program", "Server", "launch", "launch_error", "spawn_ready", "wait_ready"]
 
 logger = logging.getLogger(__name__)
 
-#: backend -> module run with ``python -m``
-BACKENDS = {"sglang": "sglang.launch_server", "sim": "glm5lib.sim"}
+@dataclass(frozen=True)
+class Program:
+    """A server :func:`launch` starts from a ServerConfig: the module run with ``python -m``
+    and what it needs before it starts."""
+
+    module: str
+    #: the config must name a model (the stand-in models none)
+    requires_model: bool
+    #: the interpreter must have SGLang installed
+    requires_sglang: bool
+    #: it parses the flags of the config's SGLang release when told which (``--sim-release``)
+    emulates_release: bool
+
+
+#: ``backend`` of :func:`launch` -> the program it starts (the engine adapters of
+#: :mod:`glm5lib.engines` for SGLang and the stand-in launch through these)
+PROGRAMS: dict[str, Program] = {
+    "sglang": Program("sglang.launch_server", requires_model=True, requires_sglang=True, emulates_release=False),
+    "sim": Program("glm5lib.sim", requires_model=False, requires_sglang=False, emulates_release=True),
+}
 # After a fatal line, how long to keep reading before deciding: the traceback that names the
 # specific cause (and the process exit) usually follows within a second.
 _FATAL_SETTLE_S = 3.0
@@ -132,13 +150,14 @@ def launch(
     Raises ConfigError for a bad config or backend, ServerLaunchError (``cause`` oom, nan, nccl,
     port_in_use, timeout, exited, sglang_not_installed, ...) when the server does not come up.
     """
-    if backend not in BACKENDS:
-        raise ConfigError(f"unknown backend {backend!r}; valid: {', '.join(BACKENDS)}", field="backend", valid=list(BACKENDS))
+    if backend not in PROGRAMS:
+        raise ConfigError(f"unknown backend {backend!r}; valid: {', '.join(PROGRAMS)}", field="backend", valid=list(PROGRAMS))
+    program = PROGRAMS[backend]
     config = _as_config(config)
-    config.validate(require_model=backend == "sglang")
+    config.validate(require_model=program.requires_model)
     python = python or sys.executable
 
-    if backend == "sglang" and not sglang_installed(python):
+    if program.requires_sglang and not sglang_installed(python):
         raise ServerLaunchError(
             f"SGLang is not installed for {python}: install it on a GPU host with "
             "pip install 'glm5lib[sglang]', point python= at the interpreter that has it, "
@@ -154,18 +173,18 @@ def launch(
     require_free_port(host, int(port))
     log_path = prepare_log_path(log_path)
     extra_args = [str(a) for a in extra_args]
-    if backend == "sim" and not any(a.startswith("--sim-release") for a in extra_args):
+    if program.emulates_release and not any(a.startswith("--sim-release") for a in extra_args):
         emulated = nearest_bundled(config.release)  # the stand-in parses the flags of that release
         if emulated != DEFAULT_RELEASE:
             extra_args += ["--sim-release", emulated]
-    argv = [python, "-m", BACKENDS[backend], *config.to_argv(), *extra_args]
+    argv = [python, "-m", program.module, *config.to_argv(), *extra_args]
     env_overrides, whole_env, secrets = child_env(env, (config.api_key, config.admin_api_key))
     base_url = f"http://{connect_host(host)}:{port}"
     # SGLang logs its readiness line at INFO: above that level only /health can tell
     quiet = str(config.get("log_level") or "info").lower() in _QUIET_LEVELS
 
     logger.info("launching %s server: %s (log %s)", backend, " ".join(mask_argv(argv, secrets)), log_path)
-    server = start_server(
+    server = spawn_ready(
         lambda: Server(
             argv=argv,
             env=whole_env,
@@ -191,7 +210,7 @@ def launch(
     return server
 
 
-def start_server(make: Callable[[], S], ready_timeout: float, poll_interval: float) -> S:
+def spawn_ready(make: Callable[[], S], ready_timeout: float, poll_interval: float) -> S:
     """``make()`` (which spawns and registers a server) with interrupts held back until it is
     registered, then :func:`wait_ready`; an interrupt, a launch error or anything else on the
     way stops the half-started server before it propagates."""

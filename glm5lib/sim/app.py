@@ -31,7 +31,7 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 from glm5lib._version import __version__
-from glm5lib.config import mask_value
+from glm5lib.masking import mask_value
 from glm5lib.paths import display_path
 from glm5lib.sim.args import SimArgs
 from glm5lib.sim.gpus import SimGpus

@@ -13,14 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from glm5lib.config import (
+    BUNDLED_RELEASES,
     DEFAULT_RELEASE,
     ServerConfig,
     cuda_graphs_off,
     graphs_off_for,
-    mask_value,
 )
-from glm5lib.config.releases import BUNDLED_RELEASES
 from glm5lib.errors import ConfigError
+from glm5lib.masking import mask_value
 from glm5lib.sim.faults import Faults, parse_faults
 from glm5lib.sim.lines import (
     NOMINAL_ACCEPT_LENGTH,

@@ -1,6 +1,6 @@
 """The scheduler and server-args lines of each emulated SGLang release, as that release writes them.
 
-Read from each release's installed source (tests/contract checks the stand-in's lines against
+Read from each release's installed source (tests/integration/contract checks the stand-in's lines against
 it): decode and prefill stats in ``sglang/srt/managers/scheduler_metrics_mixin.py`` up to 0.5.9,
 ``scheduler_components/metrics_reporter.py`` in 0.5.23; the server-args line in
 ``sglang/srt/entrypoints/engine.py``.

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import copy
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from glm5lib.errors import ConfigError
 from glm5lib.paths import data_dir
+from glm5lib.stepmodel import StepParams, step_time_ms
 
 __all__ = [
     "DEFAULT_PROFILE",
@@ -173,20 +173,24 @@ class Profile:
     def graph_used(self, ctx: StepContext, batch: int) -> bool:
         return ctx.cuda_graph and batch <= ctx.cuda_graph_max_bs
 
-    def decode_ms(self, batch: int, kv_tokens: int, ctx: StepContext) -> float:
-        """Modelled wall time of one decode step, in milliseconds (no jitter)."""
-        if batch <= 0:
-            return 0.0
+    def step_params(self) -> StepParams:
+        """The decode section as the step formula's coefficients (:mod:`glm5lib.stepmodel`)."""
         d = self["decode"]
-        t = (
-            float(d["base_ms"])
-            + float(d["per_req_ms"]) * math.pow(batch, float(d["batch_exponent"]))
-            + float(d["per_kv_token_us"]) * kv_tokens / 1000.0
+        return StepParams(
+            fixed_ms=float(d["base_ms"]),
+            per_seq_ms=float(d["per_req_ms"]),
+            exponent=float(d["batch_exponent"]),
+            per_kv_token_ms=float(d["per_kv_token_us"]) / 1000.0,
+            graph_saving_ms=float(d["cuda_graph_saving_ms"]),
         )
-        t *= self.flag_factor(ctx)
-        if self.graph_used(ctx, batch):
-            t -= float(d["cuda_graph_saving_ms"])
-        return max(t, 0.5)
+
+    def decode_ms(self, batch: int, kv_tokens: int, ctx: StepContext) -> float:
+        """Modelled wall time of one decode step, in milliseconds (no jitter): the step formula
+        the diagnosis's performance model fits, with this profile's coefficients."""
+        return step_time_ms(
+            self.step_params(), batch, kv_tokens=kv_tokens, graph=self.graph_used(ctx, batch),
+            factor=self.flag_factor(ctx), floor_ms=0.5,
+        )
 
     def prefill_ms(self, new_tokens: int, cached_tokens: int, ctx: StepContext) -> float:
         """Modelled wall time of one prefill (extend) batch, in milliseconds."""

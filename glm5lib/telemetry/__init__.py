@@ -11,16 +11,16 @@ The investigation this workbook follows turned on physical evidence: eight GPUs 
 - :mod:`~glm5lib.telemetry.environment`: :func:`environment` snapshots the host for the report
   (GPUs, driver, PCIe links, P2P matrix, topology, package versions) and warns about the signs
   the investigation met.
-- :func:`per_level` and :func:`metrics_per_level` (defined in :mod:`glm5lib.levels`, re-exported
-  here) join samples to the sweep's concurrency levels: power per level, energy per generated
-  token, PCIe bytes per token, running requests.
+
+Joining these samples to the sweep's concurrency levels (power per level, energy per generated
+token, PCIe bytes per token, running requests) is :mod:`glm5lib.levels`' (``per_level``,
+``metrics_per_level``, ``assign_levels``), and only there.
 
 Every ``time`` column is float Unix epoch seconds, the clock ``glm5lib.loadgen`` uses.
 """
 
 from __future__ import annotations
 
-from glm5lib.levels import DEFAULT_GAUGES, assign_levels, metrics_per_level, per_level
 from glm5lib.telemetry._common import SOURCES
 from glm5lib.telemetry.environment import (
     P2P_LEGEND,
@@ -39,7 +39,6 @@ from glm5lib.telemetry.prometheus import (
 )
 
 __all__ = [
-    "DEFAULT_GAUGES",
     "GPU_COLUMNS",
     "METRICS_COLUMNS",
     "P2P_LEGEND",
@@ -47,14 +46,11 @@ __all__ = [
     "TOPOLOGY_LEGEND",
     "GpuSampler",
     "MetricsScraper",
-    "assign_levels",
     "environment",
     "format_environment",
     "load_gpu_csv",
     "load_metrics_csv",
     "metric_series",
-    "metrics_per_level",
     "package_versions",
-    "per_level",
     "save_environment",
 ]

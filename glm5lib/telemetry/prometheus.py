@@ -2,6 +2,14 @@
 
 Parsed with prometheus-client's parser into a long frame of ``time, metric, labels, value``
 (labels as a JSON object string, keys sorted); :func:`metric_series` picks one metric out of it.
+
+Kept compactly: the engine's gauges and counters (a few rows) are written at every scrape, so
+running, queued and KV figures are there once a second; histograms and summaries (dozens of
+bucket rows each, cumulative, so any two snapshots give the distribution between them), the
+serving process's own runtime metrics (``python_*``, ``process_*``, ``http_*``) and counters'
+``_created`` times only at the first scrape, at level boundaries (:meth:`MetricsScraper.mark`),
+every ``histogram_interval`` seconds and at the last scrape. The file grows by a bounded amount per hour whatever the load; older
+``metrics.csv`` files with every bucket of every scrape read the same way.
 """
 
 from __future__ import annotations
@@ -26,13 +34,25 @@ log = logging.getLogger(__name__)
 
 METRICS_COLUMNS = ["time", "metric", "labels", "value"]
 
+#: Seconds between snapshots of the histograms (their bucket rows), besides the level boundaries.
+HISTOGRAM_INTERVAL_S = 30.0
+# Prometheus family types whose samples are distributions (many rows per scrape).
+_DISTRIBUTIONS = frozenset({"histogram", "gaugehistogram", "summary"})
+# The serving process's own runtime (prometheus-client's default collectors, the HTTP
+# instrumentation): kept at snapshots only, like the histograms. So are counters' ``_created``
+# samples (when each series began: a constant). Real vLLM's /metrics: a median 113 rows a scrape -> 37.
+_RUNTIME_PREFIXES = ("python_", "process_", "http_")
+
 
 class MetricsScraper:
     """Scrapes a server's Prometheus ``/metrics`` every ``interval`` seconds in the background.
 
     ``.enabled`` is False (and ``.reason`` says why) when ``/metrics`` answers 404, which SGLang
     does when started without ``--enable-metrics``. ``.frame()`` has one row per sample:
-    ``time, metric, labels, value`` (labels as a JSON object string, keys sorted).
+    ``time, metric, labels, value`` (labels as a JSON object string, keys sorted). Gauges and
+    counters are kept from every scrape; histogram and summary samples from the first scrape,
+    the first one after each :meth:`mark` (a level starts or ends), one every
+    ``histogram_interval`` seconds (None: only those) and the last one (at :meth:`stop`).
     """
 
     def __init__(
@@ -43,6 +63,7 @@ class MetricsScraper:
         api_key: str | None = None,
         *,
         timeout: float = 5.0,
+        histogram_interval: float | None = HISTOGRAM_INTERVAL_S,
     ):
         if not base_url or not str(base_url).startswith(("http://", "https://")):
             raise ConfigError(f"base_url={base_url!r} must be an http(s) URL such as http://127.0.0.1:30000",
@@ -53,6 +74,15 @@ class MetricsScraper:
             raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
         if not math.isfinite(interval) or interval <= 0:
             raise ConfigError(f"interval={interval!r} must be a positive number of seconds, e.g. 1.0", field="interval")
+        if histogram_interval is not None and not (
+                isinstance(histogram_interval, (int, float)) and math.isfinite(histogram_interval)
+                and histogram_interval > 0):
+            raise ConfigError(f"histogram_interval={histogram_interval!r} must be a positive number of seconds "
+                              "(e.g. 30.0) or None (histograms only at level boundaries)",
+                              field="histogram_interval")
+        self.histogram_interval = None if histogram_interval is None else float(histogram_interval)
+        self._histograms_at: float | None = None  # monotonic time of the last histogram snapshot
+        self._marked = threading.Event()
         self.base_url = str(base_url).rstrip("/")
         self.url = self.base_url + "/metrics"
         self.interval = interval
@@ -73,16 +103,36 @@ class MetricsScraper:
         return (f"MetricsScraper({self.url!r}, enabled={self.enabled}, scrapes={self.scrapes}"
                 + (f", reason={self.reason!r})" if self.reason else ")"))
 
-    def _parse(self, text: str, stamp: float) -> list[tuple]:
+    def _parse(self, text: str, stamp: float, histograms: bool = True) -> list[tuple]:
         rows = []
+        stamp = round(stamp, 3)  # milliseconds: the scrape itself takes longer
         for family in text_string_to_metric_families(text):
+            if not histograms and (family.type in _DISTRIBUTIONS or family.name.startswith(_RUNTIME_PREFIXES)):
+                continue
             for sample in family.samples:
+                if not histograms and sample.name.endswith("_created"):
+                    continue
                 labels = json.dumps(dict(sorted(sample.labels.items())), separators=(",", ":"))
                 rows.append((stamp, sample.name, labels, float(sample.value)))
         return rows
 
-    def scrape_once(self) -> pd.DataFrame:
-        """Scrape now and return this scrape's rows (also kept in ``.frame()`` and ``out``)."""
+    def mark(self) -> None:
+        """Ask for the histograms at the next scrape (a level started or ended), so each level's
+        distribution is the difference of two snapshots. Returns at once (the scraping thread scrapes)."""
+        self._marked.set()
+
+    def _histograms_due(self) -> bool:
+        if self._histograms_at is None or self._marked.is_set():
+            return True
+        return (self.histogram_interval is not None
+                and time.monotonic() - self._histograms_at >= self.histogram_interval - 1e-3)
+
+    def scrape_once(self, *, histograms: bool | None = None) -> pd.DataFrame:
+        """Scrape now and return this scrape's rows (also kept in ``.frame()`` and ``out``).
+
+        ``histograms``: keep this scrape's histogram and summary samples (None: when one is due;
+        see the class docstring).
+        """
         t0 = time.time()
         response = http.get(self.url, api_key=self._api_key, timeout=self.timeout)
         status, body = response.status, response.body
@@ -107,14 +157,20 @@ class MetricsScraper:
             self.errors += 1
             self.reason = f"{self.url} answered HTTP {status}"
             return pd.DataFrame(columns=METRICS_COLUMNS)
+        if histograms is None:
+            histograms = self._histograms_due()
+        if histograms:
+            self._marked.clear()
         try:
-            rows = self._parse(body.decode("utf-8", "replace"), stamp)
+            rows = self._parse(body.decode("utf-8", "replace"), stamp, histograms)
         except Exception as exc:  # the parser raises ValueError and friends on malformed text
             self.errors += 1
             self.reason = f"{self.url} returned text that is not Prometheus exposition format ({exc})"
             return pd.DataFrame(columns=METRICS_COLUMNS)
         self.enabled, self.reason = True, None
         self.scrapes += 1
+        if histograms:
+            self._histograms_at = time.monotonic()
         with self._lock:
             self._rows.extend(rows)
         if self._sink is not None:
@@ -149,10 +205,13 @@ class MetricsScraper:
                 return
 
     def stop(self) -> pd.DataFrame:
+        """Stop scraping (one last scrape, histograms included) and return :meth:`frame`."""
         if self._thread is not None:
             self._stop.set()
             self._thread.join(timeout=self.timeout + 2 * self.interval)
             self._thread = None
+            if self.enabled:
+                self.scrape_once(histograms=True)
         if self._sink is not None:
             self._sink.close()
             self._sink = None

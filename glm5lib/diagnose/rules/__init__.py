@@ -22,10 +22,13 @@ from glm5lib.diagnose.rules.admission import (
 from glm5lib.diagnose.rules.batch import rule_concurrency_cap, rule_cuda_graph, rule_kv_capacity
 from glm5lib.diagnose.rules.crashes import rule_crashes
 from glm5lib.diagnose.rules.environment import rule_incompatibilities
+from glm5lib.diagnose.rules.limits import rule_load_bound, rule_token_budget
+from glm5lib.diagnose.rules.phases import rule_tradeoff
 from glm5lib.diagnose.rules.reference import rule_reference_diff
 from glm5lib.diagnose.rules.throughput import rule_client_bound, rule_gpu_underused, rule_saturation
 
 __all__ = [
+    "CAVEAT_RULES",
     "RULES",
     "evaluate",
     "rule_admission_reserve",
@@ -37,12 +40,18 @@ __all__ = [
     "rule_gpu_underused",
     "rule_incompatibilities",
     "rule_kv_capacity",
+    "rule_load_bound",
     "rule_prefill_budget",
     "rule_reference_diff",
     "rule_retraction_churn",
     "rule_saturation",
+    "rule_token_budget",
+    "rule_tradeoff",
     "rule_underfed",
 ]
+
+# Findings about how far the measurement can be trusted, not about what limits the server.
+CAVEAT_RULES = frozenset({"client_starved"})
 
 RULES: list[Callable[[Evidence], list[Finding]]] = [
     rule_crashes,
@@ -51,12 +60,15 @@ RULES: list[Callable[[Evidence], list[Finding]]] = [
     rule_cuda_graph,
     rule_admission_reserve,
     rule_prefill_budget,
+    rule_token_budget,
     rule_retraction_churn,
     rule_underfed,
+    rule_load_bound,
     rule_dp_imbalance,
     rule_saturation,
     rule_gpu_underused,
     rule_client_bound,
+    rule_tradeoff,
     rule_incompatibilities,
     rule_reference_diff,
 ]
@@ -92,12 +104,18 @@ def evaluate(
             "measured_throughput": (
                 round(f.prediction.measured, 1) if f.prediction and f.prediction.measured else None
             ),
+            "covers": " ".join(f.covers),
         }
         for f in findings
     ]
     frame = pd.DataFrame(rows, columns=FINDING_COLUMNS)
-    frame = frame.sort_values(["score", "severity"], ascending=False, kind="stable").reset_index(
-        drop=True
+    # caveats on the measurement come after every cause, whatever their score
+    caveat = frame["rule"].isin(CAVEAT_RULES)
+    frame = (
+        frame.assign(_caveat=caveat)
+        .sort_values(["_caveat", "score", "severity"], ascending=[True, False, False], kind="stable")
+        .drop(columns="_caveat")
+        .reset_index(drop=True)
     )
     frame.attrs["skipped"] = list(ev.skipped)
     frame.attrs["source"] = ev.source

@@ -23,9 +23,17 @@ import re
 
 import pandas as pd
 
-from glm5lib.diagnose.capacity import predict_remedy
-from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
+from glm5lib import engines
+from glm5lib.diagnose.evidence import (
+    Evidence,
+    Finding,
+    _bool_col,
+    _col,
+    _num,
+    _pct,
+)
 from glm5lib.diagnose.knowledge import remedy
+from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.references import norm
 
 __all__ = [
@@ -99,8 +107,9 @@ def _level_text(conc: float | None) -> str:
 
 def rule_admission_reserve(ev: Evidence) -> list[Finding]:
     """Requests wait while KV usage is low: the admission reserve for future tokens fills the pool."""
-    if ev.engine == "vllm":
-        ev.skipped.append("admission_reserve: vLLM reserves no future tokens when it admits a request")
+    adapter = engines.get(ev.engine, default="sglang")
+    if not adapter.capabilities.reserves_future_tokens:
+        ev.skipped.append(f"admission_reserve: {adapter.title} reserves no future tokens when it admits a request")
         return []
     if ev.active_decode().empty:
         ev.skipped.append("admission_reserve: no decode lines with running requests")
@@ -175,8 +184,11 @@ def _power_of_two_above(x: float) -> int:
 def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     """Every prefill batch takes the whole token budget while requests queue below the cap."""
     share, n_full, n_prefill, budget, src = _prefill_at_budget(ev)
-    if budget is None or n_prefill == 0:
-        ev.skipped.append("prefill_budget: no prefill lines or no known prefill budget")
+    if n_prefill == 0:
+        ev.skipped.append(
+            "prefill_budget: no prefill lines" + ("" if ev.token_budget()[0] else " and no known prefill budget")
+            + "; the per-step budget is checked from the running/queued figures and step counts (token_budget)"
+        )
         return []
     if n_full < 3 or share < 0.5:
         return []
@@ -250,7 +262,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
     churn = retracted / admitted if admitted else float("nan")
     if events < 3 or (retracted < 20 and not (churn >= 0.05)):
         return []
-    word = "preemption" if ev.engine == "vllm" else "retraction"
+    word = engines.get(ev.engine, default="sglang").capabilities.requeue_word
     parts = [f"{events} {word} events sent {retracted} requests back to the queue"]
     if admitted:
         parts[0] += f", {_pct(churn)} of the {admitted} admissions in the prefill lines"
@@ -307,6 +319,9 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         return []
     s = ev.sweep_sorted()
     client = s[_bool_col(s, "client_bound")] if not s.empty and "client_bound" in s else s.iloc[0:0]
+    if "client_cpu_pct" in client:
+        # a starved client (below half a core) is a caveat on latency, not the reason for the batch
+        client = client[~(_col(client, "client_cpu_pct") < 50.0)]
     text = "; ".join(
         f"at concurrency {int(c)} the server ran a median {_count(r)} requests with none queued"
         for c, r, _ in hits[:4]

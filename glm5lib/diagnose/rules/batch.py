@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import math
 
-from glm5lib.diagnose.capacity import (
-    fitted_model,
-    predict_remedy,
-    recommend_max_running_requests,
+from glm5lib import engines
+from glm5lib.diagnose.capacity import fitted_model, recommend_max_running_requests
+from glm5lib.diagnose.evidence import (
+    Evidence,
+    Finding,
+    _bool_col,
+    _col,
+    _frame,
+    _num,
+    _pct,
+    reserves_future_tokens,
+    samples_text,
 )
-from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _frame, _num, _pct
 from glm5lib.diagnose.knowledge import remedy
+from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.references import norm
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
+
+
+def _noun(d) -> str:
+    """'decode lines', '/metrics scrapes' or both: what the shares in a finding are shares of."""
+    return samples_text(d).split(" ", 1)[1]
 
 
 def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
@@ -54,12 +67,12 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
             lv_pinned = (lv_run >= threshold) & (lv_q > 0)
             parts.append(
                 f"at concurrency {int(top['concurrency'])} #running-req stayed at {cap} on "
-                f"{_pct(float(lv_pinned.mean()))} of its {len(lv)} decode lines while #queue-req "
+                f"{_pct(float(lv_pinned.mean()))} of its {samples_text(lv)} while #queue-req "
                 f"averaged {_num(float(lv_q.mean()))}"
             )
     parts += [
         ("over the whole log " if parts else "")
-        + f"#running-req stayed at {cap} on {_pct(share)} of decode lines while #queue-req averaged "
+        + f"#running-req stayed at {cap} on {_pct(share)} of {_noun(d)} while #queue-req averaged "
         f"{_num(float(queue[both].mean()))} (max {int(queue[both].max())}); "
         f"token usage there averaged {float(_col(d, 'token_usage')[both].mean()):.2f}, so KV was not the limit"
     ]
@@ -122,6 +135,10 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
         )
         if rec is not None and rec.reason:
             suggestion += f"; no figure recommended: {rec.reason}"
+    suggestion += (
+        "; the known cost: every step grows with the batch, so TPOT rises as throughput does, and a cap above "
+        "what the KV pool holds turns into retractions"
+    )
     ref_args = ev.reference_args or {}
     ref_cap = norm(ref_args.get("max_running_requests", ref_args.get("max_num_seqs")))  # SGLang's, vLLM's
     if isinstance(ref_cap, int) and ref_cap > cap:
@@ -171,19 +188,20 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     if len(d) and usage.notna().any():
         peak_text = f"token usage peaked at {float(usage.max()):.2f}"
         if full.any():
-            peak_text += f" and was >= 0.95 on {_pct(share_full)} of decode lines"
+            peak_text += f" and was >= 0.95 on {_pct(share_full)} of {_noun(d)}"
         parts.append(peak_text)
         if full.any():
             parts.append(f"#running-req there averaged {_num(float(running[full].mean()))}")
         if held_signal:
             parts.append(
-                f"on {_pct(share_held)} of decode lines requests queued (#queue-req averaging "
+                f"on {_pct(share_held)} of {_noun(d)} requests queued (#queue-req averaging "
                 f"{_num(float(_col(d, 'queue_req')[held].mean()))}) at usage >= 0.85 while "
                 f"#running-req ({_num(float(running[held].mean()))} on average) stayed below the cap"
                 + (f" of {cap}" if cap else "")
             )
     if n_retract:
-        parts.append(f"{n_retract} retraction events sent {retracted} requests back to the queue")
+        word = "retraction" if reserves_future_tokens(ev) else "preemption"  # SGLang's word, vLLM's
+        parts.append(f"{n_retract} {word} events sent {retracted} requests back to the queue")
     pool, pool_src = ev.kv_pool_tokens()
     ctx, _ = ev.context_tokens()
     supported = None
@@ -201,7 +219,7 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             gpu_memory_utilization=ev.arg("gpu_memory_utilization"),
         )
     )
-    cap_flag = "--max-num-seqs" if ev.engine == "vllm" else "--max-running-requests"
+    cap_flag = engines.get(ev.engine, default="sglang").capabilities.cap_flag
     if supported and cap and cap > supported:
         suggestion = (
             f"{cap_flag} {cap} is above the ~{supported} requests the KV pool holds, so the "
@@ -225,7 +243,7 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
 
 def rule_cuda_graph(ev: Evidence) -> list[Finding]:
     """Decode batches run without CUDA graphs because they exceed cuda_graph_max_bs."""
-    d = ev.active_decode()
+    d = ev.log_decode()  # only the log's lines say whether a step replayed a graph
     if d.empty or "cuda_graph" not in d:
         ev.skipped.append("cuda_graph: no decode lines with a cuda graph field")
         return []

@@ -43,6 +43,11 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
     if hit is None:
         return []
     j, i = hit
+    if _admission_held(ev):
+        # requests queued below the running limit with the KV pool mostly free: admission (the
+        # token budget or the reserve) holds the batch back, not the decode step
+        ev.skipped.append("saturation: requests queued below the running limit; admission explains the plateau")
+        return []
     d = ev.active_decode()
     cap, _ = ev.cap()
     if not d.empty:
@@ -103,6 +108,24 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
             severity=0.5,
         )
     ]
+
+
+def _admission_held(ev: Evidence) -> bool:
+    cap, _ = ev.cap()
+    for conc, lines in ev.level_decode():
+        limit = min(c for c in (cap, conc) if c) if (cap or conc) else None
+        if limit is None:
+            continue
+        running = _col(lines, "running_req")
+        queue = _col(lines, "queue_req").fillna(0)
+        # a queue as large as half the batch, most of the time: admission, not the step, holds it
+        if (
+            float(running.median()) < 0.9 * limit - 1
+            and float((queue > 0).mean()) >= 0.3
+            and float(queue.mean()) >= 0.5 * float(running.median())
+        ):
+            return True
+    return False
 
 
 def rule_gpu_underused(ev: Evidence) -> list[Finding]:
@@ -180,8 +203,43 @@ def rule_gpu_underused(ev: Evidence) -> list[Finding]:
     ]
 
 
+# Half a core: below it the load generator is not busy enough to be the limit itself.
+CLIENT_SATURATED_CPU_PCT = 50.0
+
+
+def _other_processes(row: pd.Series) -> str | None:
+    """What else held the host's cores during a level, when the sweep recorded it: the other
+    processes' summed share of a core (``others_cpu_pct``) and the largest of them
+    (``other_processes``, ``"name[pid] 183%; name[pid] 12%"``)."""
+    names = row.get("other_processes")
+    total = row.get("others_cpu_pct", np.nan)
+    text = []
+    if isinstance(names, str) and names.strip():
+        text.append(names.strip())
+    elif isinstance(names, (list, tuple)) and names:
+        text.append("; ".join(str(n) for n in names))
+    if pd.notna(total) and float(total) > 0:
+        text.append(f"{float(total):.0f}% of a core in all")
+    return ", ".join(text) or None
+
+
+def _level_bits(row: pd.Series) -> list[str]:
+    bits = []
+    if pd.notna(row.get("client_cpu_pct", np.nan)):
+        bits.append(f"client CPU {float(row['client_cpu_pct']):.0f}%")
+    if pd.notna(row.get("loop_lag_p99_ms", np.nan)):
+        bits.append(f"event-loop lag p99 {float(row['loop_lag_p99_ms']):.0f} ms")
+    return bits
+
+
 def rule_client_bound(ev: Evidence) -> list[Finding]:
-    """Sweep levels the load generator flagged as limited by the client itself."""
+    """Levels the load generator flagged as limited by the client, told apart by its CPU:
+
+    * saturated (at least half a core busy, and lag): the client is the limit and leads;
+    * starved (below half a core, high event-loop lag): other processes held the cores, so the
+      client could not read its streams in time; a caveat on the latency figures (by how much
+      they may be inflated), never the cause of the throughput.
+    """
     s = ev.sweep_sorted()
     if s.empty or "client_bound" not in s:
         ev.skipped.append("client_bound: the sweep has no client_bound column")
@@ -189,29 +247,68 @@ def rule_client_bound(ev: Evidence) -> list[Finding]:
     bound = s[_bool_col(s, "client_bound")]
     if bound.empty:
         return []
-    details = []
-    for _, row in bound.iterrows():
-        bits = []
-        if pd.notna(row.get("client_cpu_pct", np.nan)):
-            bits.append(f"client CPU {float(row['client_cpu_pct']):.0f}%")
-        if pd.notna(row.get("loop_lag_p99_ms", np.nan)):
-            bits.append(f"event-loop lag p99 {float(row['loop_lag_p99_ms']):.0f} ms")
-        details.append(
-            f"concurrency {int(row['concurrency'])}" + (f" ({', '.join(bits)})" if bits else "")
+    cpu = _col(bound, "client_cpu_pct")
+    saturated = bound[cpu.isna() | (cpu >= CLIENT_SATURATED_CPU_PCT)]
+    starved = bound[cpu < CLIENT_SATURATED_CPU_PCT]
+    out = []
+    if len(saturated):
+        details = []
+        for _, row in saturated.iterrows():
+            bits = _level_bits(row)
+            details.append(f"concurrency {int(row['concurrency'])}" + (f" ({', '.join(bits)})" if bits else ""))
+        out.append(
+            Finding(
+                finding="load generator was the bottleneck at some levels",
+                evidence=f"{len(saturated)} of {len(s)} levels flagged client-bound with the client busy "
+                f"(at least {CLIENT_SATURATED_CPU_PCT:.0f}% of a core): " + "; ".join(details),
+                suggestion=(
+                    "figures at those levels measure the client, not the server: run the load generator on "
+                    "another machine or in more processes, raise the server's --stream-interval so fewer chunks "
+                    "are sent, or cross-check with sglang.bench_serving"
+                ),
+                confidence=0.9,
+                rule="client_bound",
+                severity=0.75,
+            )
         )
-    return [
-        Finding(
-            finding="load generator was the bottleneck at some levels",
-            evidence=f"{len(bound)} of {len(s)} levels flagged client-bound: " + "; ".join(details),
-            suggestion=(
-                "figures at those levels measure the client, not the server: run the load generator on "
-                "another machine or in more processes, raise the server's --stream-interval so fewer chunks "
-                "are sent, or cross-check with sglang.bench_serving"
-            ),
-            confidence=0.9,
-            rule="client_bound",
-            severity=0.75,
+    if len(starved):
+        details = []
+        lags = []
+        for _, row in starved.iterrows():
+            bits = _level_bits(row)
+            others = _other_processes(row)
+            if others:
+                bits.append(f"other processes: {others}")
+            if pd.notna(row.get("host_cpu_pct", np.nan)) and pd.notna(row.get("host_cpus", np.nan)):
+                bits.append(f"host {float(row['host_cpu_pct']):.0f}% busy over {int(row['host_cpus'])} cores")
+            details.append(f"concurrency {int(row['concurrency'])}" + (f" ({', '.join(bits)})" if bits else ""))
+            lag = row.get("loop_lag_p99_ms", np.nan)
+            if pd.notna(lag):
+                lags.append(float(lag))
+        worst = max(lags) if lags else None
+        inflate = (
+            f"; a token can wait up to ~{worst:,.0f} ms (the lag p99) before the client reads it, so TTFT and "
+            "inter-token figures at those levels may be inflated by that much, and TPOT from short bursts understated"
+            if worst
+            else ""
         )
-    ]
-
-
+        out.append(
+            Finding(
+                finding="measurement caveat: the load generator was starved of CPU, not saturated",
+                evidence=(
+                    f"{len(starved)} of {len(s)} levels flagged client-bound while the client used less than "
+                    f"{CLIENT_SATURATED_CPU_PCT:.0f}% of a core: " + "; ".join(details)
+                    + ": the client was waiting for a core, not working: other processes (on a small host the "
+                    "server's own threads) held them" + inflate
+                ),
+                suggestion=(
+                    "read those levels' latencies with care, not as the server's; for exact latency run the load "
+                    "generator on cores the server does not use (taskset, another machine) or give the server fewer "
+                    "threads; the throughput figures still count what the server delivered"
+                ),
+                confidence=0.8,
+                rule="client_starved",
+                severity=0.1,
+            )
+        )
+    return out

@@ -1,0 +1,128 @@
+"""``glm5 predict RUN_DIR --phase P --set FIELD=VALUE --concurrency N[,M...]``: forecast a change.
+
+The command line of :func:`glm5lib.diagnose.model.predict`: the performance model is fitted on
+the named phase only and forecasts throughput, TTFT and TPOT once the engine's own fields change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from glm5lib.errors import ConfigError, UsageError
+
+__all__ = ["parse_concurrency", "parse_value", "register_cli"]
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: JSON where it parses (``256``, ``true``, ``null``), else the text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        low = text.strip().lower()
+        if low in ("true", "false", "none"):
+            return {"true": True, "false": False, "none": None}[low]
+        return text
+
+
+def _parse_set(items: list[str] | None) -> dict[str, Any]:
+    changes: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set expects FIELD=VALUE, got {item!r}", field="--set")
+        changes[key.strip()] = parse_value(value.strip())
+    return changes
+
+
+def parse_concurrency(text: str) -> list[int]:
+    """``64,256`` -> [64, 256]; every level an integer of at least 1."""
+    levels = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise UsageError(
+                f"--concurrency expects integers of at least 1 separated by commas (e.g. 64,256), got {text!r}",
+                field="--concurrency",
+            )
+        levels.append(n)
+    if not levels:
+        raise UsageError("--concurrency: give at least one level, e.g. 64,256", field="--concurrency")
+    return levels
+
+
+def _fmt(x: float | None, unit: str = "") -> str:
+    return "-" if x is None else f"{x:,.0f}{unit}"
+
+
+def _cli_predict(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from glm5lib.diagnose.model import PerfModel
+
+    changes = _parse_set(args.set)
+    levels = parse_concurrency(args.concurrency)
+    for name, value in (("--input-len", args.input_len), ("--output-len", args.output_len)):
+        if value is not None and value < 1:
+            raise UsageError(f"{name} must be at least 1, got {value}", field=name)
+    run = Path(args.run_dir)
+    if not run.is_dir():
+        raise ConfigError(f"run folder {run} does not exist", field="RUN_DIR")
+    phase = run / args.phase
+    if not phase.is_dir():
+        phases = sorted(p.name for p in run.iterdir() if (p / "sweep.csv").is_file())
+        raise ConfigError(
+            f"phase {args.phase!r} not found in {run}; phases there: {', '.join(phases) or 'none'}",
+            field="--phase",
+            valid=phases,
+        )
+    model = PerfModel.fit_phase(phase)
+    out = model.forecast(changes, levels, input_len=args.input_len, output_len=args.output_len)
+    if args.json:
+        print(json.dumps([f.to_dict() for f in out], indent=2))
+        return 0
+    print(model.describe())
+    print(f"changes: {changes or 'none'}")
+    print(f"{'concurrency':>11} {'tok/s':>9} {'band':>17} {'running':>8} {'binds':>12} {'TTFT ms':>9} {'TPOT ms':>8}")
+    for f in out:
+        band = f"{_fmt(f.low_tok_s)}-{_fmt(f.high_tok_s)}"
+        print(
+            f"{f.concurrency:>11} {_fmt(f.predicted_tok_s):>9} {band:>17} {f.running:>8.0f} "
+            f"{f.binding_limit:>12} {_fmt(f.ttft_ms):>9} {(f'{f.tpot_ms:.1f}' if f.tpot_ms else '-'):>8}"
+            + ("  (extrapolated)" if f.extrapolated else "")
+        )
+    for note in out[0].unseen_changes if out else []:
+        print(f"not seen by the model: {note}")
+    return 0
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add ``glm5 predict``."""
+    p = subparsers.add_parser(
+        "predict",
+        help="forecast throughput, TTFT and TPOT after a config change, from one measured phase",
+        description=(
+            "Fit the performance model on one phase of a run folder and forecast what a change of "
+            "the engine's own fields gives at each concurrency."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    p.add_argument("--phase", required=True, help="the phase folder to fit on (baseline, fix, ...)")
+    p.add_argument(
+        "--set",
+        action="append",
+        metavar="FIELD=VALUE",
+        help="an engine field to change, e.g. max_num_seqs=256 (repeatable)",
+    )
+    p.add_argument("--concurrency", required=True, metavar="N[,M...]", help="offered concurrency levels")
+    p.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")
+    p.add_argument("--output-len", type=int, help="output tokens per request (default: the phase's)")
+    p.add_argument("--json", action="store_true", help="print a list of forecast objects as JSON")
+    p.set_defaults(func=_cli_predict)

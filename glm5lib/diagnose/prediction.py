@@ -1,0 +1,310 @@
+"""Predict, then prove: the performance model's forecast of a change beside what the change measured.
+
+The workbook states the hypothesis's forecast before anything changes (notebook 3,
+:func:`forecast_hypothesis`, ``forecast.csv`` in the run folder), writes the forecast of the
+fix beside the fix's own measurement (notebook 4, :func:`record_prediction`, the fix phase's
+``prediction.csv``), and refits the model on the fix to forecast the next levels, saying how much
+the fix's own data moved it (notebook 5, :func:`refit_shift`). :func:`section_markdown` is the
+report's section of forecast against measurement.
+"""
+
+from __future__ import annotations
+
+import ast
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import rundir
+from glm5lib.diagnose.model import Forecast, PerfModel
+from glm5lib.errors import ConfigError, DiagnosisError
+
+__all__ = [
+    "PREDICTION_COLUMNS",
+    "forecast_frame",
+    "forecast_hypothesis",
+    "hypothesis_changes",
+    "launch_drift",
+    "record_prediction",
+    "refit_shift",
+    "section_markdown",
+]
+
+log = logging.getLogger(__name__)
+
+PREDICTION_COLUMNS = [
+    "concurrency",
+    "predicted",
+    "low",
+    "high",
+    "measured",
+    "error",
+    "inside_band",
+    "running",
+    "binding_limit",
+    "extrapolated",
+    "ttft_predicted_ms",
+    "ttft_measured_ms",
+    "tpot_predicted_ms",
+    "tpot_measured_ms",
+    "unseen_changes",
+    "changes",
+    "drift",
+    "error_net_of_drift",
+]
+
+
+def forecast_frame(forecasts: Sequence[Forecast]) -> pd.DataFrame:
+    """One row per forecast (the :meth:`Forecast.to_dict` fields; unseen changes joined by '; ')."""
+    rows = []
+    for f in forecasts:
+        d = f.to_dict()
+        d["unseen_changes"] = "; ".join(d["unseen_changes"])
+        rows.append(d)
+    return pd.DataFrame(rows)
+
+
+def hypothesis_changes(hypothesis: Mapping[str, Any]) -> dict[str, Any]:
+    """The change a hypothesis tests: its field set to the reference's value."""
+    field = hypothesis.get("field")
+    if not field:
+        raise ConfigError("the hypothesis names no field to change", field="hypothesis")
+    return {str(field): hypothesis.get("reference")}
+
+
+def _sweep_levels(folder: Path) -> list[int]:
+    path = folder / rundir.SWEEP
+    if not path.is_file():
+        return []
+    s = pd.read_csv(path)
+    return sorted({int(c) for c in pd.to_numeric(s.get("concurrency"), errors="coerce").dropna()})
+
+
+def forecast_hypothesis(
+    run_dir: str | Path,
+    changes: Mapping[str, Any],
+    concurrency: Sequence[int] | None = None,
+    *,
+    phase: str = "baseline",
+    write: bool = True,
+) -> tuple[PerfModel, pd.DataFrame]:
+    """The model fitted on ``phase`` and its forecast of ``changes`` (default levels: the phase's
+    own), written to ``forecast.csv`` in the run folder unless ``write`` is False."""
+    run = Path(run_dir)
+    model = PerfModel.fit_phase(run / phase)
+    levels = list(concurrency) if concurrency else _sweep_levels(run / phase)
+    frame = forecast_frame(model.forecast(changes, levels))
+    frame["changes"] = repr(dict(changes))
+    if write:
+        frame.to_csv(run / rundir.FORECAST_CSV, index=False)
+    return model, frame
+
+
+def record_prediction(
+    run_dir: str | Path,
+    changes: Mapping[str, Any],
+    *,
+    baseline: str = "baseline",
+    phase: str = "fix",
+    write: bool = True,
+) -> pd.DataFrame:
+    """The baseline model's forecast of ``changes`` at each level the fix measured, beside the
+    measurement: ``PREDICTION_COLUMNS``, written to the fix phase's ``prediction.csv``."""
+    run = Path(run_dir)
+    fix = run / phase
+    if not (fix / rundir.SWEEP).is_file():
+        raise DiagnosisError(f"{fix} has no {rundir.SWEEP}: measure the fix before comparing")
+    sweep = pd.read_csv(fix / rundir.SWEEP)
+    levels = _sweep_levels(fix)
+    try:
+        model: PerfModel | None = PerfModel.fit_phase(run / baseline)
+    except DiagnosisError as exc:  # no forecast: the measurement is still recorded, with why
+        model, why = None, str(exc)
+    drift, shared = launch_drift(run / baseline, fix, model, changes) if model is not None else (None, [])
+    rows = []
+    for f in model.forecast(changes, levels) if model is not None else []:
+        at = sweep[pd.to_numeric(sweep["concurrency"], errors="coerce") == f.concurrency]
+        measured = _f(at["output_throughput"].iloc[0]) if len(at) and "output_throughput" in at else None
+        ttft = _f(at["mean_ttft_ms"].iloc[0]) if len(at) and "mean_ttft_ms" in at else None
+        tpot = _f(at["mean_tpot_ms"].iloc[0]) if len(at) and "mean_tpot_ms" in at else None
+        rows.append({
+            "concurrency": f.concurrency,
+            "predicted": f.predicted_tok_s,
+            "low": f.low_tok_s,
+            "high": f.high_tok_s,
+            "measured": measured,
+            "error": None if not measured else (f.predicted_tok_s - measured) / measured,
+            "inside_band": None if measured is None else bool(f.low_tok_s <= measured <= f.high_tok_s),
+            "running": f.running,
+            "binding_limit": f.binding_limit,
+            "extrapolated": f.extrapolated,
+            "ttft_predicted_ms": f.ttft_ms,
+            "ttft_measured_ms": ttft,
+            "tpot_predicted_ms": f.tpot_ms,
+            "tpot_measured_ms": tpot,
+            "unseen_changes": "; ".join(f.unseen_changes),
+            "changes": repr(dict(changes)),
+            "drift": drift,
+            "error_net_of_drift": None if not measured or drift is None
+            else (f.predicted_tok_s * drift - measured) / measured,
+        })
+    if model is None:
+        for c in levels:
+            at = sweep[pd.to_numeric(sweep["concurrency"], errors="coerce") == c]
+            rows.append({"concurrency": c, "measured": _f(at["output_throughput"].iloc[0]) if len(at) else None,
+                         "unseen_changes": f"no forecast: {why}", "changes": repr(dict(changes))})
+    frame = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
+    frame.attrs["model"] = model.describe() if model is not None else f"no forecast: {why}"
+    frame.attrs["drift_levels"] = shared
+    if write:
+        frame.to_csv(fix / rundir.PREDICTION_CSV, index=False)
+    return frame
+
+
+def launch_drift(
+    baseline: Path, fix: Path, model: PerfModel, changes: Mapping[str, Any]
+) -> tuple[float | None, list[int]]:
+    """How much faster (above 1) or slower the fix's launch ran than the baseline's where the
+    change cannot have mattered: the median ratio of their measured throughputs at the levels
+    both measured whose batch and step the change leaves alone (the baseline model says which;
+    none where a change is one the model cannot see). A forecast crosses two launches; on a shared or throttled machine the same level
+    moves between launches (real vLLM on two CPU cores: 0.76-0.95x at every level of a second
+    launch of one configuration), and that movement is not the model's error. None with no
+    such level."""
+    try:
+        base = pd.read_csv(baseline / rundir.SWEEP)
+        after = pd.read_csv(fix / rundir.SWEEP)
+    except (OSError, ValueError):
+        return None, []
+    before_f = {f.concurrency: f for f in model.forecast({}, _sweep_levels(baseline) or [1])}
+    ratios, shared = [], []
+    for c, f in sorted(before_f.items()):
+        a = after[pd.to_numeric(after["concurrency"], errors="coerce") == c]
+        b = base[pd.to_numeric(base["concurrency"], errors="coerce") == c]
+        if a.empty or b.empty:
+            continue
+        [g] = model.forecast(changes, [c])
+        if g.unseen_changes and any("not modelled" not in u for u in g.unseen_changes):
+            return None, []  # a change the model cannot see may move any level: none is a control
+        if abs(g.running - f.running) > 0.01 * max(f.running, 1.0) or \
+                abs(g.predicted_tok_s - f.predicted_tok_s) > 0.01 * f.predicted_tok_s:
+            continue  # the change moves this level's batch or step: not a control
+        ma, mb = _f(a["output_throughput"].iloc[0]), _f(b["output_throughput"].iloc[0])
+        if ma and mb:
+            ratios.append(ma / mb)
+            shared.append(int(c))
+    if not ratios:
+        return None, []
+    return float(pd.Series(ratios).median()), shared
+
+
+def refit_shift(
+    run_dir: str | Path,
+    concurrency: Sequence[int],
+    *,
+    baseline: str = "baseline",
+    phase: str = "fix",
+) -> pd.DataFrame:
+    """The model refitted on the fix phase forecasts ``concurrency`` (no further change), beside
+    what the baseline's model forecast there for the fix: ``moved`` is how much the fix's own
+    data moved the forecast (relative)."""
+    run = Path(run_dir)
+    refit = PerfModel.fit_phase(run / phase)
+    now = refit.forecast({}, list(concurrency))
+    before: list[Forecast | None] = [None] * len(now)
+    pred = run / phase / rundir.PREDICTION_CSV
+    if pred.is_file():
+        try:
+            changes = _changes_of(pd.read_csv(pred))
+            base = PerfModel.fit_phase(run / baseline)
+            # the baseline model, told the fix's changes, at the same levels
+            before = list(base.forecast(changes, list(concurrency)))
+        except (DiagnosisError, ConfigError, ValueError, SyntaxError) as exc:
+            log.info("no baseline forecast to compare the refit with: %s", exc)
+    rows = []
+    for f, b in zip(now, before, strict=True):
+        rows.append({
+            "concurrency": f.concurrency,
+            "predicted": f.predicted_tok_s,
+            "low": f.low_tok_s,
+            "high": f.high_tok_s,
+            "running": f.running,
+            "binding_limit": f.binding_limit,
+            "extrapolated": f.extrapolated,
+            "baseline_model": None if b is None else b.predicted_tok_s,
+            "moved": None if b is None else (f.predicted_tok_s - b.predicted_tok_s) / b.predicted_tok_s,
+        })
+    frame = pd.DataFrame(rows)
+    frame.attrs["model"] = refit.describe()
+    return frame
+
+
+def _changes_of(frame: pd.DataFrame) -> dict[str, Any]:
+    if "changes" not in frame or frame.empty:
+        return {}
+    value = ast.literal_eval(str(frame["changes"].iloc[0]))
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def _f(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _n(v: Any) -> str:
+    x = _f(v)
+    return "-" if x is None else f"{x:,.0f}"
+
+
+def section_markdown(run_dir: str | Path) -> str | None:
+    """The report's "Forecast beside measurement" section, or None when no phase has a prediction."""
+    run = Path(run_dir)
+    files = sorted(run.glob(f"*/{rundir.PREDICTION_CSV}"))
+    if not files:
+        return None
+    lines = ["## Forecast beside measurement", ""]
+    for path in files:
+        frame = pd.read_csv(path)
+        if frame.empty:
+            continue
+        changes = frame["changes"].iloc[0] if "changes" in frame else ""
+        lines += [
+            f"Phase `{path.parent.name}`: the performance model fitted on the baseline alone forecast "
+            f"the change {changes} before it was made; the phase then measured it.",
+            "",
+            "| concurrency | predicted tok/s | band | measured tok/s | error | inside band | running | binds |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for _, r in frame.iterrows():
+            err = _f(r.get("error"))
+            inside = r.get("inside_band")
+            lines.append(
+                f"| {int(r['concurrency']):,} | {_n(r['predicted'])} | {_n(r['low'])}-{_n(r['high'])} | "
+                f"{_n(r.get('measured'))} | {'-' if err is None else f'{err:+.0%}'} | "
+                f"{'-' if pd.isna(inside) else ('yes' if bool(inside) else 'no')} | {_n(r.get('running'))} | "
+                f"{r.get('binding_limit', '')}{' (extrapolated)' if bool(r.get('extrapolated')) else ''} |"
+            )
+        unseen = str(frame["unseen_changes"].dropna().iloc[0]) if frame["unseen_changes"].notna().any() else ""
+        lines.append("")
+        drift = _f(frame["drift"].dropna().iloc[0]) if "drift" in frame and frame["drift"].notna().any() else None
+        if drift is not None:
+            top = frame.dropna(subset=["measured"]).sort_values("concurrency")
+            net = _f(top["error_net_of_drift"].iloc[-1]) if len(top) and "error_net_of_drift" in top else None
+            lines += [
+                f"The levels both phases ran with the same batch measured {drift:.2f}x in the second launch: "
+                f"the machine's own movement between launches, not the change's."
+                + (f" Net of it, the forecast at {int(top['concurrency'].iloc[-1]):,} is {net:+.0%} off." if net is not None else ""),
+                "",
+            ]
+        if unseen.startswith("no forecast: "):
+            lines += [f"No forecast: {unseen[len('no forecast: '):]}.", ""]
+        elif unseen:
+            lines += [f"Changes the model cannot see: {unseen}.", ""]
+    return "\n".join(lines).rstrip() + "\n"

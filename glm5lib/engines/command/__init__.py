@@ -1,0 +1,45 @@
+"""Any engine launched from an argv template (``BACKEND="command"``, ``ENGINE_COMMAND``).
+
+The template's placeholders (``{host}``, ``{port}``, ``{model}``, ``{python}``) are filled by
+:func:`glm5lib.server.launch_command`; ready-made templates for transformers serve, vLLM, SGLang
+and the stand-in are :data:`glm5lib.engines.presets.ENGINES`. The engine behind a command is not
+known in advance: its log is read by whichever log adapter recognises it, and its capability
+facts are unknown (None), so rules fall back to what the evidence itself shows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glm5lib import server as server_mod
+from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest
+from glm5lib.errors import ConfigError
+
+__all__ = ["ADAPTER", "CAPABILITIES"]
+
+CAPABILITIES = Capabilities(launches_from_config=False, accepts_foreign_flags=True)
+
+
+def _launch(request: LaunchRequest) -> Any:
+    if not request.command:
+        raise ConfigError(
+            "BACKEND 'command' needs ENGINE_COMMAND, an argv template such as "
+            "['transformers', 'serve', '{model}', '--continuous-batching', '--port', '{port}']",
+            field="ENGINE_COMMAND",
+        )
+    return server_mod.launch_command(
+        [*request.command, *request.extra_args], model=request.model or None, log_path=request.log_path,
+        ready_timeout=request.ready_timeout, api_key=request.api_key, changes=request.command_changes,
+        port=request.port,
+    )
+
+
+ADAPTER = EngineAdapter(
+    name="command",
+    title="an engine launched from a command",
+    description="any engine launched from the argv template ENGINE_COMMAND (transformers serve, vLLM, SGLang...)",
+    capabilities=CAPABILITIES,
+    metrics={},
+    log_engine=None,
+    launcher=_launch,
+)

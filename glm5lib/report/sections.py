@@ -1,0 +1,67 @@
+"""Sections other modules add to the report, each from the run folder.
+
+A provider is a function ``section_markdown(run_dir) -> str | None`` in its own module, returning
+Markdown that opens with a ``## Title`` (tables as Markdown tables, figures as relative image
+links to files in the run folder), or ``None`` when the run has nothing for it. A module adds its
+provider with one line in :data:`PROVIDERS` (``"package.module:function"``, imported when the
+report is written, so this module imports none of them) or at run time with :func:`register`.
+Its sections appear in the Markdown and the HTML report after the run's own story, before the
+figures, in the order listed. A provider that fails costs only its own section (logged).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from glm5lib.errors import ConfigError
+
+__all__ = ["PROVIDERS", "Provider", "extra_sections", "register"]
+
+log = logging.getLogger(__name__)
+
+Provider = Callable[[Path], "str | None"]
+
+#: Contributed sections, one line each: "package.module:function".
+PROVIDERS: list[str | Provider] = [
+    "glm5lib.loadgen.quality:section_markdown",  # measurement quality per level
+    "glm5lib.diagnose.prediction:section_markdown",  # the performance model's forecast beside the measurement
+    "glm5lib.tune.report:section_markdown",  # the tuner's candidates, the winner and its figure
+    "glm5lib.diagnose.section:section_markdown",  # each level's scheduler figures, the leading limit
+]
+
+
+def register(provider: str | Provider) -> None:
+    """Add a section provider (a callable or ``"package.module:function"``) once."""
+    if not callable(provider) and (not isinstance(provider, str) or ":" not in provider):
+        raise ConfigError(
+            f"section provider {provider!r} is neither a function nor 'package.module:function'",
+            field="provider")
+    if provider not in PROVIDERS:
+        PROVIDERS.append(provider)
+
+
+def _resolve(provider: str | Provider) -> Provider:
+    if callable(provider):
+        return provider
+    module, _, name = provider.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def extra_sections(run_dir: str | Path) -> list[str]:
+    """The Markdown of every provider's section for ``run_dir`` (providers with nothing left out)."""
+    out = []
+    for provider in PROVIDERS:
+        try:
+            text = _resolve(provider)(Path(run_dir))
+        except Exception as exc:  # one section must not cost the whole report
+            log.warning("report section %s not written: %s", provider, exc)
+            continue
+        if text is not None and not isinstance(text, str):
+            log.warning("report section %s returned %s, not Markdown: left out", provider, type(text).__name__)
+            continue
+        if text and text.strip():
+            out.append(text)
+    return out

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import glm5lib
+from glm5lib.cli import main
+
+
+def test_version_prints_the_package_version(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0
+    assert glm5lib.__version__ in capsys.readouterr().out
+
+
+def test_help_lists_the_registered_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = capsys.readouterr().out
+    assert "usage: glm5" in out
+    assert "workbook" in out
+
+
+def test_unknown_command_is_rejected():
+    with pytest.raises(SystemExit) as exc:
+        main(["no-such-command"])
+    assert exc.value.code == 2
+
+
+def test_console_script_runs_as_a_module():
+    out = subprocess.run(
+        [sys.executable, "-m", "glm5lib", "--version"], capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == f"glm5lib {glm5lib.__version__}"
+
+
+def test_output_cut_short_by_the_reader_is_not_an_error(monkeypatch, capfd):
+    # `glm5 env --json | head -1`: the reader closes the pipe before glm5 has written everything
+    import argparse
+
+    import glm5lib.cli as cli
+
+    def handler(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    parser = argparse.ArgumentParser(prog="glm5")
+    parser.set_defaults(func=handler, verbose=False)
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    assert cli.main([]) == 0
+    assert "Traceback" not in capfd.readouterr().err
+
+
+# Runs `glm5 --help` and `glm5 COMMAND --help` for every registered command in a fresh
+# interpreter, and reports which heavy modules each one had loaded by then.
+_HELP_PROBE = """
+import contextlib, io, json, sys
+from glm5lib.cli import build_parser, main
+HEAVY = ("pandas", "aiohttp", "matplotlib", "numpy")
+commands = sorted(build_parser()._subparsers._group_actions[0].choices)
+loaded = {}
+for argv in [["--help"], *([c, "--help"] for c in commands)]:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):
+        main(argv)
+    loaded[" ".join(argv)] = [m for m in HEAVY if m in sys.modules]
+print(json.dumps({"commands": commands, "loaded": loaded}))
+"""
+
+
+def test_help_loads_no_heavy_library_module():
+    import json
+
+    out = subprocess.run([sys.executable, "-c", _HELP_PROBE], capture_output=True, text=True, check=True)
+    probe = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"workbook", "diagnose", "logs", "sweep", "launch"} <= set(probe["commands"])
+    assert {argv: mods for argv, mods in probe["loaded"].items() if mods} == {}
+
+
+def test_engine_and_backend_names_are_checked_by_the_handlers(tmp_path, capsys):
+    log = tmp_path / "server.log"
+    log.write_text("[2025-01-01 00:00:00] x\n")
+    assert main(["logs", str(log), "--engine", "tgi"]) == 2
+    assert "--engine 'tgi': valid values are auto, " in capsys.readouterr().err
+    assert main(["launch", "--backend", "tgi", "glm5-baseline"]) == 2
+    assert "--backend 'tgi': valid values are sim, sglang, vllm, command" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- conventions every command keeps
+
+
+def test_verbose_works_before_and_after_the_sub_command():
+    from glm5lib.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["-v", "logs", "x.log"]).verbose is True
+    assert parser.parse_args(["logs", "x.log", "-v"]).verbose is True
+    assert parser.parse_args(["config", "show", "glm5-baseline", "--verbose"]).verbose is True
+    assert parser.parse_args(["logs", "x.log"]).verbose is False
+
+
+def test_launch_help_lists_every_registered_engine(capsys):
+    from glm5lib import engines
+
+    with pytest.raises(SystemExit):
+        main(["launch", "--help"])
+    out = capsys.readouterr().out
+    assert all(name in out for name in engines.names())
+
+
+def test_failures_exit_1_naming_the_input_and_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["logs", str(tmp_path / "nope.log")]) == 1
+    assert "nope.log" in capsys.readouterr().err
+    assert main(["launch", "--backend", "vllm"]) == 2
+    assert "--backend vllm needs a config" in capsys.readouterr().err
+    assert main(["launch", "--backend", "command"]) == 2
+    assert "argv template after '--'" in capsys.readouterr().err
+    assert main(["launch", "--backend", "vllm", "no-such-vllm-config"]) == 1
+    assert "no-such-vllm-config" in capsys.readouterr().err
+
+
+def test_sweep_takes_no_secret_from_the_command_line(tmp_path, capsys):
+    url = "http://127.0.0.1:9"
+    assert main(["sweep", url, "--api-key", "s3cret", "--run-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err
+    assert "GLM5_API_KEY" in err and "--api-key-file" in err and "s3cret" not in err
+    assert main(["sweep", url, "--api-key-file", str(tmp_path / "missing"), "--run-dir", str(tmp_path / "r")]) == 1
+    assert "--api-key-file" in capsys.readouterr().err and not (tmp_path / "r").exists()
+    from glm5lib.cli import build_parser
+
+    args = build_parser().parse_args(["sweep", url, "-q"])
+    assert args.quiet is True and build_parser().parse_args(["sweep", url, "--no-progress"]).quiet is True
+
+
+def test_one_diff_verb_raw_and_the_deprecated_config_diff(capsys):
+    assert main(["diff", "--raw", "glm5-baseline", "glm5-fix", "--exit-code"]) == 1
+    raw = capsys.readouterr()
+    assert "max_running_requests" in raw.out and "deprecated" not in raw.err
+    assert main(["config", "diff", "glm5-baseline", "glm5-fix"]) == 0
+    old = capsys.readouterr()
+    assert old.out == raw.out and "'glm5 config diff' is deprecated: use 'glm5 diff --raw" in old.err
+
+
+def test_diagnose_takes_the_run_folder_as_every_command_spells_it(tmp_path, capsys):
+    assert main(["diagnose", "--run-dir", str(tmp_path / "missing")]) == 1
+    assert "missing" in capsys.readouterr().err
+    assert main(["diagnose"]) == 2
+    assert "glm5 diagnose RUN_DIR" in capsys.readouterr().err
+    assert main(["diagnose", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b")]) == 2

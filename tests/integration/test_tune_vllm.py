@@ -1,0 +1,123 @@
+"""The tuner on real vLLM on CPU against a grid recorded once with the same launch and sweep code.
+
+The grid (``tests/fixtures/tune/vllm-grid/``, refreshed by ``make tune-grid-fixture``; its
+``meta.json`` has the date, the versions and the workload) is 9 values of ``max_num_seqs``
+(1-64) at 64 concurrent 32+64-token requests under a median TPOT limit of 9 ms: a larger running
+cap batches more requests per step, so throughput rises (539 tok/s at 1, about 3,700 from 16)
+and every step takes longer, so TPOT rises too (2 ms at 1, 7.9 at 32, 9.9 at 48, 13 at 64): the
+smallest cap has the least throughput, the largest breaks the limit, and the best limit-meeting
+point (3,804 at 32) sits between. Here the tuner runs live over the same space in at most 4
+launches, and its pick is judged on the grid's own scale (the grid's throughput at the picked
+value, between its two neighbouring grid points): it must reach 95% of the grid's best
+limit-meeting point. A live figure is not set against a recorded one: this machine's speed
+moves from run to run by as much as a landscape's steps, so the limit is moved to today's speed
+by the TPOT both measured at the largest cap (the tuner's first launch). The pick must also meet
+the limit when launched again. Needs ``make vllm``; skipped with that reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from glm5lib import phase, rundir, tune
+from glm5lib.engines import vllm as ev
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tune" / "vllm-grid"
+
+
+def _meta() -> dict:
+    return json.loads((FIXTURE / "meta.json").read_text())
+
+
+def _grid_at(grid: pd.DataFrame, value: float) -> float:
+    """The grid's objective at ``value``: linear in log(value) between its two neighbouring points."""
+    g = grid.sort_values("value")
+    x, y = np.log(g["value"].astype(float).to_numpy()), g["objective"].astype(float).to_numpy()
+    return float(np.interp(np.log(value), x, y))
+
+
+def test_grid_at_reads_between_neighbouring_points():
+    grid = pd.DataFrame({"value": [512, 1024, 2048], "objective": [1000.0, 2000.0, 1500.0]})
+    assert _grid_at(grid, 1024) == 2000.0
+    assert _grid_at(grid, 1448) == pytest.approx(1750.0, rel=0.01)
+    assert _grid_at(grid, 724) == pytest.approx(1500.0, rel=0.01)
+
+
+def test_the_recorded_grid_has_its_provenance_and_a_landscape_where_neither_extreme_wins():
+    meta = _meta()
+    assert meta["recorded_at"] and meta["vllm"] and meta["glm5lib"] and meta["command"] == "make tune-grid-fixture"
+    grid = pd.read_csv(FIXTURE / rundir.TUNE_CSV)
+    grid = grid[grid["kind"] == "grid"].sort_values("value")
+    assert len(grid) >= 8 and list(grid["value"]) == sorted(meta["values"])
+    goal = tune.Goal.parse(meta["slo"])
+    for _, row in grid.iterrows():  # each point's own sweep agrees with the row
+        level = pd.read_csv(FIXTURE / row["phase"] / rundir.SWEEP).iloc[-1]
+        assert level["output_throughput"] == pytest.approx(row["output_throughput"])
+        assert goal.slo_met(level.to_dict()) == bool(row["slo_met"])
+    met = grid[grid["slo_met"].astype(bool)]
+    assert not met.empty
+    best = met.loc[met["objective"].idxmax()]
+    assert best["value"] not in (grid["value"].min(), grid["value"].max()), grid[["value", "objective", "slo_met"]]
+
+
+def _scaled_limit(meta: dict, grid: pd.DataFrame, live: pd.Series) -> float:
+    """The recorded limit moved to this machine's speed: scaled by the live TPOT over the grid's
+    at the point both measured (the largest cap at the target load)."""
+    [limit] = [float(text.split("<=")[1]) for text in meta["slo"]]
+    top = grid.sort_values("value").iloc[-1]
+    return round(limit * float(live["median_tpot_ms"]) / float(top["median_tpot_ms"]), 2)
+
+
+def test_the_limit_moves_with_the_machines_speed_at_the_point_both_measured():
+    grid = pd.DataFrame({"value": [32, 64], "median_tpot_ms": [7.9, 13.0]})
+    assert _scaled_limit({"slo": ["median_tpot_ms<=9"]}, grid, pd.Series({"median_tpot_ms": 20.8})) == 14.4
+    assert _scaled_limit({"slo": ["median_tpot_ms<=9"]}, grid, pd.Series({"median_tpot_ms": 13.0})) == 9.0
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_tuner_reaches_the_recorded_grids_best_on_real_vllm(tmp_path, vllm_installed):
+    meta = _meta()
+    recorded = pd.read_csv(FIXTURE / rundir.TUNE_CSV)
+    recorded = recorded[recorded["kind"] == "grid"]
+    grid = recorded[recorded["slo_met"].astype(bool)]
+    grid_best = float(grid["objective"].max())
+    base = ev.VllmConfig.load(meta["config"])
+    config = base.with_changes(model=base.model_path(), **meta["base_changes"])
+    workload = tune.Workload(meta["concurrency"], meta["input_len"], meta["output_len"], meta["duration"],
+                             api="completions", sweep_options={"token_ids": False})
+    space = f"{meta['lever']}={min(meta['values'])}:{max(meta['values'])}"
+    # This machine's speed moves between days by more than the landscape's steps (the grid's
+    # largest cap read 13 ms of TPOT when recorded, 21 ms on another day), so a fixed limit would
+    # put the optimum elsewhere than in the grid. The tuner's first launch (the configuration as
+    # given: the largest cap, with a lighter level for the performance model) is measured here as
+    # its evidence, and the recorded limit is moved by the TPOT ratio at that point, which the grid
+    # measured too: the landscape is then the grid's, at today's speed. That launch counts.
+    top = max(meta["values"])
+    phase.measure_phase(config.with_changes(**{meta["lever"]: top}), tmp_path, "first", backend="vllm",
+                        ready_timeout=600, concurrencies=[top // 4, meta["concurrency"]], api="completions",
+                        input_len=meta["input_len"], output_len=meta["output_len"], duration=meta["duration"],
+                        warmup=2, sweep_options={"token_ids": False}, progress=False, gpu=False)
+    live = pd.read_csv(tmp_path / "first" / rundir.SWEEP).set_index("concurrency").loc[meta["concurrency"]]
+    limit = _scaled_limit(meta, recorded, live)
+    goal = tune.Goal.parse([f"median_tpot_ms<={limit}"])
+    # Launches of one configuration still differ by up to 35% in TPOT within a day (49 running:
+    # 8.9 ms, then 11.9 ms measured again), and a level by about 10%, so candidates are forecast
+    # 30% under the limit and the winner has 20% to spare, as a user would ask on such a host
+    # (--margin 0.3 --noise 0.1); a pick at the limit meets it again only by luck.
+    result = tune.tune(config, tmp_path, goal, workload, backend="vllm", max_launches=3, levers=[space],
+                       evidence_phase="first", noise=0.1, margin=0.3)
+    assert 1 + result.launches <= 4
+    assert result.best is not None, (limit, result.candidates)
+    picked = float(result.best["changes"][meta["lever"]])
+    on_grid = _grid_at(grid, picked)
+    shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
+    assert on_grid >= 0.95 * grid_best, (limit, picked, on_grid, grid_best, shown)
+    again = tune.recheck(config, tmp_path, goal, workload, result, backend="vllm")
+    assert again["slo_met"], (limit, again, shown)

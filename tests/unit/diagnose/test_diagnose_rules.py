@@ -1,0 +1,301 @@
+"""Tests of the rules for why the running batch stays below the offered load (glm5lib.diagnose.rules),
+each on evidence frames built by hand: fires with its numbers and the engine's own flags, stays quiet otherwise."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+from test_diagnose import decode_frame, sweep_frame
+
+from glm5lib import diagnose as dg
+from glm5lib.config import catalogue
+from glm5lib.diagnose.model import PerfModel
+from glm5lib.diagnose.rules.crashes import _CRASH_ADVICE
+from glm5lib.logs import to_epoch
+
+
+def level_sweep(decode: pd.DataFrame, levels=(256,), **extra) -> pd.DataFrame:
+    """A sweep whose (single or last) level window covers the decode lines' times."""
+    t = to_epoch(decode["time"])
+    s = sweep_frame(list(levels), [1000.0 * (i + 1) for i in range(len(levels))], [500.0] * len(levels), **extra)
+    s.loc[s.index[-1], ["start_time", "window_start"]] = float(t.min()) - 1
+    s.loc[s.index[-1], ["end_time", "window_end"]] = float(t.max()) + 1
+    for i in range(len(s) - 1):  # earlier levels end before the decode lines
+        s.loc[i, ["start_time", "window_start"]] = float(t.min()) - 100 * (len(s) - i)
+        s.loc[i, ["end_time", "window_end"]] = float(t.min()) - 100 * (len(s) - i) + 50
+    return s
+
+
+def held_evidence(**over) -> dg.Evidence:
+    d = decode_frame([30] * 20, queue=100, usage=0.2)
+    ev = dg.Evidence(
+        decode=d,
+        sweep=level_sweep(d, output_len=[4096]),
+        server_args={"max_running_requests": 256},
+        startup={"max_total_num_tokens": 200_000, "max_running_requests": 256},
+    )
+    for k, v in over.items():
+        setattr(ev, k, v)
+    return ev
+
+
+def test_admission_reserve_fires_with_the_reserve_sized_and_sglang_flags():
+    out = dg.rule_admission_reserve(held_evidence())
+    assert len(out) == 1
+    f = out[0]
+    assert "stayed at a median 30, below the cap of 256" in f.evidence
+    assert "token usage only 0.20" in f.evidence
+    # 30 running x 4,096 max tokens x 0.098-0.70 -> 12,042-86,016 reserved of 160,000 free
+    assert "reserves 12,042-86,016 tokens against the 160,000 free" in f.evidence
+    assert "--schedule-conservativeness" in f.suggestion and f.confidence >= 0.7
+    # the whole evaluation leads with it
+    top = dg.evaluate(held_evidence()).iloc[0]
+    assert top["rule"] == "admission_reserve"
+
+
+def test_admission_reserve_quiet_when_kv_is_full_small_reserve_or_vllm():
+    full = held_evidence(decode=decode_frame([30] * 20, queue=100, usage=0.9))
+    assert dg.rule_admission_reserve(full) == []
+    d = decode_frame([30] * 20, queue=100, usage=0.2)
+    short = held_evidence(sweep=level_sweep(d, output_len=[16]))
+    assert dg.rule_admission_reserve(short) == []  # 30 x 16 x 0.7 tokens cannot fill the pool
+    ev = held_evidence(startup={"engine": "vllm", "max_total_num_tokens": 200_000, "max_running_requests": 256})
+    assert dg.rule_admission_reserve(ev) == []
+    assert any("vLLM reserves no future tokens" in s for s in ev.skipped)
+
+
+def prefill_frame(new_token, n=12, new_seq=1) -> pd.DataFrame:
+    return pd.DataFrame({
+        "time": pd.date_range("2026-01-01 10:00:00", periods=n, freq="2s"),
+        "rank": ["TP0"] * n, "new_seq": [new_seq] * n, "new_token": [new_token] * n,
+        "cached_token": [0] * n, "token_usage": [0.2] * n, "running_req": [20] * n, "queue_req": [50] * n,
+    })
+
+
+def test_prefill_budget_fires_when_every_batch_is_full_and_names_each_engines_flag():
+    ev = held_evidence(prefill=prefill_frame(512), server_args={"max_running_requests": 256, "chunked_prefill_size": 512})
+    ev.startup["chunked_prefill_size"] = 512
+    out = dg.rule_prefill_budget(ev)
+    assert len(out) == 1
+    assert "12 of 12 prefill batches (100%) took the whole budget of 512 tokens" in out[0].evidence
+    assert "--chunked-prefill-size 8192" in out[0].suggestion
+    assert dg.rule_admission_reserve(ev) == []  # the budget explains the wait, not the reserve
+    assert dg.evaluate(ev).iloc[0]["rule"] == "prefill_budget"
+    vllm = held_evidence(
+        prefill=prefill_frame(2048),
+        startup={"engine": "vllm", "max_total_num_tokens": 200_000, "max_running_requests": 256,
+                 "max_num_batched_tokens": 2048},
+    )
+    out = dg.rule_prefill_budget(vllm)
+    assert len(out) == 1 and "--max-num-batched-tokens 8192" in out[0].suggestion
+    # batches below the budget: quiet
+    assert dg.rule_prefill_budget(held_evidence(prefill=prefill_frame(100), startup={"chunked_prefill_size": 512})) == []
+
+
+def retractions(events=10, each=5) -> pd.DataFrame:
+    return pd.DataFrame({
+        "time": pd.date_range("2026-01-01 10:00:00", periods=events, freq="3s"), "rank": ["TP0"] * events,
+        "retracted_reqs": [each] * events, "new_token_ratio_before": [0.3] * events,
+        "new_token_ratio_after": [0.9] * events,
+    })
+
+
+def test_retraction_churn_leads_over_kv_capacity_and_says_preemption_for_vllm():
+    ev = dg.Evidence(
+        decode=decode_frame([300] * 20, queue=50, usage=0.97, tokens=195_000),
+        prefill=prefill_frame(4096, n=20, new_seq=10),
+        retractions=retractions(),
+        server_args={"max_running_requests": 1024},
+        startup={"max_total_num_tokens": 200_000},
+        sweep=sweep_frame([512], [5000], [900]),
+    )
+    out = dg.rule_retraction_churn(ev)
+    assert len(out) == 1
+    assert "10 retraction events sent 50 requests back to the queue, 25% of the 200 admissions" in out[0].evidence
+    assert "new_token_ratio jumped to 0.90" in out[0].evidence
+    assert "holds about 390 requests" in out[0].evidence and "--max-running-requests to about 390" in out[0].suggestion
+    frame = dg.evaluate(ev)
+    assert list(frame["rule"][:2]) == ["retraction_churn", "kv_capacity"]
+    ev.startup["engine"] = "vllm"
+    out = dg.rule_retraction_churn(ev)
+    assert "preemption" in out[0].finding and "--max-num-seqs" in out[0].suggestion
+    # one small retraction is not churn
+    assert dg.rule_retraction_churn(dg.Evidence(retractions=retractions(events=1, each=2))) == []
+
+
+def test_underfed_server_is_named_with_or_without_the_clients_flag():
+    d = decode_frame([20] * 12, queue=0, usage=0.1)
+    ev = dg.Evidence(decode=d, sweep=level_sweep(d, levels=(64,)), startup={"max_running_requests": 1024})
+    out = dg.rule_underfed(ev)
+    assert len(out) == 1
+    assert "at concurrency 64 the server ran a median 20 requests with none queued" in out[0].evidence
+    assert "front end or the tokenizer" in out[0].evidence and "--tokenizer-worker-num" in out[0].suggestion
+    ev.sweep["client_bound"] = True
+    ev.sweep["client_cpu_pct"] = 20.0  # a starved client (below half a core) does not explain the batch
+    assert dg.rule_underfed(ev)[0].confidence == pytest.approx(0.6)
+    ev.sweep["client_cpu_pct"] = 90.0  # a busy one does
+    assert dg.rule_underfed(ev)[0].confidence == pytest.approx(0.8)
+    full = decode_frame([60] * 12, queue=0, usage=0.1)
+    assert dg.rule_underfed(dg.Evidence(decode=full, sweep=level_sweep(full, levels=(64,)))) == []
+
+
+def test_dp_imbalance_names_the_busy_and_the_idle_replica():
+    busy = decode_frame([60] * 10, queue=20).assign(rank="DP0 TP0")
+    idle = decode_frame([10] * 10, queue=0).assign(rank="DP1 TP0")
+    ev = dg.Evidence(decode=pd.concat([busy, idle], ignore_index=True), server_args={"dp_size": 2})
+    out = dg.rule_dp_imbalance(ev)
+    assert len(out) == 1
+    assert "DP0 ran 60 requests on average, DP1 10" in out[0].evidence
+    assert "--load-balance-method total_tokens" in out[0].suggestion
+    even = pd.concat([busy, busy.assign(rank="DP1 TP0")], ignore_index=True)
+    assert dg.rule_dp_imbalance(dg.Evidence(decode=even)) == []
+
+
+def test_cap_and_kv_remedies_use_the_evidence_engines_flags():
+    d = decode_frame([16, 32, 64] + [64] * 30, queue=[0, 0, 0] + [180] * 30, usage=0.2)
+    ev = dg.Evidence(decode=d, sweep=sweep_frame([64, 256], [860, 880], [300, 12000]),
+                     startup={"engine": "vllm", "max_running_requests": 64, "max_total_num_tokens": 500_000})
+    out = dg.rule_concurrency_cap(ev)
+    assert out and "raise --max-num-seqs from 64" in out[0].suggestion
+    kv = dg.Evidence(decode=decode_frame([300] * 20, queue=50, usage=0.99, tokens=198_000),
+                     retractions=retractions(events=3, each=5),
+                     startup={"engine": "vllm", "max_total_num_tokens": 200_000})
+    assert "--gpu-memory-utilization" in dg.rule_kv_capacity(kv)[0].suggestion
+
+
+def test_saturation_needs_no_completed_request():
+    # duration-bound levels: throughput from in-flight streams, nothing completed
+    running = [32] * 10 + [256] * 20
+    thr = [b * 1000 / (60 + 0.02 * b) for b in running]
+    ev = dg.Evidence(
+        decode=decode_frame(running, queue=[0] * 10 + [10] * 20, usage=0.4, thr=thr),
+        sweep=sweep_frame([256, 1024], [3900, 4100], [300, 2500], completed=[0, 0]),
+        startup={"max_running_requests": 1024},
+    )
+    out = dg.rule_saturation(ev)
+    assert len(out) == 1 and "3,900 -> 4,100" in out[0].evidence
+    assert not any(s.startswith("saturation") for s in ev.skipped)
+
+
+def test_capacity_fit_without_a_lever_arm_recommends_nothing_and_says_why():
+    narrow = dg.CapacityModel.fit(decode_frame([60, 62, 64, 63, 61, 64] * 3))
+    assert not narrow.lever_arm and "60-64 only" in narrow.lever_arm_problem()
+    r = narrow.recommend_max_running_requests(200_000, 512, target_concurrency=1024, current_cap=64)
+    assert r.value is None and "no lever arm" in r.reason
+    # a flat, noisy fit over a wide band: zero slope and a large error is no lever arm either
+    flat = dg.CapacityModel(50.0, 0.0, 0.0, 30, 0, 0.82, 5.0, (8, 256), 300.0, ("intercept",))
+    assert not flat.lever_arm and "error is 82%" in flat.lever_arm_problem()
+
+
+def test_recommendation_below_the_batch_that_ran_says_why():
+    r = dg.recommend_max_running_requests(100_000, 1000, target_concurrency=1024, ran_batch=200)
+    assert r.value == 88
+    assert "below the 200 requests that already ran at once because the pool holds only 90" in r.reason
+
+
+def test_findings_carry_the_predicted_effect_of_their_remedy():
+    from test_diagnose import cap_evidence
+
+    ev = cap_evidence()
+    f = dg.rule_concurrency_cap(ev)[0]
+    p = f.prediction
+    assert p is not None and p.concurrency == 256 and p.batch_now == 64 and p.batch_after == 256
+    assert p.low <= p.throughput <= p.high and p.throughput > 2 * p.measured
+    assert p.text.startswith("raising the cap to 256: at concurrency 256 the performance model predicts")
+    assert "880 tok/s measured with 64" in p.text and "extrapolated" in p.text
+    row = dg.evaluate(cap_evidence()).iloc[0]
+    assert row["rule"] == "concurrency_cap" and row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-3)
+    assert row["measured_throughput"] == 880
+    # no sweep: no forecast; a remedy that lets no more requests run: none either
+    assert dg.predict_remedy(dg.Evidence(decode=ev.decode), 256, "x") is None
+    assert dg.predict_remedy(cap_evidence(), 64, "x") is None
+    # the forecast is the performance model's, fitted on the sweep's levels (as fix/prediction.csv
+    # is), so decode lines that never left the cap do not change it
+    narrow = cap_evidence(decode=decode_frame([64] * 30, queue=180, usage=0.2))
+    assert dg.predict_remedy(narrow, 256, "x").throughput == pytest.approx(p.throughput)
+    [forecast] = PerfModel.from_evidence(cap_evidence()).forecast({"max_running_requests": 256}, [256])
+    assert forecast.predicted_tok_s == pytest.approx(p.throughput)
+
+
+def test_gauges_stand_in_for_decode_lines_when_the_log_has_none(tmp_path):
+    # An attached vLLM server: no log, only scraped /metrics (running pinned at 64, 180 waiting).
+    t0 = 1_800_000_000.0
+    rows = []
+    for i in range(30):
+        running = 64 if i > 2 else 16 * (i + 1)
+        for metric, value in (
+            ("vllm:num_requests_running", running),
+            ("vllm:num_requests_waiting", 180 if i > 2 else 0),
+            ("vllm:gpu_cache_usage_perc", 0.2),
+        ):
+            rows.append({"time": t0 + 2 * i, "metric": metric, "labels": "{}", "value": value})
+    phase = tmp_path / "run"
+    phase.mkdir()
+    pd.DataFrame(rows).to_csv(phase / "metrics.csv", index=False)
+    s = sweep_frame([64, 256], [860, 880], [300, 12000])
+    s.loc[1, ["start_time", "window_start"]] = t0 - 1
+    s.loc[1, ["end_time", "window_end"]] = t0 + 61
+    s.to_csv(phase / "sweep.csv", index=False)
+    (phase / "config.json").write_text('{"max_num_seqs": 64}')
+    ev = dg.load_evidence(phase)
+    assert ev.decode_source == "metrics" and ev.engine == "vllm" and len(ev.decode) == 30
+    assert list(ev.decode.columns[:4]) == ["time", "running_req", "queue_req", "token_usage"]
+    out = dg.rule_concurrency_cap(ev)
+    assert out and "stayed at 64" in out[0].evidence and "--max-num-seqs" in out[0].suggestion
+
+
+def test_a_recommendation_the_model_predicts_slower_says_so():
+    # 120 requests ran; the pool holds 88 at full length: the smaller cap is predicted slower
+    m = dg.CapacityModel.fit(decode_frame([16, 32, 64, 96, 120] * 4))
+    r = m.recommend_max_running_requests(100_000, 1000, target_concurrency=256, current_cap=256, ran_batch=120)
+    assert r.value == 88 and r.predicted_throughput < r.current_throughput
+    assert "predicts this cap to be slower than what runs now" in r.reason
+    assert "below the 120 requests that already ran at once" in r.reason
+
+
+def test_a_vllm_diff_ranks_max_num_seqs_first_and_resolves_it_from_the_start_up_facts():
+    cur = {"model": "m", "max_num_seqs": 4, "enforce_eager": False, "port": 8000}
+    ref = {"model": "m", "max_num_seqs": None, "enforce_eager": True, "port": 8001}
+    diff = dg.diff_configs(cur, ref, hide_irrelevant=True, reference_startup={"max_running_requests": 256})
+    top = diff.iloc[0]
+    assert top["field"] == "max_num_seqs" and (top["current"], top["reference"]) == (4, 256)
+    assert "signature of a cap" in top["rationale"] and "resolved at start" in top["resolved"]
+    assert list(diff["field"]) == ["max_num_seqs", "enforce_eager"]
+
+
+def test_capacity_fit_drops_the_ramp_lines_of_each_level():
+    # The default workbook's baseline decode lines: cap 64, levels 1/64/256/1024, 256-token
+    # outputs. The first line of each level also times its ramp (12.4, 205.8, 500.4, 211.6 tok/s).
+    batch = [1] * 6 + [64] * 11
+    thr = [12.43, 19.40, 19.36, 19.46, 19.41, 19.44, 205.83, 880.34, 880.57, 877.71, 500.35,
+           878.06, 881.74, 878.31, 211.61, 881.43, 882.12]
+    m = dg.CapacityModel.fit(decode_frame(batch, thr=thr, tokens=[300 * b for b in batch]))
+    assert m.n_outliers == 4 and m.mape < 0.01
+    assert m.per_request_ms == pytest.approx(0.34, abs=0.03)  # (72.7 - 51.5) ms / 63
+    p = m.predict([64, 1024], cap=1024)
+    # inside the measured batches the fit's own error; 16x beyond them, +-40%
+    assert p.iloc[0]["throughput_high"] / p.iloc[0]["throughput"] < 1.01
+    assert p.iloc[1]["throughput_high"] / p.iloc[1]["throughput"] == pytest.approx(1.4)
+
+
+@pytest.mark.parametrize("release", ["0.5.8", "0.5.9", "0.5.23"])
+def test_sglang_remedies_name_only_flags_and_values_the_release_takes(release):
+    cat = catalogue(release)
+    texts = [dg.remedy(intent, "sglang", release=release) for intent in dg.load_remedies()]
+    texts += [dg.fill_remedy(advice, release) for _, advice in _CRASH_ADVICE.values()]
+    for text in texts:
+        for flag, value in re.findall(r"(--[a-z][a-z0-9-]+)(?: ([a-z0-9]+_[a-z0-9_]+))?", text):
+            spec = cat.specs[cat.flag_to_field[flag]]  # KeyError: a flag the release does not know
+            assert not spec.deprecated, (flag, text)
+            if spec.choices and value:
+                assert value in spec.choices, (flag, value, text)
+
+
+def test_graph_remedy_is_spelt_for_the_release_of_the_evidence():
+    running, graph = [32] * 10 + [200] * 10, [True] * 10 + [False] * 10
+    for args, flag in (({"cuda_graph_max_bs_decode": 64, "version": "0.5.23"}, "--cuda-graph-max-bs-decode"),
+                       ({"cuda_graph_max_bs": 64, "version": "0.5.9"}, "--cuda-graph-max-bs")):
+        out = dg.rule_cuda_graph(dg.Evidence(decode=decode_frame(running, graph=graph), server_args=args))
+        assert f"raise {flag} to about 200 " in out[0].suggestion

@@ -1,0 +1,38 @@
+"""The test layout: unit tests launch nothing, and the tree mirrors the library."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+PACKAGE = TESTS.parent / "glm5lib"
+
+
+def test_a_unit_test_cannot_start_a_process():
+    with pytest.raises(AssertionError, match="belong in tests/integration/"):
+        subprocess.run([sys.executable, "-c", "pass"], check=False)
+
+
+def test_a_unit_test_cannot_start_a_server():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        with pytest.raises(AssertionError, match="listening socket"):
+            sock.listen()
+
+
+def test_unit_folders_are_library_packages():
+    for folder in (TESTS / "unit").rglob("*"):
+        if folder.is_dir() and folder.name != "__pycache__":
+            package = PACKAGE / folder.relative_to(TESTS / "unit")
+            assert (package / "__init__.py").is_file(), f"{folder} mirrors no package of glm5lib ({package})"
+
+
+def test_every_test_file_is_in_one_of_the_two_trees():
+    loose = sorted(p.name for p in TESTS.glob("test_*.py"))
+    assert not loose, (f"{loose} at tests/: a test that starts no process or server goes in "
+                       "tests/unit/<package>/ (mirroring glm5lib), any other in tests/integration/")
