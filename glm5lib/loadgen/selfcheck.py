@@ -17,6 +17,7 @@ import asyncio
 import os
 import time
 from array import array
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "LOOP_LAG_ITL_FRACTION",
     "SELFCHECK_COLUMNS",
     "LevelSelfCheck",
+    "client_bound_text",
     "client_limited",
     "lag_probe",
 ]
@@ -71,6 +73,30 @@ def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float)
         return busy and bool(np.isfinite(lag) and lag >= LOOP_LAG_BOUND_MS), float("nan")
     ratio = lag / itl if itl > 0 else (float("inf") if lag > 0 else 0.0)
     return bool(ratio >= 1.0 or (busy and ratio >= LOOP_LAG_ITL_FRACTION)), ratio
+
+
+def client_bound_text(row: Mapping[str, Any]) -> str:
+    """What a level's client-bound verdict means, in words: a client busy on its core is the limit;
+    one below half a core was starved of CPU by other processes, and its latencies are late."""
+    def num(name: str) -> float:
+        try:
+            return float(row.get(name))
+        except (TypeError, ValueError):
+            return float("nan")
+
+    cpu, lag, itl, ratio = (num(n) for n in ("client_cpu_pct", "loop_lag_p99_ms", "median_itl_ms", "loop_lag_itl_ratio"))
+    if np.isfinite(itl) and itl == 0:
+        against = "tokens reached it in bursts (median inter-token interval 0.0 ms)"
+    elif np.isfinite(ratio):
+        against = f"{100 * ratio:.0f}% of the median inter-token interval of {itl:.1f} ms"
+    else:
+        against = "no inter-token interval measured"
+    others = row.get("other_processes") or "none"
+    if np.isfinite(cpu) and cpu < 50.0:
+        return (f"the client was starved of CPU, not busy (CPU {cpu:.0f}% of a core; other processes: {others}); "
+                f"its event loop lagged {lag:.1f} ms at p99 ({against}), so the latencies it measured are late "
+                "by up to that")
+    return f"the client was the limit (CPU {cpu:.0f}% of a core; loop lag p99 {lag:.1f} ms, {against}; other processes: {others})"
 
 
 async def lag_probe(lags: array, interval: float = 0.01) -> None:

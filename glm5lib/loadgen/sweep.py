@@ -44,7 +44,7 @@ from glm5lib.loadgen.health import check_alive, exit_details, wait_while_startin
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
 from glm5lib.loadgen.prompts import PROMPT_TOLERANCE, PromptSizer
 from glm5lib.loadgen.records import load_requests, load_sweep
-from glm5lib.loadgen.selfcheck import LevelSelfCheck, client_limited
+from glm5lib.loadgen.selfcheck import LevelSelfCheck, client_bound_text, client_limited
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
 from glm5lib.loadgen.sink import RecordSink, RowSink
 from glm5lib.loadgen.strategy import LevelClock, strategy_for
@@ -651,12 +651,7 @@ class _Sweep:
 
     def _warn(self, conc: int, row: dict[str, Any]) -> None:
         if row["client_bound"]:
-            log.warning(
-                "level %s: the client was the limit (CPU %.0f%% of a core; loop lag p99 %.1f ms, %.0f%% of "
-                "the median inter-token interval of %.1f ms; other processes: %s)",
-                conc, row["client_cpu_pct"], row["loop_lag_p99_ms"], 100 * row["loop_lag_itl_ratio"],
-                row.get("median_itl_ms", float("nan")), row["other_processes"] or "none",
-            )
+            log.warning("level %s: %s", conc, client_bound_text(row))
         if str(row["window_note"]).startswith("whole level"):
             log.warning("level %s: throughput over the %s%s", conc, row["window_note"],
                         f" after extending it by {row['extended_s']:.0f} s" if row["extended_s"] else
