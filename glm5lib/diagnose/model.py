@@ -88,6 +88,9 @@ GRAPH_PRIOR_SHARE = 0.2
 BAND_FLOOR = 0.1
 # Widening per doubling beyond the batches the fit saw, at least (the hold-out check may ask more).
 EXTRAPOLATION_PER_DOUBLING = 0.05
+# A client below this share of one core (%) with its self-check's client_bound set was starved of
+# CPU (glm5lib.loadgen.selfcheck.client_bound_text says so in the level's warning).
+STARVED_CPU_PCT = 50.0
 # How much the prompt/output mix must vary across levels before a per-prompt-token term is fitted.
 MIX_VARIATION = 0.25
 
@@ -192,6 +195,9 @@ class LevelPoint:
     ttft_ms: float | None
     tpot_ms: float | None
     graphs: bool
+    # the client's self-check found it starved of CPU (under half a core, lagging all the same):
+    # the host, not the engine alone, paced this level
+    starved: bool = False
 
     @property
     def u_ms(self) -> float:
@@ -263,6 +269,19 @@ class PerfModel:
     # (relative, signed) and that error per doubling of the batch (log2), for the band
     holdout_error: float | None = None
     holdout_per_doubling: float = 0.0
+
+    @property
+    def starved_levels(self) -> list[int]:
+        """The fitted levels whose client was starved of CPU by other processes on its host."""
+        return [p.concurrency for p in self.levels if p.starved]
+
+    @property
+    def host_paced(self) -> bool:
+        """Every fitted level's client was starved: the host's CPU, not the engine's step alone,
+        set each level's pace (vLLM on two CPU cores: its engine processes poll the cores busy and
+        its HTTP server and the client get a few percent of one), so no level shows what the engine
+        alone would do at a batch the phase did not run; the band widens by UNSEEN_WIDENING."""
+        return bool(self.levels) and all(p.starved for p in self.levels)
 
     # -- fitting ------------------------------------------------------------------------------
     @classmethod
@@ -587,6 +606,8 @@ class PerfModel:
                       self.holdout_per_doubling)
             rel += per * math.log2(beyond)
         rel += UNSEEN_WIDENING * sum(1 for u_ in unseen if "not modelled" not in u_)
+        if self.host_paced:  # no level shows the engine alone: the host's share is in every one
+            rel += UNSEEN_WIDENING
         rel = min(rel, 0.9)
         low = min([thr, *alt]) * (1 - rel)
         high = max([thr, *alt]) * (1 + rel)
@@ -633,6 +654,10 @@ class PerfModel:
         if self.holdout_error is not None:
             check = (f"; refitted without its largest batch it forecast that batch {self.holdout_error:+.0%} off, "
                      f"so the band widens {self.holdout_per_doubling:.0%} per doubling beyond {round(hi, 1):g}")
+        if self.starved_levels:
+            check += (f"; the client was starved of CPU at {'every level' if self.host_paced else 'levels'} "
+                      f"{', '.join(map(str, self.starved_levels))}, so its host, not the engine alone, paced "
+                      + ("them and the band widens 15%" if self.host_paced else "those"))
         return (
             f"per-token service time = {' + '.join(terms)} (exponent {how}); fitted on "
             f"{self.seen['levels']} levels, running {round(lo, 1):g}-{round(hi, 1):g}; throughput error {self.fit_error:.0%}"
@@ -653,6 +678,7 @@ class PerfModel:
             "ttft_per_token_ms": self.ttft_per_token_ms,
             "holdout_error": self.holdout_error,
             "holdout_per_doubling": self.holdout_per_doubling,
+            "starved_levels": self.starved_levels,
         }
 
 
@@ -778,6 +804,8 @@ def _level_points(ev: Any, cap: int | None, graphs: bool, budget: int | None = N
                 ttft_ms=_f(row.get("mean_ttft_ms")),
                 tpot_ms=_f(row.get("mean_tpot_ms")),
                 graphs=graphs,
+                starved=_truthy(row.get("client_bound"))
+                and (_f(row.get("client_cpu_pct")) or 100.0) < STARVED_CPU_PCT,
             )
         )
     return points

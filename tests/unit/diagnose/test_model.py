@@ -323,3 +323,31 @@ def test_glm5_predict_prints_json_forecasts(capsys):
 def test_glm5_predict_refuses_bad_input(capsys, argv, message):
     assert main(["predict", str(EXAMPLE), "--phase", "baseline", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_client_starved_at_every_level_is_named_and_widens_the_band():
+    healthy = _sweep(TRUE, [1, 4, 16, 64], cap=64)
+    starved = healthy.assign(client_bound=True, client_cpu_pct=4.0)
+    args = {"max_running_requests": 64, "disable_cuda_graph": True}
+    fine = pm.PerfModel.from_evidence(Evidence(sweep=healthy, server_args=args), engine="sglang")
+    paced = pm.PerfModel.from_evidence(Evidence(sweep=starved, server_args=args), engine="sglang")
+    assert not fine.host_paced and fine.starved_levels == []
+    assert paced.host_paced and paced.starved_levels == [1, 4, 16, 64]
+    assert "starved of CPU at every level 1, 4, 16, 64" in paced.describe()
+    assert "starved" not in fine.describe()
+    assert paced.to_dict()["starved_levels"] == [1, 4, 16, 64]
+    [a] = fine.forecast({"max_running_requests": 256}, [256])
+    [b] = paced.forecast({"max_running_requests": 256}, [256])
+    assert b.predicted_tok_s == pytest.approx(a.predicted_tok_s)  # the same fit, a wider band
+    assert b.low_tok_s < a.low_tok_s and b.high_tok_s > a.high_tok_s
+
+
+def test_a_client_busy_but_not_starved_or_starved_at_some_levels_only_does_not_widen_the_band():
+    rows = _sweep(TRUE, [1, 4, 16, 64], cap=64)
+    busy = rows.assign(client_bound=True, client_cpu_pct=95.0)  # a saturated client: its own limit
+    some = rows.assign(client_bound=[True, True, False, False], client_cpu_pct=[3.0, 3.0, 60.0, 70.0])
+    args = {"max_running_requests": 64, "disable_cuda_graph": True}
+    for sweep, levels in ((busy, []), (some, [1, 4])):
+        model = pm.PerfModel.from_evidence(Evidence(sweep=sweep, server_args=args), engine="sglang")
+        assert model.starved_levels == levels and not model.host_paced
+    assert "starved of CPU at levels 1, 4" in model.describe()
