@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -92,13 +93,14 @@ def measure_standin(out: Path, levels: list[int], duration: float, output_len: i
 
 
 def record_vllm(out: Path, baseline_set: dict[str, Any], fix_set: dict[str, Any], levels: list[int],
-                duration: float, title: str | None, fix_levels: list[int] | None = None) -> Path:
+                duration: float, title: str | None, fix_levels: list[int] | None = None,
+                cpus: str | None = None) -> Path:
     from glm5lib import engines
     from glm5lib.engines import vllm as ev
 
     config = engines.load_config("vllm-capped").with_changes(**baseline_set)
     kw = {"concurrencies": levels, "api": "completions", "input_len": 32, "output_len": 64, "duration": duration,
-          "warmup": 2, "sweep_options": {"token_ids": False}, "progress": False, "gpu": False}
+          "warmup": 2, "sweep_options": {"token_ids": False}, "progress": False, "gpu": False, "cpus": cpus}
     measure.measure_phase(config, out, "baseline", backend="vllm", ready_timeout=600, **kw)
     kw["concurrencies"] = fix_levels or levels
     measure.measure_phase(config.with_changes(**fix_set), out, "fix", backend="vllm", ready_timeout=600, **kw)
@@ -117,7 +119,8 @@ def record_vllm(out: Path, baseline_set: dict[str, Any], fix_set: dict[str, Any]
         "recorded": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "vllm_version": version,
         "python": platform.python_version(),
-        "machine": f"{platform.machine()}, shared cores: figures move by tens of percent between runs",
+        "machine": (f"{platform.machine()}, {os.cpu_count()} cores, CPU layout {cpus!r}" if cpus else
+                    f"{platform.machine()}, shared cores: figures move by tens of percent between runs"),
         "levels": {"baseline": levels, "fix": fix_levels or levels},
         "level_duration_s": duration,
     }, indent=2) + "\n")
@@ -141,13 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--vllm-levels", default="1,4,16,64")
     p.add_argument("--fix-levels", help="levels of the recorded fix phase (default: --vllm-levels)")
     p.add_argument("--title", help="title of a recorded vLLM pair")
+    p.add_argument("--cpus", default=None, help="CPU layout of a recorded vLLM pair (glm5lib.cpus: 'split', '0-5/6,7')")
     args = p.parse_args(argv)
 
     pairs = [*SHIPPED, *recorded_pairs()]
     if args.record_vllm:
         out = record_vllm(Path(args.record_vllm), _sets(args.baseline_set), _sets(args.fix_set),
                           [int(x) for x in args.vllm_levels.split(",")], args.duration, args.title,
-                          [int(x) for x in args.fix_levels.split(",")] if args.fix_levels else None)
+                          [int(x) for x in args.fix_levels.split(",")] if args.fix_levels else None, args.cpus)
         info = json.loads((out / "pair.json").read_text())
         pairs.append((info["title"], out, info["changes"]))
     for run_dir, changes in args.pair:

@@ -84,6 +84,7 @@ _LAZY: dict[str, str] = {
     "run_standin": "glm5lib.server",
     "write_report": "glm5lib.report",
     "run_workbook": "glm5lib.workbook",
+    "CpuLayout": "glm5lib.cpus",
     "new_run_dir": "glm5lib.rundir",
     "phase_dir": "glm5lib.rundir",
 }

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib import cpus as cpu_layout
 from glm5lib import engines, http, rundir
 from glm5lib import server as server_mod
 from glm5lib.errors import ConfigError
@@ -302,6 +303,7 @@ def measure_phase(
     callback: Callable[[dict[str, Any]], None] | None = None,
     stop_event: threading.Event | None = None,
     keep_running: bool | None = None,
+    cpus: str | None = None,
 ) -> PhaseResult:
     """Measure one phase into ``<run_dir>/<phase>/`` and return a :class:`PhaseResult`.
 
@@ -334,6 +336,11 @@ def measure_phase(
                                sweep_options={"resume": False})
         panel.sweep = result.sweep  # and result.power, result.gpu for live power
 
+    ``cpus`` keeps the server and the load generator on separate cores of a small host
+    (:mod:`glm5lib.cpus`: ``"split"``, ``"0-5/6,7"``; None: the ``GLM5_CPUS`` environment
+    variable's layout, if any): a server launched here is pinned to its cores, and the sweep runs
+    with this process on the client's. ``notes`` names the layout.
+
     Raises what the steps raise (:class:`~glm5lib.errors.ConfigError` for bad settings before
     anything starts, ``ServerLaunchError``, :class:`~glm5lib.errors.SweepAbortedError` when the
     server dies: the finished levels, their power and the log are on disk by then).
@@ -356,6 +363,7 @@ def measure_phase(
     for name, value in (("gpu_interval", gpu_interval), ("metrics_interval", metrics_interval)):
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
             raise ConfigError(f"{name}={value!r} must be a positive number of seconds", field=name)
+    layout = cpu_layout.layout(cpus)
     folder = rundir.phase_dir(run_dir, phase)
     launched = not _is_running_server(server)
     if launched:
@@ -365,9 +373,10 @@ def measure_phase(
                 f"{', '.join(t.__name__ for t in engines.config_types())}) nor a running server",
                 field="server", valid=[*(t.__name__ for t in engines.config_types()), "a glm5lib.server object",
                                        "None (command or URL backend)"])
-        srv = start_server(backend, server, folder, sim_profile=sim_profile, ready_timeout=ready_timeout,
-                           api_key=api_key, extra_args=extra_args, command=command,
-                           command_changes=command_changes, model=model, attach_log=attach_log)
+        with cpu_layout.using(layout):
+            srv = start_server(backend, server, folder, sim_profile=sim_profile, ready_timeout=ready_timeout,
+                               api_key=api_key, extra_args=extra_args, command=command,
+                               command_changes=command_changes, model=model, attach_log=attach_log)
         info = _read_json(folder / rundir.SERVER_INFO)
     else:
         srv = server
@@ -377,6 +386,9 @@ def measure_phase(
             cfg.save(folder / rundir.CONFIG)
     stop_at_end = launched if keep_running is None else not keep_running
     notes: list[str] = []
+    if layout is not None:
+        notes.append(f"CPU layout {layout.spec!r}: " + (layout.describe() if launched else
+                     f"load generator on CPU {cpu_layout.format_cpus(layout.client)} (the server was already running)"))
     paths = {"folder": folder, "sweep": folder / rundir.SWEEP, "requests": folder / rundir.REQUESTS,
              "server_log": folder / rundir.SERVER_LOG, "power": folder / rundir.POWER}
     sampler: GpuSampler | None = None
@@ -400,11 +412,12 @@ def measure_phase(
             paths["metrics"] = folder / rundir.METRICS
         if settings.model is None and getattr(srv, "model", None):
             settings = dataclasses.replace(settings, model=srv.model)
-        sweep = run_sweep(
-            srv.base_url, concurrencies, settings=settings, run_dir=folder, api_key=api_key, server=srv,
-            progress=progress, callback=_with_marks(callback, sampler, scraper),
-            stop_event=stop_event,
-        )
+        with cpu_layout.pinned_here(layout.client if layout else None):
+            sweep = run_sweep(
+                srv.base_url, concurrencies, settings=settings, run_dir=folder, api_key=api_key, server=srv,
+                progress=progress, callback=_with_marks(callback, sampler, scraper),
+                stop_event=stop_event,
+            )
     finally:
         # every exit path: an error, Ctrl-C, a stop: the threads end, the server goes
         try:

@@ -65,6 +65,10 @@ def register_cli(subparsers: Any) -> None:
                         "'[\"my-server\", \"--model\", \"{model}\", \"--port\", \"{port}\"]'")
     p.add_argument("--model", default=None, help="model for the command engine's {model}")
     p.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for each launch")
+    p.add_argument("--cpus", default=None, metavar="LAYOUT",
+                   help="keep each candidate server and the load generator on their own cores: 'split' (the "
+                        "client on the last core) or SERVER/CLIENT core lists such as '0-5/6,7' (default: "
+                        "$GLM5_CPUS, else no pinning); for engines that compute on the CPU of a small host")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=_handler)
 
@@ -129,7 +133,8 @@ def _handler(args: argparse.Namespace) -> int:
         config = config.with_changes(model=model_path)
     run = Path(args.run_dir or args.run) if (args.run_dir or args.run) else rundir.new_run_dir()
     launch = {"sim_profile": args.sim_profile, "command": command, "model": args.model,
-              "ready_timeout": args.ready_timeout, "progress": not args.json and sys.stderr.isatty()}
+              "ready_timeout": args.ready_timeout, "progress": not args.json and sys.stderr.isatty(),
+              "cpus": args.cpus}
     if args.grid:
         values = _int_list(args.grid_values) if args.grid_values else None
         result = tn.grid(config, run, goal, workload, backend=backend, levers=args.lever, values=values,

@@ -95,7 +95,8 @@ def client_bound_text(row: Mapping[str, Any]) -> str:
     if np.isfinite(cpu) and cpu < 50.0:
         return (f"the client was starved of CPU, not busy (CPU {cpu:.0f}% of a core; other processes: {others}); "
                 f"its event loop lagged {lag:.1f} ms at p99 ({against}), so the latencies it measured are late "
-                "by up to that")
+                "by up to that; on a host this small, give the server and the client their own cores "
+                "(cpus='split', GLM5_CPUS=split, or glm5 tune --cpus split)")
     return f"the client was the limit (CPU {cpu:.0f}% of a core; loop lag p99 {lag:.1f} ms, {against}; other processes: {others})"
 
 

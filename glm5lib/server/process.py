@@ -30,7 +30,7 @@ from typing import Any
 
 import psutil
 
-from glm5lib import http
+from glm5lib import cpus, http
 from glm5lib.errors import ServerLaunchError
 from glm5lib.logs import classify_fatal, follow_log
 from glm5lib.masking import mask_argv, mask_env, mask_text, secret_env_values
@@ -366,6 +366,12 @@ class ServerProcess:
             raise
         self.pid = self._process.pid
         self.started_at = time.time()
+        # Popen returns once the program is exec'd, before it can start workers: they inherit the cores
+        layout = cpus.current()
+        if layout is not None:
+            cpus.pin_process(self.pid, layout.server)
+            self._launch_options["cpus"] = layout.to_dict()
+            logger.info("server %d pinned to CPU %s (%s)", self.pid, cpus.format_cpus(layout.server), layout.describe())
         with _LIVE_LOCK:
             _LIVE.add(self)
         try:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pandas as pd
+import psutil
 import pytest
 
-from glm5lib import phase, rundir, server
+from glm5lib import cpus, phase, rundir, server
 from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError, SweepAbortedError
 
@@ -118,3 +120,32 @@ def test_bad_settings_are_refused_before_anything_starts(tmp_path):
         phase.measure_phase(ServerConfig.load("glm5-baseline"), tmp_path, "x", gpu_interval=0)
     assert info.value.field == "gpu_interval"
     assert server.live_servers() == []
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to split")
+def test_a_cpu_layout_pins_the_launched_server_and_the_sweep_and_gives_the_cores_back(tmp_path):
+    here = os.sched_getaffinity(0)
+    seen: dict[str, object] = {}
+
+    def on_event(event):  # on the sweep's thread, while the server runs
+        if "server" not in seen and server.live_servers():
+            [srv] = server.live_servers()
+            seen["server"] = set(psutil.Process(srv.pid).cpu_affinity())
+            seen["client"] = os.sched_getaffinity(0)
+
+    result = phase.measure_phase(ServerConfig.load("glm5-baseline"), tmp_path, "pinned", backend="sim",
+                                 ready_timeout=60, cpus="split", callback=on_event, **_small())
+    cores = sorted(here)
+    assert seen == {"server": set(cores[:-1]), "client": {cores[-1]}}
+    assert result.notes[0] == (f"CPU layout 'split': server on CPU {cpus.format_cpus(cores[:-1])}, "
+                               f"load generator on CPU {cores[-1]}")
+    assert os.sched_getaffinity(0) == here  # this process has its cores back
+    assert server.live_servers() == []
+
+
+def test_a_bad_cpu_layout_is_refused_before_anything_starts(tmp_path):
+    with pytest.raises(ConfigError, match=r"cpus='0-1/1'.*share CPU 1|names CPU") as info:
+        phase.measure_phase(ServerConfig.load("glm5-baseline"), tmp_path, "bad", backend="sim", cpus="0-1/1",
+                            **_small())
+    assert info.value.field == "cpus"
+    assert not (tmp_path / "bad").exists() and server.live_servers() == []

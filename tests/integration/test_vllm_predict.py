@@ -7,14 +7,14 @@ the model fitted on it alone forecasts ``--max-num-seqs 256`` at 64 before the r
 launched; the raised run then measures 8 and 16 (the same batch as before the change: the
 launches' own drift) and 64.
 
-Levels last 15 s. What this test holds is what stays true on two shared cores: the fit reads the
-batches the engine could hold, checks itself on its largest, says it extrapolates, forecasts a gain
-where the load exceeds the cap, and ``prediction.csv`` sets the forecast beside the measurement
-with the launches' drift. How close the forecast comes is a figure, not an assertion:
-``benchmarks/bench_predict.py`` prints it on recorded pairs. Here the tiny model's HTTP server, not
-its engine step, paces the baseline's levels of 8 and 16 (the engine's batch swings between 16 and
-1 every few seconds, the client's event loop lags by a second), so the error at 64 ranged from
-within 25% (two runs) to -57% (a CI-like run: 2,095 tok/s forecast, 5,060 and 4,698 measured).
+Levels last 15 s. The engine runs on one core and the load generator on the other
+(``cpus="split"``, :mod:`glm5lib.cpus`): left to itself on two cores, vLLM binds its worker to one
+and busy-polls the other from its scheduler, where the client runs; the client then got 2-9% of a
+core, its event loop lagged by up to 2.5 s, launches of one configuration measured up to 1.7x
+apart, and the error at 64 ranged from within 25% to -74% between runs. Pinned, the client keeps
+its core (loop lag p99 under 10 ms) and the forecast must meet the issue's bar: within 25% of the
+measurement and inside its band (one run here: 3,476 forecast, 3,064 measured, +13%).
+``benchmarks/bench_predict.py`` prints the error on recorded pairs of other shapes.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 CAP = 16
 RAISED = {"max_num_seqs": 256}
 SWEEP = {"api": "completions", "input_len": 32, "output_len": 64, "duration": 15.0, "warmup": 2,
-         "sweep_options": {"token_ids": False}, "progress": False, "gpu": False}
+         "sweep_options": {"token_ids": False}, "progress": False, "gpu": False, "cpus": "split"}
 
 
 @pytest.mark.timeout(1500)
@@ -62,4 +62,9 @@ def test_a_capped_baseline_forecasts_a_gain_at_the_raised_caps_top_level_and_rec
     assert top["predicted"] > float(baseline.loc[CAP, "output_throughput"]), (model.describe(), table)
     assert top["low"] < top["predicted"] < top["high"], table
     assert top["measured"] > 0 and top["error"] == pytest.approx(top["predicted"] / top["measured"] - 1), table
-    assert top["low"] <= top["measured"], (model.describe(), table)  # the band's floor holds: no overshoot
+    # the issue's bar: within 25% of what the raised run measured, and inside the band
+    assert abs(top["error"]) <= 0.25, (model.describe(), table)
+    assert top["low"] <= top["measured"] <= top["high"], (model.describe(), table)
+    # the client kept its core: the levels measured the engine, not the host's scheduling
+    fix = pd.read_csv(tmp_path / "fix" / "sweep.csv").set_index("concurrency")
+    assert not fix["client_bound"].astype(bool).any(), fix[["client_cpu_pct", "loop_lag_p99_ms"]]

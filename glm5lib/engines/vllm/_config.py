@@ -34,6 +34,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from glm5lib import cpus
 from glm5lib import server as server_mod
 from glm5lib.engines.vllm.releases import bundled_flags
 from glm5lib.errors import ConfigError, ServerLaunchError
@@ -393,13 +394,25 @@ def launch_vllm(
     try:
         srv = server_mod.launch_command(
             template, port=port, host=host, model=served, log_path=log_path,
-            env={"NO_COLOR": "1", **config.env, **(env or {})},
+            env={"NO_COLOR": "1", **_cpu_env(config), **config.env, **(env or {})},
             ready_timeout=ready_timeout, ready_path="/health", api_key=api_key,
         )
     except ServerLaunchError as exc:
         raise _explain(exc) from None
     srv.log_engine = "vllm"
     return srv
+
+
+def _cpu_env(config: VllmConfig) -> dict[str, str]:
+    """With a CPU layout in force (:mod:`glm5lib.cpus`), vLLM's CPU backend binds its OpenMP
+    threads to the server's cores (an explicit list reserves none for its front end, which shares
+    them; the load generator keeps its own). Left to itself it binds to the cores it sees and
+    leaves the front end and the scheduler's busy-polling to the last of them, the load
+    generator's."""
+    layout = cpus.current()
+    if layout is None:
+        return {}
+    return {"VLLM_CPU_OMP_THREADS_BIND": cpus.format_cpus(layout.server)}
 
 
 def _explain(exc: ServerLaunchError) -> ServerLaunchError:
