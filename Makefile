@@ -63,7 +63,7 @@ sglang-envs:
 	$(PYTHON) scripts/sglang_envs.py --root $(ENGINES)
 
 # The vLLM-on-CPU grid tests/integration/test_tune_vllm.py compares the tuner with, recorded once with the same
-# launch and sweep code as `glm5 tune --grid` (8 launches of real vLLM, ~15 min; holds the heavy-run
+# launch and sweep code as `glm5 tune --grid` (9 launches of real vLLM pinned to one core, ~10 min; holds the heavy-run
 # lock when the machine is shared: LOCK="flock /tmp/lockfile"). Rerun to refresh it.
 LOCK ?=
 tune-grid-fixture: setup vllm

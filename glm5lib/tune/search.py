@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib import cpus as cpu_layout
 from glm5lib import engines, rundir
 from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.errors import ConfigError
@@ -187,8 +188,9 @@ def _startup(folder: Path) -> dict[str, Any]:
 def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workload,
                     sim_profile: str | None = None, command: Sequence[str] | None = None,
                     model: str | None = None, ready_timeout: float = 600.0,
-                    progress: bool = False) -> Measure:
+                    progress: bool = False, cpus: str | None = None) -> Measure:
     """Each candidate launched with :func:`glm5lib.phase.measure_phase` and swept at the target load."""
+    cpu_layout.layout(cpus)  # a bad layout is an error before the first launch
     def measure(changes: Mapping[str, Any], phase: str, extra_levels: Sequence[int] = ()) -> Path:
         folder = run_dir / phase
         if folder.exists():  # an interrupted candidate: measured again from the start
@@ -204,7 +206,7 @@ def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workl
                       command_changes=command_changes, model=model, ready_timeout=ready_timeout,
                       concurrencies=sorted({*extra_levels, workload.concurrency}), api=workload.api, input_len=workload.input_len,
                       output_len=workload.output_len, duration=workload.duration, warmup=workload.warmup,
-                      sweep_options=dict(workload.sweep_options), progress=progress)
+                      sweep_options=dict(workload.sweep_options), progress=progress, cpus=cpus)
         return folder
 
     return measure
@@ -322,8 +324,10 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
 
     def bracketed(why: str) -> _Proposal | None:
         # the forecast promises nothing, but the limit lies between two measured values far
-        # apart, and up to it the batch only grows: measure where the limit is reached
-        target = 1.0 - margin - noise
+        # apart, and up to it the batch only grows: measure where the limit less the margin is
+        # reached. The point is measured, not forecast: a measurement off by the noise still
+        # has the winner's room (1 - margin + noise), so the noise is not taken off twice
+        target = 1.0 - margin
         inside = _bracket(lever, measured, ceiling, target, room) if per_step else None
         if inside is None:
             return None
@@ -533,7 +537,7 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
 
     ``evidence_phase`` is a phase of ``run_dir`` already measured at the target load: it is the
     first point, at no launch. ``launch`` is passed to :func:`default_measure` (``sim_profile``,
-    ``command``, ``model``, ``ready_timeout``, ``progress``). Raises ConfigError before any
+    ``command``, ``model``, ``ready_timeout``, ``progress``, ``cpus``: see :mod:`glm5lib.cpus`). Raises ConfigError before any
     launch for a bad goal, workload, lever or budget.
     """
     run = Path(run_dir)
