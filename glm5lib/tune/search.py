@@ -324,10 +324,8 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
 
     def bracketed(why: str) -> _Proposal | None:
         # the forecast promises nothing, but the limit lies between two measured values far
-        # apart, and up to it the batch only grows: measure where the limit less the margin is
-        # reached. The point is measured, not forecast: a measurement off by the noise still
-        # has the winner's room (1 - margin + noise), so the noise is not taken off twice
-        target = 1.0 - margin
+        # apart, and up to it the batch only grows: measure where the limit is reached
+        target = 1.0 - margin - noise
         inside = _bracket(lever, measured, ceiling, target, room) if per_step else None
         if inside is None:
             return None
