@@ -3,8 +3,7 @@
 On a host with few cores, an engine that runs its model on the CPU (vLLM's CPU backend), or
 whose scheduler busy-polls, takes the cores the load generator needs: the client is then
 starved, its event loop lags, and what it measures is the host's scheduling, not the engine
-(on two cores, one vLLM launch measured 1.4-2.3k tok/s for the same configuration on three
-launches). Benchmarks keep the two apart by pinning each to its own cores, and so does this
+(on two cores, three launches of one vLLM configuration measured 1.4-2.3k tok/s). Benchmarks keep the two apart by pinning each to its own cores, and so does this
 module:
 
 - ``"split"``: the load generator gets the last core this process may use, the server the
@@ -24,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,8 +33,6 @@ from glm5lib.errors import ConfigError
 
 __all__ = ["ENV_VAR", "CpuLayout", "current", "format_cpus", "layout", "parse_cpus", "pin_process", "pinned_here",
            "using"]
-
-log = logging.getLogger(__name__)
 
 #: The environment variable read when no spec is given.
 ENV_VAR = "GLM5_CPUS"
@@ -141,7 +137,7 @@ def using(spec: str | CpuLayout | None) -> Iterator[CpuLayout | None]:
     chosen = layout(spec)
     token = _CURRENT.set(chosen)
     try:
-        yield chosen or current()
+        yield chosen
     finally:
         _CURRENT.reset(token)
 
