@@ -658,9 +658,15 @@ def grid(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
 
 
 def recheck(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, result: TuneResult, *,
-            backend: str = "sim", measure: Measure | None = None, **launch: Any) -> dict[str, Any]:
+            backend: str = "sim", measure: Measure | None = None, levels: Sequence[int] = (),
+            **launch: Any) -> dict[str, Any]:
     """Launch the winner of ``result`` once more (phase ``<kind>-check``) and say whether it still
-    meets the limits; recorded in ``tune.csv`` as kind ``check``."""
+    meets the limits; recorded in ``tune.csv`` as kind ``check``. ``levels``: other concurrencies
+    swept in the same launch (a load where every candidate runs the same batch reads the machine's
+    speed against an earlier launch's)."""
+    bad = [c for c in levels if not isinstance(c, int) or isinstance(c, bool) or c < 1]
+    if bad:
+        raise ConfigError(f"recheck levels must be positive whole concurrencies, got {bad!r}", field="levels")
     if result.best is None:
         raise ConfigError("nothing to measure again: no candidate met the limits", field="recheck")
     run = Path(run_dir)
@@ -668,8 +674,9 @@ def recheck(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, re
     changes = dict(result.best["changes"])
     phase = f"{result.kind}-check"
     previous = load_tune(run)
-    if not (_reuse(previous, "check", phase, changes) and _level_row(run / phase, workload.concurrency)):
-        measure(changes, phase, ())
+    if not (_reuse(previous, "check", phase, changes)
+            and all(_level_row(run / phase, c) for c in {workload.concurrency, *levels})):
+        measure(changes, phase, tuple(levels))
     measured = _evaluate(run / phase, goal, workload)
     _record(run, "check", 0, phase, result.lever, changes, measured, None,
             f"the winner ({result.best['phase']}) measured again")

@@ -163,7 +163,8 @@ def standin(tmp_path_factory):
     cfg = ServerConfig.load("glm5-baseline")  # max_running_requests 64
     goal = tune.Goal.parse([LIMIT])
     result = tune.tune(cfg, run, goal, _workload(), backend="sim", max_launches=4, ready_timeout=120)
-    again = tune.search.recheck(cfg, run, goal, _workload(), result, backend="sim", ready_timeout=120)
+    again = tune.search.recheck(cfg, run, goal, _workload(), result, backend="sim", ready_timeout=120,
+                                levels=[64])
     grid = tune.grid(cfg, run, goal, _workload(), backend="sim", values=CAPS, ready_timeout=120)
     return run, result, again, grid
 
@@ -183,6 +184,11 @@ def test_tuner_reaches_the_grids_best_in_few_launches_on_the_standin(standin):
     # the pick meets the limit when launched and measured again
     assert again["slo_met"], again
     assert again["median_tpot_ms"] <= 250
+    # the same launch swept the lighter level asked for, a reference for the machine's speed
+    assert sorted(pd.read_csv(run / again["phase"] / rundir.SWEEP)["concurrency"]) == [64, 1024]
+    with pytest.raises(ConfigError, match="levels"):
+        tune.search.recheck(ServerConfig.load("glm5-baseline"), run, tune.Goal.parse([LIMIT]), _workload(), result,
+                            backend="sim", levels=[0])
     # every candidate is a phase with its evidence, and says why it was chosen
     for _, row in result.candidates.iterrows():
         assert (run / row["phase"] / rundir.SERVER_LOG).exists() and (run / row["phase"] / rundir.SWEEP).exists()

@@ -80,6 +80,10 @@ def _scaled_limit(meta: dict, grid: pd.DataFrame, live: pd.Series) -> float:
     return round(limit * float(live["median_tpot_ms"]) / float(top["median_tpot_ms"]), 2)
 
 
+def _tpot_at(folder: Path, concurrency: int) -> float:
+    return float(pd.read_csv(folder / rundir.SWEEP).set_index("concurrency").loc[concurrency, "median_tpot_ms"])
+
+
 def test_the_limit_moves_with_the_machines_speed_at_the_point_both_measured():
     grid = pd.DataFrame({"value": [32, 64], "median_tpot_ms": [7.9, 13.0]})
     assert _scaled_limit({"slo": ["median_tpot_ms<=9"]}, grid, pd.Series({"median_tpot_ms": 20.8})) == 14.4
@@ -135,5 +139,13 @@ def test_tuner_reaches_the_recorded_grids_best_on_real_vllm(tmp_path, vllm_insta
     # the flat region (a pick at 16 or less, 1,524 tok/s and under, 55%, fails) and under the limit
     # when measured again. The first launch measures twice as long, so its draw moves the limit less.
     assert on_grid >= 0.6 * grid_best, (limit, picked, on_grid, grid_best, shown)
-    again = tune.recheck(config, tmp_path, goal, workload, result, backend="vllm", cpus=meta.get("cpus"))
-    assert again["slo_met"], (limit, again, shown)
+    # Measured again, the pick meets the limit at the speed the machine has then: the same launch
+    # sweeps the first launch's lighter level (16 concurrent, where both caps run every request, so
+    # the batch is the same) and the limit moves by the TPOT ratio there. Unmoved, a CI run failed
+    # on the machine's drift alone: 25 read 8.5 ms and 2,851 tok/s, then 2,121 tok/s and more than
+    # 10.8 ms, 28% slower.
+    light = top // 4
+    again = tune.recheck(config, tmp_path, goal, workload, result, backend="vllm", cpus=meta.get("cpus"),
+                         levels=[light])
+    drift = _tpot_at(tmp_path / again["phase"], light) / _tpot_at(tmp_path / "first", light)
+    assert again["median_tpot_ms"] <= limit * drift, (limit, drift, again, shown)
