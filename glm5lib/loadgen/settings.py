@@ -20,7 +20,7 @@ import numpy as np
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen.client import API_PATHS
 
-__all__ = ["MODES", "SweepSettings", "sweep_levels"]
+__all__ = ["MODES", "SweepSettings", "check_concurrencies", "sweep_levels"]
 
 #: Arrival modes: ``closed`` keeps C requests in flight; ``poisson`` issues at a rate, capped at C.
 MODES = ("closed", "poisson")
@@ -142,6 +142,14 @@ class SweepSettings:
         return asdict(self)
 
 
+def check_concurrencies(values: Sequence[Any], *, name: str = "concurrency", field: str = "concurrencies") -> None:
+    """A :class:`ConfigError` naming ``name`` unless every value is a whole number of at least 1."""
+    for c in values:
+        if not isinstance(c, (int, np.integer)) or isinstance(c, bool) or c < 1:
+            raise ConfigError(f"{name} {c!r} is not valid: use whole numbers of at least 1, e.g. [1, 64, 256]",
+                              field=field)
+
+
 def sweep_levels(concurrencies: Sequence[int] | int, settings: SweepSettings) -> list[tuple[int, float]]:
     """The sweep's levels as ``(concurrency, rate)`` pairs (rate ``inf`` for a closed loop).
 
@@ -151,12 +159,7 @@ def sweep_levels(concurrencies: Sequence[int] | int, settings: SweepSettings) ->
     conc = [concurrencies] if isinstance(concurrencies, (int, np.integer)) else list(concurrencies)
     if not conc:
         raise ConfigError("concurrencies is empty: give at least one level, e.g. [1, 64, 256]", field="concurrencies")
-    for c in conc:
-        if not isinstance(c, (int, np.integer)) or isinstance(c, bool) or c < 1:
-            raise ConfigError(
-                f"concurrency {c!r} is not valid: use whole numbers of at least 1, e.g. [1, 64, 256]",
-                field="concurrencies",
-            )
+    check_concurrencies(conc)
     if settings.mode == "closed":
         return [(int(c), math.inf) for c in conc]
     rate = settings.rate

@@ -28,6 +28,7 @@ from glm5lib import cpus as cpu_layout
 from glm5lib import engines, rundir
 from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.errors import ConfigError
+from glm5lib.loadgen.settings import check_concurrencies
 from glm5lib.phase import measure_phase, phase_log
 from glm5lib.tune.goal import Goal, request_goodput
 from glm5lib.tune.levers import Lever, engine_levers, lever_for, parse_lever, safe_bounds
@@ -329,15 +330,16 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     # at 91.3% against a room of 91%; asked for 80%, the secant from 64 sent the next launch to 13,
     # with half the throughput). A value that met the limit with no room to speak of is no anchor.
     need = 1.0 - margin
-    near_miss = [m["x"] for m in measured if per_step and m["slo_met"] and math.isfinite(m["objective"])
-                 and room < _ratio(m) <= min(room + noise / 2, 1.0) and m["x"] == ceiling]
+    # (the ceiling is a value that left the limits less than the room: a near miss if it met them)
+    near_miss = bool(per_step) and any(m["x"] == ceiling and m["slo_met"] and math.isfinite(m["objective"])
+                                       and _ratio(m) <= min(room + noise / 2, 1.0) for m in measured)
     if near_miss:
         need = max(need, room - 2 * ROOM_TOLERANCE)
 
     def bracketed(why: str) -> _Proposal | None:
         # the forecast promises nothing, but the limit lies between two measured values far
         # apart, and up to it the batch only grows: measure where the limit is reached
-        target = need - noise if not near_miss else need
+        target = need if near_miss else need - noise
         inside = _bracket(lever, measured, ceiling, target, room) if per_step else None
         if inside is None:
             return None
@@ -664,9 +666,7 @@ def recheck(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, re
     meets the limits; recorded in ``tune.csv`` as kind ``check``. ``levels``: other concurrencies
     swept in the same launch (a load where every candidate runs the same batch reads the machine's
     speed against an earlier launch's)."""
-    bad = [c for c in levels if not isinstance(c, int) or isinstance(c, bool) or c < 1]
-    if bad:
-        raise ConfigError(f"recheck levels must be positive whole concurrencies, got {bad!r}", field="levels")
+    check_concurrencies(levels, name="recheck level", field="levels")
     if result.best is None:
         raise ConfigError("nothing to measure again: no candidate met the limits", field="recheck")
     run = Path(run_dir)

@@ -186,9 +186,10 @@ def test_tuner_reaches_the_grids_best_in_few_launches_on_the_standin(standin):
     assert again["median_tpot_ms"] <= 250
     # the same launch swept the lighter level asked for, a reference for the machine's speed
     assert sorted(pd.read_csv(run / again["phase"] / rundir.SWEEP)["concurrency"]) == [64, 1024]
-    with pytest.raises(ConfigError, match="levels"):
+    with pytest.raises(ConfigError, match="recheck level 0 is not valid") as refused:
         tune.search.recheck(ServerConfig.load("glm5-baseline"), run, tune.Goal.parse([LIMIT]), _workload(), result,
                             backend="sim", levels=[0])
+    assert refused.value.field == "levels"
     # every candidate is a phase with its evidence, and says why it was chosen
     for _, row in result.candidates.iterrows():
         assert (run / row["phase"] / rundir.SERVER_LOG).exists() and (run / row["phase"] / rundir.SWEEP).exists()
