@@ -113,6 +113,24 @@ def cpu_load():
             proc.wait()
 
 
+@pytest.fixture(scope="session")
+def load_benchmark():
+    """Import a script of benchmarks/ by name (``load_benchmark("bench_soak")``): they are scripts,
+    not a package, so a test that checks one's arithmetic or runs its short variant loads it so."""
+    import importlib.util
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "benchmarks"
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
 # --------------------------------------------------------------------------- a fake interpreter
 
 FAKE_PYTHON = '''#!{python}

@@ -7,20 +7,12 @@ runs (benchmarks/bench_soak.py runs 2,048 streams for 10 minutes and prints the 
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_soak.py"
 
 
 @pytest.fixture(scope="module")
-def bench_soak():
-    spec = importlib.util.spec_from_file_location("bench_soak", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench_soak(load_benchmark):
+    return load_benchmark("bench_soak")
 
 
 @pytest.fixture(autouse=True)

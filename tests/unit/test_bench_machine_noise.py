@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_machine_noise.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_machine_noise", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("bench_machine_noise")
 
 
 def test_a_steady_host_reads_no_noise_and_a_slow_stretch_reads_as_drift(bench):

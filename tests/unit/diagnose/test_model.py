@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import shutil
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -365,14 +367,10 @@ def test_levels_the_form_follows_exactly_keep_their_exponent_however_far_from_th
     assert f.predicted_tok_s == pytest.approx(truth, rel=0.02)
 
 
-def test_levels_scattered_as_a_shared_host_scatters_them_are_held_near_the_prior_and_forecast_closer():
+def test_levels_scattered_as_a_shared_host_scatters_them_are_held_near_the_prior_and_forecast_closer(monkeypatch):
     # four levels, each 10% off at random (a 15-s level on a 2-core VM): the best exponent alone
     # swings across the grid and the forecast at 4x the largest batch with it; the prior, weighed
     # against the scatter the fit itself shows, keeps more forecasts within 25% of the truth
-    import math
-
-    import numpy as np
-
     true = pm.StepParams(fixed_ms=3.6, per_seq_ms=0.37, exponent=0.8)
     levels = [2, 4, 8, 16]
     truth = 1000.0 * 64 / pm.step_ms(true, 64, input_len=32, output_len=64)
@@ -380,22 +378,18 @@ def test_levels_scattered_as_a_shared_host_scatters_them_are_held_near_the_prior
     rng = np.random.default_rng(7)
     draws = [np.exp(0.1 * rng.standard_normal(len(levels))) for _ in range(120)]
 
-    def within(prior_on: bool) -> tuple[float, float]:
+    def within(prior_sd: float) -> tuple[float, float]:
+        monkeypatch.setattr(pm, "PRIOR_EXPONENT_SD", prior_sd)
         hits, spread = [], []
-        kept = pm.PRIOR_EXPONENT_SD
-        pm.PRIOR_EXPONENT_SD = kept if prior_on else math.inf
-        try:
-            for scale in draws:
-                sweep = clean.assign(output_throughput=clean["output_throughput"] * scale)
-                model = pm.PerfModel.from_evidence(Evidence(sweep=sweep, server_args={"max_num_seqs": 16}),
-                                                   engine="vllm")
-                [f] = model.forecast({"max_num_seqs": 256}, [64])
-                hits.append(abs(f.predicted_tok_s / truth - 1) < 0.25)
-                spread.append(model.params.exponent)
-        finally:
-            pm.PRIOR_EXPONENT_SD = kept
+        for scale in draws:
+            sweep = clean.assign(output_throughput=clean["output_throughput"] * scale)
+            model = pm.PerfModel.from_evidence(Evidence(sweep=sweep, server_args={"max_num_seqs": 16}), engine="vllm")
+            [f] = model.forecast({"max_num_seqs": 256}, [64])
+            hits.append(abs(f.predicted_tok_s / truth - 1) < 0.25)
+            spread.append(model.params.exponent)
         return float(np.mean(hits)), float(np.percentile(spread, 90) - np.percentile(spread, 10))
 
-    with_prior, without = within(True), within(False)
+    # the best exponent alone: a prior of infinite spread weighs nothing
+    with_prior, without = within(pm.PRIOR_EXPONENT_SD), within(math.inf)
     assert with_prior[0] >= without[0] + 0.08, (with_prior, without)
     assert with_prior[1] < without[1], (with_prior, without)
