@@ -51,12 +51,15 @@ SCALED = ("median_tpot_ms", "median_itl_ms", "median_ttft_ms")
 class Landscape:
     """The recorded grid's level at any value, and a noisy measurement of it."""
 
-    def __init__(self, folder: Path) -> None:
-        self.meta = json.loads((folder / "meta.json").read_text())
-        grid = pd.read_csv(folder / rundir.TUNE_CSV)
-        self.grid = grid[grid["kind"] == "grid"].sort_values("value")
-        self.levels = [pd.read_csv(folder / p / rundir.SWEEP).iloc[[-1]] for p in self.grid["phase"]]
-        self.x = np.log(self.grid["value"].astype(float).to_numpy())
+    def __init__(self, folder: Path, meta: dict | None = None, kinds: tuple[str, ...] = ("grid",)) -> None:
+        self.meta = meta if meta is not None else json.loads((folder / "meta.json").read_text())
+        runs = pd.read_csv(folder / rundir.TUNE_CSV)
+        self.grid = runs[runs["kind"] == "grid"].sort_values("value")
+        # the points the level is read from: the grid's, or every measured value of the run
+        points = runs[runs["kind"].isin(kinds)].drop_duplicates("value").sort_values("value")
+        self.levels = [pd.read_csv(folder / p / rundir.SWEEP).query(f"concurrency == {self.meta['concurrency']}")
+                       .iloc[[-1]] for p in points["phase"]]
+        self.x = np.log(points["value"].astype(float).to_numpy())
         met = self.grid[self.grid["slo_met"].astype(bool)]
         self.met_x = np.log(met["value"].astype(float).to_numpy())
         self.met_y = met["objective"].astype(float).to_numpy()
@@ -115,32 +118,89 @@ def one_run(land: Landscape, rng: np.random.Generator, sigma: float, first_longe
         shutil.rmtree(run, ignore_errors=True)
 
 
+def one_run_standin(land: Landscape, rng: np.random.Generator, sigma: float, margin: float,
+                    noise: float, limit: str, caps: list[int]) -> dict:
+    """What ``tests/integration/test_tune.py`` does on the stand-in, replayed: the tuner from the
+    baseline's cap (64) at a fixed limit in at most 4 launches, the grid of ``caps`` measured with
+    its own draws, the pick's measured objective against the grid's best measured, the pick
+    measured again."""
+    from glm5lib.config import ServerConfig
+
+    lever = "max_running_requests"
+    workload = tune.Workload(concurrency=land.meta["concurrency"], input_len=128, output_len=32, duration=6.0,
+                             warmup=1)
+    goal = tune.Goal.parse([limit])
+    run = Path(tempfile.mkdtemp(prefix="glm5-tune-noise-"))
+    try:
+        def measure(changes, phase, extra_levels=()):
+            folder = run / phase
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+            land.measured(float(changes[lever]), rng, sigma).to_csv(folder / rundir.SWEEP, index=False)
+            return folder
+
+        cfg = ServerConfig.load("glm5-baseline")
+        result = tune.tune(cfg, run, goal, workload, backend="sim", max_launches=4, noise=noise, margin=margin,
+                           measure=measure)
+        grid = tune.grid(cfg, run, goal, workload, backend="sim", values=caps, measure=measure)
+        if result.best is None or grid.best is None:
+            return {"launches": result.launches, "pick": np.nan, "reach": 0.0, "recheck": False}
+        pick = float(result.best["changes"][lever])
+        again = land.measured(pick, rng, sigma)
+        return {"launches": result.launches, "pick": pick,
+                "reach": float(result.best["objective"]) / float(grid.best["objective"]),
+                "recheck": goal.slo_met({m: float(again[m].iloc[0]) for m in again.columns if m.endswith("_ms")})}
+    finally:
+        shutil.rmtree(run, ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sigma", type=float, nargs="+", default=[0.0, 0.05, 0.1],
                         help="each launch's draw (log standard deviation of its TPOT)")
     parser.add_argument("--runs", type=int, default=40, help="runs per draw")
-    parser.add_argument("--margin", type=float, default=0.2)
-    parser.add_argument("--noise", type=float, default=0.1)
+    parser.add_argument("--margin", type=float, default=None, help="the tuner's margin (vLLM: 0.2, stand-in: 0.03)")
+    parser.add_argument("--noise", type=float, default=None, help="the tuner's noise (vLLM: 0.1, stand-in: 0.03)")
     parser.add_argument("--first-longer", type=float, default=2.0,
                         help="the first launch measures this many times as long (the live test: 2)")
+    parser.add_argument("--standin", type=Path, metavar="RUN_DIR",
+                        help="replay the stand-in test instead: a run folder holding a grid of max_running_requests "
+                             "at 1,024 concurrent 128+32-token requests (as the stand-in test leaves it), every "
+                             "measured value of it a point of the landscape")
+    parser.add_argument("--slo", default="median_tpot_ms<=250", help="with --standin: the limit")
+    parser.add_argument("--caps", type=int, nargs="+", default=[64, 128, 256, 384, 512, 640, 768, 1024],
+                        help="with --standin: the grid the pick is judged against")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     logging.disable(logging.WARNING)
-    land = Landscape(FIXTURE)
-    meta = land.meta
-    print(f"landscape: {meta['lever']} {meta['values']} at {meta['concurrency']} concurrent, {meta['slo']}, "
-          f"vLLM {meta['vllm']}, recorded {meta['recorded_at'][:10]}; grid best {land.best:,.0f} tok/s")
-    print(f"tuner: margin {args.margin}, noise {args.noise}, at most 4 launches; {args.runs} runs per draw\n")
+    if args.standin:
+        margin = 0.03 if args.margin is None else args.margin
+        noise = 0.03 if args.noise is None else args.noise
+        land = Landscape(args.standin, meta={"concurrency": 1024}, kinds=("grid", "tune", "check"))
+        values = sorted(float(np.exp(x)) for x in land.x)
+        print(f"landscape: the stand-in's max_running_requests at {', '.join(f'{v:g}' for v in values)}, "
+              f"1,024 concurrent; {args.slo}; grid {args.caps}")
+        def run_once(rng, sigma):
+            return one_run_standin(land, rng, sigma, margin, noise, args.slo, args.caps)
+    else:
+        margin = 0.2 if args.margin is None else args.margin
+        noise = 0.1 if args.noise is None else args.noise
+        land = Landscape(FIXTURE)
+        meta = land.meta
+        print(f"landscape: {meta['lever']} {meta['values']} at {meta['concurrency']} concurrent, {meta['slo']}, "
+              f"vLLM {meta['vllm']}, recorded {meta['recorded_at'][:10]}; grid best {land.best:,.0f} tok/s")
+        def run_once(rng, sigma):
+            return one_run(land, rng, sigma, args.first_longer, margin, noise)
+    print(f"tuner: margin {margin}, noise {noise}, at most 4 launches; {args.runs} runs per draw\n")
     rows = []
     for sigma in args.sigma:
         rng = np.random.default_rng(args.seed)
-        runs = pd.DataFrame([one_run(land, rng, sigma, args.first_longer, args.margin, args.noise)
-                             for _ in range(args.runs)])
+        runs = pd.DataFrame([run_once(rng, sigma) for _ in range(args.runs)])
         rows.append({
             "draw": f"{sigma:.0%}", "reach>=95%": (runs["reach"] >= 0.95).mean(),
             "reach>=75%": (runs["reach"] >= 0.75).mean(), "reach>=60%": (runs["reach"] >= 0.6).mean(),
             "recheck met": runs["recheck"].mean(), "60% and recheck": ((runs["reach"] >= 0.6) & runs["recheck"]).mean(),
+            "95% and recheck": ((runs["reach"] >= 0.95) & runs["recheck"]).mean(),
             "launches (median)": runs["launches"].median(), "pick (median)": runs["pick"].median(),
         })
     table = pd.DataFrame(rows).set_index("draw")
