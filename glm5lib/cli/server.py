@@ -58,8 +58,10 @@ def _interrupt(signum: int, _frame: object) -> None:
 def _cmd_launch(args: argparse.Namespace) -> int:
     from glm5lib.server import launch
 
-    # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does;
+    # SIGINT too, also when it was inherited ignored (started with '&' from a non-interactive shell,
+    # where Python would otherwise never raise KeyboardInterrupt and the server would outlive a kill -INT)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
     # argparse's REMAINDER swallows options written after CONFIG: split at '--' and parse the
     # head again, so `glm5 launch NAME --backend sim -- FLAGS` and `glm5 launch --backend sim NAME` both work

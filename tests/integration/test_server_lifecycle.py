@@ -241,6 +241,30 @@ def test_glm5_launch_stops_its_server_on_a_signal(fake_python, tmp_path, sig):
             proc.wait()
 
 
+def test_glm5_launch_stops_on_sigint_it_inherited_ignored(fake_python, tmp_path):
+    """A command started in the background by a non-interactive shell (``glm5 launch ... &`` in a
+    script) inherits SIGINT ignored, and Python then raises no KeyboardInterrupt: ``kill -INT``
+    (or a job-control Ctrl-C) must still stop the server and its whole group."""
+    proc = psutil.Popen(
+        [sys.executable, "-m", "glm5lib.cli", "launch", "--backend", "sim", "--python", fake_python,
+         "--log", str(tmp_path / "cli.log"), "--ready-timeout", "120", "--", "--model-path", "m"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "FAKE_MODE": "ready"},
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:")
+        children = [p.pid for p in proc.children(recursive=True)]
+        assert children
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=WAIT_S) == 0, proc.stderr.read()
+        _assert_gone(children)
+    finally:
+        if proc.is_running():
+            proc.kill()
+            proc.wait()
+
+
 def test_glm5_launch_interrupted_while_launching(fake_python, tmp_path):
     log = tmp_path / "cli.log"
     proc = _glm5_launch(fake_python, log, "never-ready")
