@@ -61,6 +61,10 @@ from glm5lib.logs.text import (
 )
 from glm5lib.masking import mask_text
 
+#: the first line SGLang logs when asked to stop (0.5.16: "SIGTERM received. signum=None frame=None.
+#: Draining requests and shutting down..."); what it logs after it is the stop, not a fault
+SHUTDOWN_MARKERS = ("SIGTERM received", "Received sigterm", "Received SIGTERM")
+
 __all__ = ["ENGINE", "SGLangParser"]
 
 log = logging.getLogger(__name__)
@@ -353,13 +357,17 @@ class _Parser:
                 self._close_blocks()
                 self.http_rows.append((self.lines, stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
                 return
+        if msg.startswith(SHUTDOWN_MARKERS) or "Draining requests and shutting down" in msg:
+            self._close_blocks()
+            self.startup.setdefault("shutdown_requested_at", stamp)
+            return
         kind = classify_fatal(msg)
         if TRACEBACK in msg or (kind is not None and kind in ("scheduler_exception",) and msg.rstrip().endswith(":")):
             self._open_block(kind, stamp, rank, msg)
             return
         self._close_blocks()
         if kind is not None:
-            self.errors.append(
+            self._fault(
                 {"time": stamp, "rank": rank, "kind": kind, "message": msg.strip(), "text": msg.strip()}
             )
             return
@@ -399,7 +407,7 @@ class _Parser:
         if is_nccl(line) or GLOG_RE.match(line) or OTHER_RUNTIME_RE.match(line):
             kind = classify_fatal(line)
             if kind is not None:
-                self.errors.append(
+                self._fault(
                     {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}
                 )
             return
@@ -409,7 +417,7 @@ class _Parser:
             self._open_block(kind, self.last_time_str, "", stripped)
             return
         if kind is not None:
-            self.errors.append(
+            self._fault(
                 {"time": self.last_time_str, "rank": "", "kind": kind, "message": stripped, "text": stripped}
             )
             return
@@ -590,11 +598,20 @@ class _Parser:
         for block in self._open_blocks:
             block["lines"].append(line)
 
+    def _fault(self, row: dict[str, Any]) -> None:
+        """An error row, unless the server was already stopping: what SGLang logs after it was told
+        to stop (0.5.16: its scheduler "crashed with exit code -15", SIGQUIT, kill_process_tree) is
+        the stop that was asked for, counted in ``startup['errors_during_shutdown']``."""
+        if "shutdown_requested_at" in self.startup:
+            self.startup["errors_during_shutdown"] = self.startup.get("errors_during_shutdown", 0) + 1
+            return
+        self.errors.append(row)
+
     def _close_blocks(self) -> None:
         if not self._open_blocks:
             return
         for block in self._open_blocks:
-            self.errors.append(block_row(block))
+            self._fault(block_row(block))
         self._open_blocks = []
         self._block_body_started = False
 
@@ -739,6 +756,7 @@ class _Parser:
         if not len(table):
             return empty_frame(["time", "rank", *columns])
         return table.frame()
+
 
 
 def _typed_parts(shapes: list[Any]) -> list[pd.DataFrame]:

@@ -1,0 +1,69 @@
+"""Real SGLang 0.5.16 lines recorded on an H200 (tests/fixtures/logs/SOURCES.md): start-up, the
+scheduler lines with their CUDA-graph flag, and the shutdown that was asked for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from glm5lib import logs
+from glm5lib.diagnose.rules.crashes import rule_crashes
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "logs"
+REAL = FIXTURES / "sglang-0.5.16-h200.log"
+EAGER = FIXTURES / "sglang-0.5.16-h200-eager.log"
+
+
+def test_0516_start_up_is_read_whole():
+    slog = logs.parse_log(REAL)
+    assert len(slog.server_args) == 445 and not slog.server_args_incomplete
+    assert slog.server_args["max_running_requests"] == 64
+    assert slog.server_args["attention_backend"] == "triton"
+    assert slog.ready
+    facts = slog.startup
+    assert facts["max_running_requests"] == 64 and facts["max_total_num_tokens"] == 2111732
+    assert facts["model_class"] == "Qwen3MoeForCausalLM"
+    assert facts["kv_cache_size_gb"] == 96.66
+    assert max(facts["cuda_graph_batch_sizes"]) == 64
+    assert len(slog.decode) == 2 and slog.decode["cuda_graph"].tolist() == [True, True]
+    assert len(slog.prefill) == 7
+
+
+def test_the_stop_that_was_asked_for_is_not_a_crash():
+    """0.5.16 answers SIGTERM with a drain, then its parent reports the scheduler "crashed with exit
+    code -15", SIGQUIT and kill_process_tree: a run's last lines, never its next bottleneck."""
+    slog = logs.parse_log(REAL)
+    assert slog.errors.empty and slog.crash_cause() is None
+    assert slog.startup["shutdown_requested_at"] == "2026-12-04 17:48:50"
+    assert slog.startup["errors_during_shutdown"] == 1
+    # without the SIGTERM line the same kill_process_tree line is a fault
+    text = "\n".join(line for line in REAL.read_text().splitlines() if "SIGTERM received" not in line)
+    assert logs.parse_log(text).crash_cause() == "sigquit"
+
+
+def test_a_crash_before_the_stop_still_counts(tmp_path):
+    tail = [line for line in REAL.read_text().splitlines()[-6:]]
+    crash = (FIXTURES / "crash-scheduler-tp2.log").read_text().splitlines()
+    path = tmp_path / "server.log"
+    path.write_text("\n".join(crash + tail) + "\n")
+    slog = logs.parse_log(path)
+    assert slog.crash_cause() == "scheduler_exception"
+    assert slog.startup["errors_during_shutdown"] == 1
+
+
+def test_decode_steps_above_the_largest_captured_batch_run_eagerly():
+    slog = logs.parse_log(EAGER)
+    assert max(slog.startup["cuda_graph_batch_sizes"]) == 256
+    assert slog.startup["max_running_requests"] == 1024
+    d = slog.decode
+    assert set(d.loc[d["running_req"] > 256, "cuda_graph"]) == {False}
+    assert set(d.loc[d["running_req"] <= 256, "cuda_graph"]) == {True}
+
+
+def test_crash_rule_ignores_the_shutdown(tmp_path):
+    from glm5lib.diagnose.evidence import load_evidence
+
+    phase = tmp_path / "baseline"
+    phase.mkdir()
+    (phase / "server.log").write_text(REAL.read_text())
+    ev = load_evidence(phase)
+    assert [f for f in rule_crashes(ev) if f.rule.startswith("crash:")] == []
