@@ -28,6 +28,7 @@ from glm5lib.diagnose.references import (
     resolve_config,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.loadgen.selfcheck import judge_levels
 from glm5lib.logs import parse_log, to_epoch
 
 __all__ = [
@@ -765,10 +766,10 @@ def load_evidence(
             if gauges.attrs.get("engine") and "engine" not in ev.startup:
                 ev.startup["engine"] = gauges.attrs["engine"]
     if (path / rundir.SWEEP).is_file():
-        ev.sweep = pd.read_csv(path / rundir.SWEEP)
+        ev.sweep = judge_levels(pd.read_csv(path / rundir.SWEEP))
     before = path.parent / BEFORE_PHASE
     if path.name != BEFORE_PHASE and (before / rundir.SWEEP).is_file():
-        ev.before_sweep, ev.before_label = pd.read_csv(before / rundir.SWEEP), BEFORE_PHASE
+        ev.before_sweep, ev.before_label = judge_levels(pd.read_csv(before / rundir.SWEEP)), BEFORE_PHASE
     if (path / rundir.REQUESTS).is_file() and (path / rundir.REQUESTS).stat().st_size:
         ev.requests = pd.read_json(path / rundir.REQUESTS, lines=True)
     if (path / rundir.GPU).is_file() and (path / rundir.GPU).stat().st_size:

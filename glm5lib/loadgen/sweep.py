@@ -44,7 +44,7 @@ from glm5lib.loadgen.health import check_alive, exit_details, wait_while_startin
 from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
 from glm5lib.loadgen.prompts import PROMPT_TOLERANCE, PromptSizer
 from glm5lib.loadgen.records import load_requests, load_sweep
-from glm5lib.loadgen.selfcheck import LevelSelfCheck, client_bound_text, client_limited
+from glm5lib.loadgen.selfcheck import LevelSelfCheck, client_bound_text, client_limited, free_cores
 from glm5lib.loadgen.settings import SweepSettings, sweep_levels
 from glm5lib.loadgen.sink import RecordSink, RowSink
 from glm5lib.loadgen.strategy import LevelClock, strategy_for
@@ -629,7 +629,9 @@ class _Sweep:
                             last_issue=state.last_issue, deadline=state.deadline, closed=math.isinf(rate),
                             unsteady=unsteady)
         cpu_pct, lag_p99 = check["client_cpu_pct"], check["loop_lag_p99_ms"]
-        bound, lag_ratio = client_limited(cpu_pct, lag_p99, stats.get("median_itl_ms", float("nan")))
+        bound, lag_ratio = client_limited(cpu_pct, lag_p99, stats.get("median_itl_ms", float("nan")),
+                                          free_cores(check.get("host_cpus"), check.get("host_cpu_pct")),
+                                          check.get("loop_lag_p50_ms"))
         row: dict[str, Any] = {
             **self._key(conc, rate),
             "max_concurrency": conc,
