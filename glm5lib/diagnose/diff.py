@@ -57,6 +57,7 @@ DIFF_COLUMNS = [
     "automatic",
     "kind",
     "resolved",
+    "cost",
 ]
 
 # Settings that bound how much work runs at once; one far below the other side's is a cap.
@@ -333,6 +334,8 @@ def diff_configs(
                 "automatic": automatic,
                 "kind": kind,
                 "resolved": resolved,
+                # what adopting the other side's value is known to cost (the impact table's word)
+                "cost": entry.get("cost", "") if not context else "",
                 "_order": (
                     _KIND_ORDER[kind],
                     IMPACT_ORDER[cls],

@@ -11,8 +11,43 @@ from glm5lib.diagnose.evidence import Evidence, Finding, _col
 __all__ = ["rule_reference_diff"]
 
 
+# Fields whose value is a number of GPUs the server spreads over: a reference value above the
+# host's GPU count is not something this host can try.
+_GPU_FIELDS = ("tp_size", "pp_size", "dp_size", "ep_size")
+# Values longer than this are shown cut (SGLang 0.5.16 prints cuda_graph_config as ~1,000 characters).
+_SHOWN_CHARS = 60
+
+
+def shown(value: Any) -> str:
+    """``repr(value)``, cut to a readable length."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "...)"
+
+
+def host_gpus(ev: Evidence) -> int | None:
+    """How many GPUs the measured host has, from the run's environment snapshot (None: unknown)."""
+    env = ev.environment or {}
+    gpus = env.get("gpus")
+    if isinstance(gpus, list) and (gpus or env.get("source") in ("nvml", "sim")):
+        return len(gpus)
+    return None
+
+
+def _beyond_host(field: str, reference: Any, ev: Evidence) -> str | None:
+    """Why the host cannot do what the reference did, or None."""
+    if field not in _GPU_FIELDS or not isinstance(reference, int) or isinstance(reference, bool):
+        return None
+    gpus = host_gpus(ev)
+    if gpus is not None and reference > gpus:
+        return f"this host has {gpus} GPU(s); {field} {reference} needs at least {reference}"
+    return None
+
+
 def _ruled_out(field: str, current: Any, reference: Any, ev: Evidence) -> str | None:
     """Why this run's evidence rules a difference out as the bottleneck, or None."""
+    beyond = _beyond_host(field, reference, ev)
+    if beyond:
+        return beyond
     d = ev.active_decode()
     if field == "max_running_requests" and isinstance(current, int) and not d.empty:
         top = int(_col(d, "running_req").max())
@@ -68,12 +103,21 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
             ruled.append(f"{field} ({why})")
             continue
         if row["impact"] not in ("high", "medium"):
-            minor.append(f"{field}={row['current']!r} vs {row['reference']!r}")
+            minor.append(f"{field}={shown(row['current'])} vs {shown(row['reference'])}")
             continue
         if row.get("automatic"):
-            automatic.append(f"{field}: {row['current']!r} here, {row['reference']!r} there")
+            automatic.append(f"{field}: {shown(row['current'])} here, {shown(row['reference'])} there")
             continue
         severity = (0.5 if row["impact"] == "high" else 0.35) - 0.1 * (int(row["rank"]) - 1) / n
+        cost = str(row.get("cost") or "")
+        if field in _GPU_FIELDS and host_gpus(ev) is None:
+            cost = ("the host's GPU count is unknown (no environment.json in the run folder: glm5 env --json > "
+                    "RUN/environment.json records it); try it only where the GPUs exist")
+        if cost:
+            # a switch with a known cost comes after the differences that cost nothing to try
+            severity *= 0.5
+        else:
+            cost = "not forecast: measure it alone, one launch, before keeping it"
         ref_value = row["reference"]
         try_it = (
             row["flag"]
@@ -84,10 +128,10 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
             try_it = f"without {row['flag']}"
         out.append(
             Finding(
-                finding=f"differs from {label}: {field} = {row['current']!r} here, {ref_value!r} there",
+                finding=f"differs from {label}: {field} = {shown(row['current'])} here, {shown(ref_value)} there",
                 evidence=f"diff rank {int(row['rank'])} ({row['impact']} impact): {row['rationale']}"
                 + (f" [{row['resolved']}]" if row.get("resolved") else "")
-                + "; not ruled out by this run's evidence",
+                + "; not ruled out by this run's evidence; its cost: " + cost,
                 suggestion=f"try {try_it} (one change at a time, same sweep)",
                 confidence=0.35,
                 rule="reference_diff",
@@ -95,6 +139,8 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
                 covers=(field,),
             )
         )
+    # a switch with a known cost after those that cost nothing to try (stable: diff rank otherwise)
+    out.sort(key=lambda f: -f.severity)
     if ruled:
         out.append(
             Finding(

@@ -1,0 +1,60 @@
+"""The reference diff on the real H200 run (data/examples/h200-sglang): what the host cannot do is
+ruled out, every proposal states its cost, long values are shown cut."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from glm5lib import diagnose as dg
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h200-sglang"
+
+
+@pytest.fixture
+def run(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    shutil.copytree(EXAMPLE / "baseline", out / "baseline")
+    shutil.copy(EXAMPLE / "environment.json", out / "environment.json")
+    return out
+
+
+def _diff_findings(run):
+    ev = dg.load_evidence(run, reference="k2-thinking", phase="baseline")
+    return dg.rule_reference_diff(ev)
+
+
+def test_the_host_cannot_run_the_references_tensor_parallelism(run):
+    out = _diff_findings(run)
+    proposed = [f.covers[0] for f in out if f.rule == "reference_diff"]
+    assert "tp_size" not in proposed
+    ruled = next(f for f in out if f.rule == "reference_diff_ruled_out")
+    assert "this host has 1 GPU(s); tp_size 8 needs at least 8" in ruled.evidence
+
+
+def test_without_an_environment_the_gpu_count_is_said_to_be_unknown(run):
+    (run / "environment.json").unlink()
+    out = _diff_findings(run)
+    tp = next(f for f in out if f.rule == "reference_diff" and f.covers[0] == "tp_size")
+    assert "GPU count is unknown" in tp.evidence
+
+
+def test_every_proposal_states_its_cost_and_graphs_off_comes_after_the_cap(run):
+    out = [f for f in _diff_findings(run) if f.rule == "reference_diff"]
+    assert out and all("its cost: " in f.evidence for f in out)
+    fields = [f.covers[0] for f in out]
+    graphs = out[fields.index("disable_cuda_graph")]
+    assert "2.1 -> 53 ms at batch 1" in graphs.evidence
+    assert "at large batches this matters less" not in graphs.evidence
+    assert fields.index("max_running_requests") < fields.index("disable_cuda_graph")
+
+
+def test_long_values_are_shown_cut(run):
+    out = _diff_findings(run)
+    minor = next(f for f in out if f.rule == "reference_diff_minor")
+    assert "cuda_graph_config=" in minor.evidence
+    assert "CudaGraphConfig(decode=PhaseConfig(backend='full', max_b...)" in minor.evidence
+    assert all(len(f.finding) < 200 for f in out)
