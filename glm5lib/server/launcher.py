@@ -147,6 +147,8 @@ def launch(
     environment variables. ``extra_args``: appended to the argv (``["--sim-fault", "oom-at-start"]``).
     ``python``: the interpreter to run (default: this one).
 
+    ``enable_metrics`` is switched on unless the config sets it (false keeps /metrics off).
+
     Raises ConfigError for a bad config or backend, ServerLaunchError (``cause`` oom, nan, nccl,
     port_in_use, timeout, exited, sglang_not_installed, ...) when the server does not come up.
     """
@@ -165,6 +167,10 @@ def launch(
             cause="sglang_not_installed",
         )
 
+    if "enable_metrics" not in config.explicit:
+        # /metrics holds the running/queued gauges the densest-evidence rule reads: on unless the
+        # config says otherwise (enable_metrics: false)
+        config = config.with_changes(enable_metrics=True)
     host = config.host or LOOPBACK
     port_explicit = port is not None or "port" in config.explicit
     if port is None:

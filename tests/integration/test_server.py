@@ -20,6 +20,7 @@ import time
 import psutil
 import pytest
 
+from glm5lib import http
 from glm5lib import server as srv
 from glm5lib.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
@@ -534,3 +535,19 @@ def test_launch_command_failures_are_named(tmp_path):
         srv.launch_command(["engine", "serve"], log_path=tmp_path / "x.log")
     with pytest.raises(ConfigError, match="ready_path"):
         srv.launch_command(SIM_TEMPLATE, ready_path="health")
+
+
+@pytest.mark.parametrize("setting, served", [(None, True), (False, False)])
+def test_metrics_are_on_unless_the_config_says_otherwise(tmp_path, setting, served):
+    """A launch from a config that does not mention enable_metrics serves /metrics (the running and
+    queued gauges the diagnosis reads); enable_metrics: false keeps it off."""
+    config = ServerConfig.load("glm5-baseline").without("enable_metrics")
+    if setting is not None:
+        config = config.with_changes(enable_metrics=setting)
+    server = srv.launch(config, backend="sim", log_path=tmp_path / "server.log",
+                        extra_args=["--sim-profile", SIM_PROFILE], ready_timeout=30)
+    try:
+        assert ("--enable-metrics" in server.argv) is served
+        assert http.get(server.base_url, "/metrics", timeout=10).ok is served
+    finally:
+        server.stop()
