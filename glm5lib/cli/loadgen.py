@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +95,22 @@ def register_cli(subparsers: Any) -> None:
     p.set_defaults(func=_handler)
 
 
+def _record_environment(run: Path, base_url: str, api_key: str | None) -> None:
+    """``environment.json`` of the host serving ``base_url`` when it is this one (loopback) or the
+    stand-in, unless the run folder has one: the diagnosis rules out what the host cannot do."""
+    from urllib.parse import urlsplit
+
+    from glm5lib.telemetry import environment
+
+    path = run / rundir.ENVIRONMENT
+    if path.exists():
+        return
+    host = urlsplit(base_url).hostname or ""
+    env = environment("auto", base_url=base_url, api_key=api_key)
+    if env.get("source") == "sim" or host in ("127.0.0.1", "localhost", "::1"):
+        path.write_text(json.dumps(env, indent=2, default=str) + "\n")
+
+
 def _handler(args: argparse.Namespace) -> int:
     import pandas as pd
 
@@ -107,15 +125,25 @@ def _handler(args: argparse.Namespace) -> int:
     rate = args.rate if args.mode == "poisson" else None
     server = None
     if args.server_log:
+        if not Path(args.server_log).is_file():
+            raise ConfigError(f"--server-log {args.server_log}: no such file (the log the server writes; "
+                              "leave it out when the log is not readable here)", field="server_log")
         server = attach(args.base_url, api_key=api_key, log_path=args.server_log)
-    frame = run_sweep(
-        args.base_url, args.concurrency, api=args.api, model=args.model, input_len=args.input_len,
-        output_len=args.output_len, range_ratio=args.range_ratio, dataset=args.dataset,
-        requests_per_level=args.requests, duration=args.duration, warmup=args.warmup,
-        mode=args.mode, rate=rate, run_dir=out, api_key=api_key, seed=args.seed,
-        progress=not args.quiet, resume=not args.no_resume, server=server,
-        read_timeout=args.read_timeout, steady_extend=args.steady_extend, exact_prompts=not args.no_exact_prompts,
-    )
+    _record_environment(run, args.base_url, api_key)
+    try:
+        frame = run_sweep(
+            args.base_url, args.concurrency, api=args.api, model=args.model, input_len=args.input_len,
+            output_len=args.output_len, range_ratio=args.range_ratio, dataset=args.dataset,
+            requests_per_level=args.requests, duration=args.duration, warmup=args.warmup,
+            mode=args.mode, rate=rate, run_dir=out, api_key=api_key, seed=args.seed,
+            progress=not args.quiet, resume=not args.no_resume, server=server,
+            read_timeout=args.read_timeout, steady_extend=args.steady_extend, exact_prompts=not args.no_exact_prompts,
+        )
+    finally:
+        if args.server_log:
+            # the phase folder holds the server's evidence as the workbook's does, so that
+            # glm5 diagnose gives the same answer whichever way the run was made
+            shutil.copyfile(args.server_log, out / rundir.SERVER_LOG)
     cols = ["concurrency", "completed", "failed", "cancelled", "output_throughput",
             "median_ttft_ms", "median_itl_ms", "p99_e2e_latency_ms", "client_cpu_pct", "loop_lag_p99_ms",
             "client_bound", "steady", "prompt_length_ratio"]

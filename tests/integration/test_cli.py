@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -148,3 +149,33 @@ def test_diagnose_takes_the_run_folder_as_every_command_spells_it(tmp_path, caps
     assert main(["diagnose"]) == 2
     assert "glm5 diagnose RUN_DIR" in capsys.readouterr().err
     assert main(["diagnose", str(tmp_path / "a"), "--run-dir", str(tmp_path / "b")]) == 2
+
+
+@pytest.mark.slow
+def test_sweep_with_server_log_gives_diagnose_the_same_evidence_as_the_workbook(tmp_path, capsys):
+    """glm5 sweep URL --server-log LOG carries the log (and the host's environment) into the run
+    folder, so glm5 diagnose reads the scheduler lines and leads with the cap, as the workbook does."""
+    from glm5lib.server import run_standin
+
+    log = tmp_path / "server.log"
+    run = tmp_path / "run"
+    with run_standin("--max-running-requests", "8", "--decode-log-interval", "4", "--enable-metrics",
+                     "--sim-profile", "glm5-nvfp4-8x-rtxpro6000", log_path=log) as srv:
+        assert main(["sweep", srv.base_url, "-c", "2,32", "-d", "3", "--input-len", "64", "--output-len", "32",
+                     "--warmup", "0", "--server-log", str(log), "--run-dir", str(run), "--phase", "baseline",
+                     "-q"]) == 0
+    assert (run / "baseline" / "server.log").read_text().startswith(log.read_text()[:200])
+    env = json.loads((run / "environment.json").read_text())
+    assert env["source"] == "sim" and len(env["gpus"]) == 8
+    capsys.readouterr()
+    assert main(["diagnose", str(run), "--phase", "baseline", "--json", "--no-write"]) == 0
+    out = capsys.readouterr().out
+    assert "server.log missing" not in out
+    findings = json.loads(out)["findings"] if isinstance(json.loads(out), dict) else json.loads(out)
+    assert findings[0]["rule"] == "concurrency_cap", findings[0]
+
+
+def test_sweep_refuses_a_server_log_that_does_not_exist(tmp_path, capsys):
+    assert main(["sweep", "http://127.0.0.1:9", "--server-log", str(tmp_path / "nope.log"),
+                 "--run-dir", str(tmp_path / "r")]) == 1
+    assert "--server-log" in capsys.readouterr().err
