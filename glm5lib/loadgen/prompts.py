@@ -17,6 +17,7 @@ Token-id prompts need none of this: they are the asked length by construction.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -94,6 +95,49 @@ def local_tokenizer(model: str | Path | None) -> Callable[[str], int] | None:
     return None
 
 
+#: token ids of random prompts where the served model's vocabulary is not known here: common
+#: BPE vocabularies hold 32 k ids or more (the range is said in each level's prompt_source)
+DEFAULT_ID_RANGE = (1000, 30000)
+
+
+def model_vocab(place: str | Path | None) -> tuple[int, str] | None:
+    """``(vocabulary size, where it was read)`` of a local model folder: its config.json's
+    ``vocab_size`` (or its text model's), else its tokenizer.json's vocabulary; None when
+    ``place`` is not a folder here or says nothing."""
+    if not place:
+        return None
+    path = Path(str(place)).expanduser()
+    config = path / "config.json"
+    if config.is_file():
+        try:
+            data = json.loads(config.read_text())
+        except (OSError, ValueError):
+            data = {}
+        for d in (data, data.get("text_config") or {}, data.get("language_config") or {}):
+            size = d.get("vocab_size") if isinstance(d, dict) else None
+            if isinstance(size, int) and size > 0:
+                return size, str(config)
+    tok = path / "tokenizer.json"
+    if tok.is_file():
+        try:
+            model = json.loads(tok.read_text()).get("model") or {}
+        except (OSError, ValueError):
+            model = {}
+        vocab = model.get("vocab")
+        if isinstance(vocab, (dict, list)) and vocab:
+            return len(vocab), str(tok)
+    return None
+
+
+def id_range(vocab: int | None) -> tuple[int, int]:
+    """Token ids to draw random prompts from for a vocabulary of ``vocab`` ids: within it, clear of
+    the lowest tenth (special and byte tokens) and of the top (added tokens)."""
+    lo, hi = DEFAULT_ID_RANGE
+    if vocab is None:
+        return lo, hi
+    return min(lo, vocab // 10), max(min(hi, vocab - max(1, vocab // 50)), min(lo, vocab // 10) + 1)
+
+
 class PromptSizer:
     """A sweep's prompts: its levels' and warm-up's workloads, sized by the best scale it has learnt."""
 
@@ -101,6 +145,8 @@ class PromptSizer:
         self.settings = settings
         self.dataset = dataset
         self.scale = PromptScale()
+        self.ids = DEFAULT_ID_RANGE
+        self.ids_source = "assumed: the served model's vocabulary was not found here"
 
     @property
     def sizing(self) -> bool:
@@ -113,7 +159,7 @@ class PromptSizer:
         if self.dataset is not None:
             return "dataset"
         if self.settings.token_ids:
-            return "token_ids"
+            return f"token_ids {self.ids[0]}-{self.ids[1] - 1} ({self.ids_source})"
         return self.scale.source if self.settings.exact_prompts else "words"
 
     def workload(self, n: int, *, level: int | str, input_len: int | None = None, output_len: int | None = None,
@@ -122,8 +168,21 @@ class PromptSizer:
         return make_workload(n, level=level, seed=s.seed, input_len=input_len or s.input_len,
                              output_len=output_len or s.output_len,
                              range_ratio=s.range_ratio if range_ratio is None else range_ratio,
-                             dataset=self.dataset, token_ids=bool(s.token_ids),
+                             dataset=self.dataset, token_ids=bool(s.token_ids), vocab_range=self.ids,
                              words_for=self.scale.words if self.sizing else None)
+
+    def from_model(self, where: Sequence[str | Path | None]) -> None:
+        """Size random token ids to the first local model folder among ``where`` that names its
+        vocabulary (a 2,048-id model given ids up to 30,000 dies at its first request)."""
+        if not self.settings.token_ids or self.dataset is not None:
+            return
+        for place in where:
+            found = model_vocab(place)
+            if found is not None:
+                self.ids = id_range(found[0])
+                self.ids_source = f"vocabulary {found[0]:,} from {found[1]}"
+                log.info("random prompt ids %d-%d: %s", self.ids[0], self.ids[1] - 1, self.ids_source)
+                return
 
     def warmup_workload(self, n: int) -> list[RequestSpec]:
         """``n`` warm-up requests; word prompts alternate the asked length and half of it (the

@@ -512,6 +512,19 @@ def test_against_the_stand_in_server(tmp_path):
             assert all(r["prompt_tokens"] and r["output_tokens"] == 8 for r in recs)
 
 
+def test_random_ids_are_sized_from_the_served_models_vocabulary(tmp_path):
+    """The model folder the server names (/get_model_info) gives the vocabulary the ids are drawn
+    from; each level says so in prompt_source."""
+    testing = pytest.importorskip("glm5lib.server.standin")
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text('{"vocab_size": 2048}')
+    with testing.run_standin("--max-running-requests", "8", "--model-path", str(model)) as srv:
+        df = _sweep(srv.base_url, [2], requests_per_level=2, output_len=4, input_len=32, run_dir=tmp_path / "r")
+    assert list(df["completed"]) == [2]
+    assert df["prompt_source"].iloc[0].startswith("token_ids 204-2007 (vocabulary 2,048 from ")
+
+
 def _launch_standin(*faults: str):
     server = pytest.importorskip("glm5lib.server")
     pytest.importorskip("glm5lib.sim")

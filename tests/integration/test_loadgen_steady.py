@@ -132,7 +132,7 @@ def test_a_slowly_admitted_level_on_the_stand_in_is_extended_and_never_reads_zer
     assert row["output_throughput"] > 0 and row["total_output_tokens"] == 0  # nothing finished, tokens streamed
     assert row["median_tpot_ms"] > 0 and row["tpot_requests"] > 0
     assert isinstance(row["steady_note"], str) and row["steady_note"]
-    assert row["prompt_length_ratio"] == pytest.approx(1.0, abs=0.01) and row["prompt_source"] == "token_ids"
+    assert row["prompt_length_ratio"] == pytest.approx(1.0, abs=0.01) and row["prompt_source"].startswith("token_ids 1000-29999 (assumed")
     for column in ("host_cpus", "host_cpu_pct", "others_cpu_pct", "loop_lag_p50_ms", "loop_lag_max_ms"):
         assert row[column] >= 0, column
     # the stand-in is another process that held CPU during the level: it is named with its share
