@@ -325,7 +325,7 @@ def test_cuda_graph_fires_above_max_bs():
         ev = dg.Evidence(decode=decode_frame(running, graph=graph), server_args=args)
         out = dg.rule_cuda_graph(ev)
         assert len(out) == 1
-        assert "cuda graph: False on 50% of decode lines" in out[0].evidence
+        assert "cuda graph: False on 10 of the 10 decode lines with #running-req above 64" in out[0].evidence
         assert "above 64" in out[0].evidence and "reached 200" in out[0].evidence
         assert f"raise {flag} to about 200" in out[0].suggestion
 

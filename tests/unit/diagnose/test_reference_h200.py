@@ -58,3 +58,16 @@ def test_long_values_are_shown_cut(run):
     assert "cuda_graph_config=" in minor.evidence
     assert "CudaGraphConfig(decode=PhaseConfig(backend='full', max_b...)" in minor.evidence
     assert all(len(f.finding) < 200 for f in out)
+
+
+def test_eager_steps_above_the_captured_batches_are_named_with_their_cost(tmp_path):
+    """The H200 fix phase: 6 of 454 decode lines ran eagerly, every line of its 1,024 level; the
+    finding judges the lines above the largest captured batch, not the whole log."""
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE / "fix", run / "fix")
+    ev = dg.load_evidence(run, phase="fix")
+    out = dg.rule_cuda_graph(ev)
+    assert len(out) == 1
+    assert "above 256 (the largest batch captured at start-up)" in out[0].evidence
+    assert "an eager step at 1023 running took" in out[0].evidence
+    assert "about 1024" in out[0].suggestion
