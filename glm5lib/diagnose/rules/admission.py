@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pandas as pd
 
 from glm5lib import engines
@@ -305,7 +306,9 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         ev.skipped.append("underfed: needs decode lines inside sweep levels")
         return []
     cap, _ = ev.cap()
+    s = ev.sweep_sorted()
     hits = []
+    busy_frontend = []
     for conc, lines in levels:
         if conc < 4:
             continue
@@ -313,11 +316,15 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         queue = float(_col(lines, "queue_req").fillna(0).median())
         usage = float(_col(lines, "token_usage").max())
         limit = min(c for c in (cap, conc) if c)
-        if running < 0.75 * limit and queue == 0 and not usage >= _KV_FULL:
+        if queue != 0 or usage >= _KV_FULL:
+            continue
+        front = _frontend_at(s, conc, lines)
+        if running < 0.75 * limit or (front is not None and running < 0.95 * limit):
             hits.append((conc, running, limit))
+            if front is not None:
+                busy_frontend.append((conc, *front))
     if not hits:
         return []
-    s = ev.sweep_sorted()
     client = s[_bool_col(s, "client_bound")] if not s.empty and "client_bound" in s else s.iloc[0:0]
     if "client_cpu_pct" in client:
         # a starved client (below half a core) is a caveat on latency, not the reason for the batch
@@ -326,9 +333,15 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         f"at concurrency {int(c)} the server ran a median {_count(r)} requests with none queued"
         for c, r, _ in hits[:4]
     )
+    for conc, who, pct, made, got in busy_frontend[:2]:
+        text += (f"; at concurrency {int(conc)} the server's serving process ({who}) used {pct:.0f}% of its one core "
+                 f"while its decode lines generated {made:,.0f} tok/s and the client received {got:,.0f}")
     if len(client):
         text += f"; the load generator flagged {len(client)} level(s) as client-bound"
         confidence = 0.8
+    elif busy_frontend:
+        text += "; the load generator had CPU to spare, so the serving process is the limit"
+        confidence = 0.75
     else:
         text += "; the load generator did not flag itself, so the HTTP front end or the tokenizer is the likelier limit"
         confidence = 0.6
@@ -344,6 +357,44 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
             covers=("stream_interval", "tokenizer_worker_num"),
         )
     ]
+
+
+# A server process that parses, tokenizes and streams requests (not the scheduler, which polls a
+# core whether busy or not): SGLang's launch_server / tokenizer manager, vLLM's API server.
+_FRONTEND_NAMES = ("launch_server", "sglang serve", "tokenizer", "api_server", "entrypoints")
+_FRONTEND_BUSY_PCT = 90.0
+# the engine made tokens this much faster than the client received them
+_FRONTEND_GAP = 1.25
+_PROCESS_RE = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
+
+
+def _frontend_at(s: pd.DataFrame, conc: float, lines: pd.DataFrame) -> tuple[str, float, float, float] | None:
+    """``(process, % of a core, decode lines' tok/s, client tok/s)`` where a level's serving process
+    was busy on its core and the engine generated tokens faster than they reached the client."""
+    if s.empty or "other_processes" not in s or "gen_throughput" not in lines:
+        return None
+    row = s[_col(s, "concurrency") == conc]
+    if row.empty:
+        return None
+    row = row.iloc[0]
+    best = None
+    for part in str(row.get("other_processes") or "").split("; "):
+        m = _PROCESS_RE.match(part.strip())
+        if m is None:
+            continue
+        who = m.group("who")
+        if "detokenizer" in who or "scheduler" in who or not any(n in who for n in _FRONTEND_NAMES):
+            continue
+        pct = float(m.group("pct"))
+        if best is None or pct > best[1]:
+            best = (who, pct)
+    if best is None or best[1] < _FRONTEND_BUSY_PCT:
+        return None
+    made = float(_col(lines, "gen_throughput").median())
+    got = float(row.get("output_throughput", np.nan))
+    if not (np.isfinite(made) and np.isfinite(got) and got > 0 and made >= _FRONTEND_GAP * got):
+        return None
+    return best[0], best[1], made, got
 
 
 _DP_RE = re.compile(r"DP(\d+)")

@@ -71,3 +71,22 @@ def test_eager_steps_above_the_captured_batches_are_named_with_their_cost(tmp_pa
     assert "above 256 (the largest batch captured at start-up)" in out[0].evidence
     assert "an eager step at 1023 running took" in out[0].evidence
     assert "about 1024" in out[0].suggestion
+
+
+def test_a_busy_serving_process_is_named_where_the_engine_outpaced_the_client(tmp_path):
+    """The H200 fix phase at 256: 199 running of 256 offered, none queued (above the old 75% bar),
+    SGLang's launch_server process at 99% of a core, 16.5 k tok/s generated against 11.6 k received."""
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE / "fix", run / "fix")
+    ev = dg.load_evidence(run, phase="fix")
+    out = dg.rule_underfed(ev)
+    assert len(out) == 1
+    assert "-m sglang.launch_server) used 99% of its one core" in out[0].evidence
+    assert "the serving process is the limit" in out[0].evidence
+    assert "--tokenizer-worker-num" in out[0].suggestion
+    # the same level with the serving process at half a core is not the serving process's doing
+    sweep = ev.sweep.copy()
+    sweep["other_processes"] = sweep["other_processes"].str.replace(
+        "-m sglang.launch_server 99%", "-m sglang.launch_server 50%", regex=False)
+    ev.sweep = sweep
+    assert all("serving process" not in f.evidence for f in dg.rule_underfed(ev))
