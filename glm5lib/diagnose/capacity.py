@@ -54,6 +54,7 @@ def recommend_max_running_requests(
     model: CapacityModel | None = None,
     current_cap: int | None = None,
     ran_batch: int | None = None,
+    say_throughput: bool = True,
 ) -> Recommendation:
     """The largest cap the KV pool supports for this workload (no retraction), within the load offered.
 
@@ -61,7 +62,9 @@ def recommend_max_running_requests(
     part of the pool free for the scheduler's estimates. With ``model``, predicted throughput at
     the recommended and current caps is reported; a model without a lever arm (see
     :attr:`CapacityModel.lever_arm`) recommends nothing and says why. ``ran_batch`` is the
-    largest batch that already ran: a value below it comes with the reason.
+    largest batch that already ran: a value below it comes with the reason. ``say_throughput=False``
+    leaves the fit's throughput figures out of the reason (a finding that states the performance
+    model's forecast, the one ``glm5 predict`` gives, states no second one).
     """
     if not 0 < headroom <= 1:
         raise ConfigError(f"headroom must be in (0, 1], got {headroom}", field="headroom")
@@ -118,7 +121,7 @@ def recommend_max_running_requests(
     lo, hi = model.batch_range if model is not None else (0, 0)
     if model is not None:
         pred = float(model.throughput(value))
-        if current_cap:
+        if current_cap and say_throughput:
             # what the current cap actually lets run: bounded by the offered load and the pool
             pool_holds = int(max_total_num_tokens // context_tokens) if kv_bound else None
             now = min(c for c in (current_cap, target_concurrency, pool_holds) if c)

@@ -125,6 +125,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
             model=model,
             current_cap=cap,
             ran_batch=int(running.max()),
+            say_throughput=False,  # the forecast below is the performance model's, as glm5 predict's
         )
     if rec is not None and rec.value is not None and rec.value > cap:
         suggestion = f"{remedy('raise_running_cap', ev.engine, release=ev.release, current=cap, value=rec.value)}: {rec.reason}"
@@ -147,6 +148,8 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     prediction = predict_remedy(
         ev, raised, f"raising the cap to {raised}" if raised else "without the cap"
     )
+    if prediction is not None:
+        suggestion += f"; {prediction.text}"
     return [
         Finding(
             prediction=prediction,

@@ -90,3 +90,17 @@ def test_a_busy_serving_process_is_named_where_the_engine_outpaced_the_client(tm
         "-m sglang.launch_server 99%", "-m sglang.launch_server 50%", regex=False)
     ev.sweep = sweep
     assert all("serving process" not in f.evidence for f in dg.rule_underfed(ev))
+
+
+def test_the_cap_findings_projection_is_glm5_predicts(run):
+    """One model: the cap finding states the forecast glm5 predict gives for the same change, and
+    no second figure (the H200 run had 31,113 beside 13,060 for one question)."""
+    from glm5lib.diagnose.model import predict
+
+    ev = dg.load_evidence(run, phase="baseline")
+    [cap] = dg.rule_concurrency_cap(ev)
+    assert "decode model predicts" not in cap.suggestion
+    assert cap.prediction is not None and cap.prediction.batch_after == 1024
+    [f] = predict(run, "baseline", {"max_running_requests": 1024}, [1024])
+    assert cap.prediction.throughput == pytest.approx(f.predicted_tok_s)
+    assert f"{f.predicted_tok_s:,.0f} tok/s" in cap.suggestion
