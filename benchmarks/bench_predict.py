@@ -12,7 +12,9 @@ and whether the measurement fell inside the band. The headline per pair is the t
 
 Shipped pairs (``data/examples``): real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256``
 (``cpu-vllm``); ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
-(``h200-transformers-serve``, no scheduler log: the batch is inferred from the limits); recorded
+(``h200-transformers-serve``, no scheduler log: the batch is inferred from the limits); real SGLang
+0.5.16 on one H200, cap 64 -> 1,024 with CUDA graphs kept and with the seed's graphs-off fix
+(``h200-sglang``, phases ``fix`` and ``fix-graphs-off``); recorded
 vLLM pairs under ``data/examples/predict-pairs/*`` (each with its ``pair.json``: the change, the
 date and the versions). ``--standin`` measures the workbook's story on the stand-in (cap 64 ->
 1,024, CUDA graphs and radix cache off) with the project's own launch and sweep code; ``--levels``
@@ -40,25 +42,30 @@ from glm5lib.diagnose import prediction
 from glm5lib.paths import data_dir
 
 EXAMPLES = data_dir() / "examples"
-SHIPPED = [
-    ("real vLLM 0.32 on CPU, --max-num-seqs 4 -> 256", EXAMPLES / "cpu-vllm", {"max_num_seqs": 256}),
-    ("transformers serve on 1x H200, --cb-max-batch-tokens 64 removed",
-     EXAMPLES / "h200-transformers-serve", {"--cb-max-batch-tokens": None}),
-]
 STORY_CHANGES = {"max_running_requests": 1024, "disable_cuda_graph": True, "disable_radix_cache": True}
+# (title, run folder, change, the phase that measured it); the baseline phase is "baseline"
+SHIPPED = [
+    ("real vLLM 0.32 on CPU, --max-num-seqs 4 -> 256", EXAMPLES / "cpu-vllm", {"max_num_seqs": 256}, "fix"),
+    ("transformers serve on 1x H200, --cb-max-batch-tokens 64 removed",
+     EXAMPLES / "h200-transformers-serve", {"--cb-max-batch-tokens": None}, "fix"),
+    ("real SGLang 0.5.16 on 1x H200, cap 64 -> 1,024, CUDA graphs kept",
+     EXAMPLES / "h200-sglang", {"max_running_requests": 1024}, "fix"),
+    ("real SGLang 0.5.16 on 1x H200, cap 64 -> 1,024, graphs and radix cache off (the seed's fix)",
+     EXAMPLES / "h200-sglang", STORY_CHANGES, "fix-graphs-off"),
+]
 
 
 def recorded_pairs() -> list[tuple[str, Path, dict[str, Any]]]:
     out = []
     for meta in sorted((EXAMPLES / "predict-pairs").glob("*/pair.json")):
         info = json.loads(meta.read_text())
-        out.append((info["title"], meta.parent, dict(info["changes"])))
+        out.append((info["title"], meta.parent, dict(info["changes"]), "fix"))
     return out
 
 
-def evaluate(title: str, run: Path, changes: dict[str, Any]) -> pd.DataFrame:
-    frame = prediction.record_prediction(run, changes, write=False)
-    print(f"\n== {title}\n   {run}\n   change: {changes}\n   model: {frame.attrs['model']}")
+def evaluate(title: str, run: Path, changes: dict[str, Any], phase: str = "fix") -> pd.DataFrame:
+    frame = prediction.record_prediction(run, changes, phase=phase, write=False)
+    print(f"\n== {title}\n   {run} ({phase})\n   change: {changes}\n   model: {frame.attrs['model']}")
     cols = ["concurrency", "predicted", "low", "high", "measured", "error", "inside_band", "drift", "running", "binding_limit",
             "ttft_predicted_ms", "ttft_measured_ms", "tpot_predicted_ms", "tpot_measured_ms"]
     shown = frame[cols].rename(columns={"ttft_predicted_ms": "ttft_pred", "ttft_measured_ms": "ttft_meas",
@@ -153,19 +160,23 @@ def main(argv: list[str] | None = None) -> int:
                           [int(x) for x in args.vllm_levels.split(",")], args.duration, args.title,
                           [int(x) for x in args.fix_levels.split(",")] if args.fix_levels else None, args.cpus)
         info = json.loads((out / "pair.json").read_text())
-        pairs.append((info["title"], out, info["changes"]))
+        pairs.append((info["title"], out, info["changes"], "fix"))
     for run_dir, changes in args.pair:
-        pairs.append((f"run folder {run_dir}", Path(run_dir), json.loads(changes)))
+        pairs.append((f"run folder {run_dir}", Path(run_dir), json.loads(changes), "fix"))
     tmp = None
     if args.standin:
         tmp = tempfile.TemporaryDirectory(prefix="bench-predict-")
         levels = [int(x) for x in args.levels.split(",")]
         run = measure_standin(Path(tmp.name), levels, args.duration, args.output_len, args.fix_duration)
         pairs.append((f"stand-in story, cap 64 -> 1,024, graphs and radix cache off (output {args.output_len})",
-                      run, STORY_CHANGES))
+                      run, STORY_CHANGES, "fix"))
     rows = []
-    for title, run, changes in pairs:
-        frame = evaluate(title, run, changes)
+    levels = []
+    for title, run, changes, phase in pairs:
+        frame = evaluate(title, run, changes, phase)
+        for _, r in frame.dropna(subset=["measured"]).iterrows():
+            levels.append({"pair": title[:60], "concurrency": int(r["concurrency"]), "error": f"{r['error']:+.0%}",
+                           "inside_band": bool(r["inside_band"]), "running": r["running"]})
         top = frame.dropna(subset=["measured"]).iloc[-1]
         rows.append({"pair": title, "concurrency": int(top["concurrency"]), "predicted": round(top["predicted"]),
                      "band": f"{top['low']:,.0f}-{top['high']:,.0f}", "measured": round(top["measured"]),
@@ -174,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
                      # error net of it (prediction.launch_drift)
                      "drift": "-" if pd.isna(top["drift"]) else f"{top['drift']:.2f}x",
                      "net_error": "-" if pd.isna(top["error_net_of_drift"]) else f"{top['error_net_of_drift']:+.0%}"})
+    print("\n== forecast error per pair and level")
+    print(pd.DataFrame(levels).to_string(index=False))
     print("\n== forecast error at each pair's top level")
     print(pd.DataFrame(rows).to_string(index=False))
     if tmp is not None:

@@ -49,6 +49,7 @@ import dataclasses
 import json
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,13 @@ UNSEEN_WIDENING = 0.15
 # Share of the fixed step time a CUDA graph saves when the evidence cannot show it (the shipped
 # profiles, measured on GPUs: 20% and 28%; the lower one).
 GRAPH_PRIOR_SHARE = 0.2
+# How many times the graph step's fixed part a step can take when it runs eagerly, where the phase's
+# evidence holds graph steps only: the low end of the band. Measured on one H200 (SGLang 0.5.16, a
+# 24-layer 64-expert MoE with Triton kernels, data/examples/h200-sglang): an eager step paid about
+# 51 ms over a 2.56 ms fixed part, at batch 1 and at 1,023 alike (20x); with a margin.
+EAGER_OVERHEAD_MAX_X = 24.0
+# SGLang 0.5.16+ prints the decode graphs' batch limit inside cuda_graph_config
+_GRAPH_CONFIG_MAX_BS = re.compile(r"decode=PhaseConfig\([^)]*?max_bs=(\d+)")
 # The narrowest band: run-to-run spread of a sweep level on a busy machine is rarely below this.
 BAND_FLOOR = 0.1
 # Widening per doubling beyond the batches the fit saw, at least (the hold-out check may ask more).
@@ -321,7 +329,7 @@ class PerfModel:
         adapter = engines.get(engine, default="command")
         # CUDA graphs modelled from SGLang's own arguments (the stand-in takes them too)
         graphs_on = adapter.config_type is engines.get("sglang").config_type and not graphs_off_for(args, "decode")
-        gmax = _int(_first(args, GRAPH_BS_FIELDS)) if graphs_on else None
+        gmax = _graph_ceiling(args, ev.startup or {}, cap) if graphs_on else None
         limits = Limits(
             running_cap=cap,
             token_budget=budget,
@@ -617,12 +625,25 @@ class PerfModel:
             per = max(EXTRAPOLATION_PER_DOUBLING if alt else 2 * EXTRAPOLATION_PER_DOUBLING,
                       self.holdout_per_doubling)
             rel += per * math.log2(beyond)
-        rel += UNSEEN_WIDENING * sum(1 for u_ in unseen if "not modelled" not in u_)
+        notes = list(unseen)
+        # steps that run eagerly where every fitted step ran as a graph: their cost is not in the
+        # evidence, so the band reaches down to the eager overhead seen on a GPU (EAGER_OVERHEAD_MAX_X)
+        eager = (not self.graph_saving_fitted and self.limits.graphs
+                 and (not lim.graphs or (lim.graph_max_bs is not None and batch > lim.graph_max_bs)))
+        if eager and lim.graphs:
+            notes.append(f"above batch {lim.graph_max_bs} (the largest the engine captures as a CUDA graph) "
+                         f"decode steps run eagerly; every step of this phase ran as a graph, so their cost is a "
+                         f"prior ({params.graph_saving_ms:.1f} ms) and the band reaches down to an eager step "
+                         f"{EAGER_OVERHEAD_MAX_X:.0f}x the fixed part")
+        rel += UNSEEN_WIDENING * sum(1 for u_ in notes if "not modelled" not in u_)
         if self.host_paced:  # no level shows the engine alone: the host's share is in every one
             rel += UNSEEN_WIDENING
         rel = min(rel, 0.9)
         low = min([thr, *alt]) * (1 - rel)
         high = max([thr, *alt]) * (1 + rel)
+        if eager:
+            worst = 1000.0 * batch / (u + EAGER_OVERHEAD_MAX_X * max(params.fixed_ms - params.graph_saving_ms, 0.0))
+            low = min(low, worst * (1 - BAND_FLOOR))
         # latencies: service split into the prefill wait and decode, queueing beyond the batch
         o = max(wl.output_len, 1.0)
         service = o * u
@@ -645,7 +666,7 @@ class PerfModel:
             running=float(batch),
             binding_limit=by,
             extrapolated=bool(extrapolated),
-            unseen_changes=list(unseen),
+            unseen_changes=notes,
         )
 
     # -- description ----------------------------------------------------------------------------
@@ -692,6 +713,25 @@ class PerfModel:
             "holdout_per_doubling": self.holdout_per_doubling,
             "starved_levels": self.starved_levels,
         }
+
+
+def _graph_ceiling(args: Mapping[str, Any], startup: Mapping[str, Any], cap: int | None) -> int | None:
+    """The largest decode batch that replays a CUDA graph once the running cap no longer bounds
+    capture: the argument (``cuda_graph_max_bs``...), else the decode limit inside SGLang 0.5.16's
+    ``cuda_graph_config``, else the largest batch captured at start-up when capture stopped below
+    the cap (at the cap it says only that the cap bounded it: None, unknown above)."""
+    value = _int(_first(args, GRAPH_BS_FIELDS))
+    if value:
+        return value
+    m = _GRAPH_CONFIG_MAX_BS.search(str(args.get("cuda_graph_config") or ""))
+    if m:
+        return int(m.group(1))
+    captured = startup.get("cuda_graph_batch_sizes")
+    if isinstance(captured, (list, tuple)) and captured:
+        top = max(int(b) for b in captured)
+        if cap is None or top < cap:
+            return top
+    return None
 
 
 def _with_graph_prior(params: StepParams) -> StepParams:
