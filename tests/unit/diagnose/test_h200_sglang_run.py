@@ -1,4 +1,4 @@
-"""The reference diff on the real H200 run (data/examples/h200-sglang): what the host cannot do is
+"""The diagnosis and the forecast on the real H200 run (data/examples/h200-sglang): what the host cannot do is
 ruled out, every proposal states its cost, long values are shown cut."""
 
 from __future__ import annotations
@@ -126,3 +126,16 @@ def test_the_recorded_gpu_pairs_fall_inside_the_band(changes, phase):
     top = frame[frame["concurrency"] == 1024].iloc[0]
     said = str(top["unseen_changes"])
     assert ("disable_cuda_graph=True" in said) if "disable_cuda_graph" in changes else ("run eagerly" in said)
+
+
+def test_the_gpu_runs_diagnosis_leads_with_the_cap_then_the_serving_process(run):
+    """The whole diagnosis on the recorded H200 phases: the capped baseline leads with the cap;
+    after the fix, with SGLang's serving process (not a crash at shutdown, not the client)."""
+    base = dg.evaluate(dg.load_evidence(run, reference="k2-thinking", phase="baseline"))
+    assert base.iloc[0]["rule"] == "concurrency_cap"
+    assert not base["rule"].astype(str).str.startswith(("crash", "client_bound")).any()
+    shutil.copytree(EXAMPLE / "fix", run / "fix")
+    fix = dg.evaluate(dg.load_evidence(run, reference="k2-thinking", phase="fix"))
+    assert fix.iloc[0]["rule"] == "underfed" and "sglang.launch_server" in fix.iloc[0]["evidence"]
+    assert "cuda_graph" in set(fix["rule"])
+    assert not fix["rule"].astype(str).str.startswith(("crash", "client_bound")).any()
