@@ -49,7 +49,6 @@ import dataclasses
 import json
 import logging
 import math
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +59,14 @@ import pandas as pd
 from glm5lib import engines, rundir
 from glm5lib.config import graphs_off_for
 from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct, load_evidence
+from glm5lib.diagnose.graphs import (
+    EAGER_OVERHEAD_MAX_X,
+    GRAPH_BS_FIELDS,
+    GRAPH_OFF_FIELDS,
+    GRAPH_PRIOR_SHARE,
+    graph_ceiling,
+    with_graph_prior,
+)
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams, step_time_ms
 
@@ -93,16 +100,6 @@ EXPONENT_GRID = tuple(round(x, 2) for x in np.arange(0.5, 1.001, 0.02))
 PRIOR_EXPONENT_RANGE = (0.6, 1.0)
 # Relative widening of the band for an effect the phase's evidence cannot show.
 UNSEEN_WIDENING = 0.15
-# Share of the fixed step time a CUDA graph saves when the evidence cannot show it (the shipped
-# profiles, measured on GPUs: 20% and 28%; the lower one).
-GRAPH_PRIOR_SHARE = 0.2
-# How many times the graph step's fixed part a step can take when it runs eagerly, where the phase's
-# evidence holds graph steps only: the low end of the band. Measured on one H200 (SGLang 0.5.16, a
-# 24-layer 64-expert MoE with Triton kernels, data/examples/h200-sglang): an eager step paid about
-# 51 ms over a 2.56 ms fixed part, at batch 1 and at 1,023 alike (20x); with a margin.
-EAGER_OVERHEAD_MAX_X = 24.0
-# SGLang 0.5.16+ prints the decode graphs' batch limit inside cuda_graph_config
-_GRAPH_CONFIG_MAX_BS = re.compile(r"decode=PhaseConfig\([^)]*?max_bs=(\d+)")
 # The narrowest band: run-to-run spread of a sweep level on a busy machine is rarely below this.
 BAND_FLOOR = 0.1
 # Widening per doubling beyond the batches the fit saw, at least (the hold-out check may ask more).
@@ -126,8 +123,6 @@ BUDGET_FIELDS = (
 POOL_FIELDS = ("max_total_tokens", "--max-total-tokens")
 # vLLM sizes its pool in blocks (of block_size tokens, 16 unless set)
 BLOCK_FIELDS = ("num_gpu_blocks_override", "--num-gpu-blocks-override")
-GRAPH_OFF_FIELDS = ("disable_cuda_graph", "enforce_eager", "--disable-cuda-graph", "--enforce-eager")
-GRAPH_BS_FIELDS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode", "max_cudagraph_capture_size")
 # Fields known to leave a random-prompt workload's step time alone.
 NEUTRAL_FIELDS = {
     "disable_radix_cache": "prefix caching: the sweep's random prompts share no prefix",
@@ -329,7 +324,7 @@ class PerfModel:
         adapter = engines.get(engine, default="command")
         # CUDA graphs modelled from SGLang's own arguments (the stand-in takes them too)
         graphs_on = adapter.config_type is engines.get("sglang").config_type and not graphs_off_for(args, "decode")
-        gmax = _graph_ceiling(args, ev.startup or {}, cap) if graphs_on else None
+        gmax = graph_ceiling(args, ev.startup or {}, cap) if graphs_on else None
         limits = Limits(
             running_cap=cap,
             token_budget=budget,
@@ -393,7 +388,7 @@ class PerfModel:
             params.graph_saving_ms = float(coef[-1])
         elif covered.all() and limits.graphs:
             # every fitted step ran as a CUDA graph: its saving is a prior, not a measurement
-            params = _with_graph_prior(params)
+            params = with_graph_prior(params)
         elif limits.graphs:  # no fitted step was covered: the prior saving for batches that will be
             params.graph_saving_ms = params.fixed_ms * GRAPH_PRIOR_SHARE
         wl = Workload(float(np.median(i)), float(np.median(o)))
@@ -581,7 +576,7 @@ class PerfModel:
             ym, e = float(np.median(y)), self.params.exponent
             for fixed, per in ((ym, 0.0), (0.0, ym / float(np.round(b[0])) ** e)):
                 alt = dataclasses.replace(self.params, fixed_ms=fixed, per_seq_ms=per, graph_saving_ms=0.0)
-                alts.append(_with_graph_prior(alt) if self.limits.graphs else alt)
+                alts.append(with_graph_prior(alt) if self.limits.graphs else alt)
             return alts
         # Too few batch sizes to fit the exponent: the slope between them is as uncertain as each
         # level's run-to-run spread, so the band also spans the steepest and flattest slopes that
@@ -601,7 +596,7 @@ class PerfModel:
                 coef = _nnls(x, yt, 1.0 / yt)
                 alt = dataclasses.replace(self.params, fixed_ms=float(coef[0]), per_seq_ms=float(coef[1]),
                                           exponent=e, graph_saving_ms=0.0)
-                alts.append(_with_graph_prior(alt) if self.limits.graphs else alt)
+                alts.append(with_graph_prior(alt) if self.limits.graphs else alt)
         return alts
 
     def _one(self, c: int, lim: Limits, params: StepParams, wl: Workload, unseen: list[str]) -> Forecast:
@@ -713,31 +708,6 @@ class PerfModel:
             "holdout_per_doubling": self.holdout_per_doubling,
             "starved_levels": self.starved_levels,
         }
-
-
-def _graph_ceiling(args: Mapping[str, Any], startup: Mapping[str, Any], cap: int | None) -> int | None:
-    """The largest decode batch that replays a CUDA graph once the running cap no longer bounds
-    capture: the argument (``cuda_graph_max_bs``...), else the decode limit inside SGLang 0.5.16's
-    ``cuda_graph_config``, else the largest batch captured at start-up when capture stopped below
-    the cap (at the cap it says only that the cap bounded it: None, unknown above)."""
-    value = _int(_first(args, GRAPH_BS_FIELDS))
-    if value:
-        return value
-    m = _GRAPH_CONFIG_MAX_BS.search(str(args.get("cuda_graph_config") or ""))
-    if m:
-        return int(m.group(1))
-    captured = startup.get("cuda_graph_batch_sizes")
-    if isinstance(captured, (list, tuple)) and captured:
-        top = max(int(b) for b in captured)
-        if cap is None or top < cap:
-            return top
-    return None
-
-
-def _with_graph_prior(params: StepParams) -> StepParams:
-    """Steps fitted with CUDA graphs on, with the prior saving put back into the fixed part."""
-    saving = params.fixed_ms * GRAPH_PRIOR_SHARE / (1.0 - GRAPH_PRIOR_SHARE)
-    return dataclasses.replace(params, fixed_ms=params.fixed_ms + saving, graph_saving_ms=saving)
 
 
 def _grid_errors(b, y, w, tokens) -> list[tuple[float, float]]:
