@@ -171,6 +171,16 @@ class PromptSizer:
                              dataset=self.dataset, token_ids=bool(s.token_ids), vocab_range=self.ids,
                              words_for=self.scale.words if self.sizing else None)
 
+    def crash_hint(self) -> str:
+        """What to say of random token ids when the engine died at its first requests ("" when the
+        prompts were not token ids)."""
+        if not self.settings.token_ids or self.dataset is not None:
+            return ""
+        return (f"; its first requests were random token ids {self.ids[0]}-{self.ids[1] - 1} ({self.ids_source}): "
+                "ids beyond the model's vocabulary crash an engine at its first request (an embedding gather out "
+                "of bounds); pass token_ids=False for text prompts, or serve the model from a folder this machine "
+                "can read")
+
     def from_model(self, where: Sequence[str | Path | None]) -> None:
         """Size random token ids to the first local model folder among ``where`` that names its
         vocabulary (a 2,048-id model given ids up to 30,000 dies at its first request)."""

@@ -547,13 +547,8 @@ class _Sweep:
                     try:
                         await self._warmup(session, levels[todo[0]][0])
                     except _Aborted as exc:
-                        hint = (f"; its first requests were random token ids {self.prompts.ids[0]}-"
-                                f"{self.prompts.ids[1] - 1} ({self.prompts.ids_source}): ids beyond the model's "
-                                "vocabulary crash an engine at its first request (an embedding gather out of "
-                                "bounds); pass token_ids=False for text prompts, or serve the model from a "
-                                "folder this machine can read") if self.settings.token_ids and self.prompts.dataset is None else ""
                         raise SweepAbortedError(
-                            f"the server at {self.base_url} died during warm-up: {exc}{hint}",
+                            f"the server at {self.base_url} died during warm-up: {exc}{self.prompts.crash_hint()}",
                             level=levels[todo[0]][0], log_lines=exc.log_lines, completed_levels=completed_levels,
                         ) from None
                 for n, (conc, rate) in enumerate(levels):

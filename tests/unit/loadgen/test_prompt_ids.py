@@ -44,3 +44,10 @@ def test_a_small_vocabulary_gets_ids_it_holds_and_says_whence(tmp_path):
     ids = [i for s in sizer.workload(64, level=1) for i in s.prompt]
     assert max(ids) < 2048 and min(ids) >= 0
     assert "vocabulary 2,048 from" in sizer.source and str(folder) in sizer.source
+
+
+def test_a_death_at_warm_up_names_the_ids_it_was_sent(tmp_path):
+    sizer = PromptSizer(SweepSettings(input_len=8, output_len=4))
+    assert "random token ids 1000-29999 (assumed" in sizer.crash_hint()
+    assert "embedding gather out of bounds" in sizer.crash_hint()
+    assert PromptSizer(SweepSettings(input_len=8, output_len=4, api="chat")).crash_hint() == ""
