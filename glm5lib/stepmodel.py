@@ -9,14 +9,17 @@ One engine step of a continuous-batching engine takes
 ``prompt_tokens`` are those prefilled per step at the workload's mix, so a fitted step is the
 service time per output token); the stand-in's profiles are the same coefficients
 (:meth:`glm5lib.sim.profile.Profile.step_params`), so the stand-in runs on the formula the
-diagnosis forecasts with.
+diagnosis forecasts with. Both fit its coefficients with :func:`nnls`, least squares that keeps
+every coefficient at 0 or above (a step cannot get faster with a bigger batch).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-__all__ = ["StepParams", "step_time_ms"]
+import numpy as np
+
+__all__ = ["StepParams", "nnls", "step_time_ms"]
 
 
 @dataclasses.dataclass
@@ -58,3 +61,25 @@ def step_time_ms(
     if graph:
         t -= params.graph_saving_ms
     return max(t, floor_ms)
+
+
+def nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """Coefficients ``c >= 0`` that fit ``x @ c`` to ``y`` by least squares (weights ``w`` per row).
+
+    A small active-set method for the few columns of a step model: it solves the unconstrained
+    problem on the columns still in play and, while a coefficient comes out negative, drops the
+    most negative column and solves again; dropped columns get 0 and are not taken back (all
+    dropped: all zeros).
+    """
+    if w is not None:
+        x, y = x * w[:, None], y * w
+    active = list(range(x.shape[1]))
+    coef = np.zeros(x.shape[1])
+    while active:
+        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
+        if (sol >= 0).all():
+            coef[:] = 0
+            coef[active] = sol
+            return coef
+        active.pop(int(np.argmin(sol)))
+    return coef

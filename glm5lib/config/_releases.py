@@ -36,17 +36,20 @@ __all__ = [
     "CATALOGUE_DIR",
     "CATALOGUE_FORMAT",
     "DEFAULT_RELEASE",
+    "FALLBACK_DEFAULTS",
     "NEWEST_RELEASE",
     "RENAMED",
     "Catalogue",
     "FlagSpec",
     "bundled_catalogue",
     "catalogue",
+    "config_defaults",
     "default_release",
     "guess_release",
     "installed_release",
     "nearest_bundled",
     "read_catalogue_file",
+    "release_of",
     "version_key",
 ]
 
@@ -324,3 +327,60 @@ def guess_release(server_args: Mapping[str, Any]) -> str:
         return (len(keys - fields), len(fields - keys))
 
     return min(BUNDLED_RELEASES, key=score)
+
+
+def release_of(args: Mapping[str, Any]) -> str:
+    """The bundled SGLang release whose names and defaults fit ``args``: the ``version`` a server
+    reported (``/get_server_info``), else, for a whole logged ServerArgs (100 fields or more), the
+    release whose fields match its keys best, else, for a few fields, the default release (the
+    installed SGLang's, else the newest bundled) unless some of their names exist only in older
+    releases (``cuda_graph_max_bs``, 0.5.23's ``cuda_graph_max_bs_decode``): then the newest
+    release that knows the most of them."""
+    version = args.get("version")
+    if isinstance(version, str) and re.match(r"\d+\.\d+\.\d+", version):
+        return nearest_bundled(version)
+    if len(args) >= 100:
+        return nearest_bundled(guess_release(args))
+    default = nearest_bundled(default_release())
+    keys = set(args)
+    unknown = {release: len(keys - _field_names(release)) for release in BUNDLED_RELEASES}
+    if unknown[default] == min(unknown.values()):
+        return default
+    return min(BUNDLED_RELEASES, key=lambda release: (unknown[release], [-k for k in version_key(release)]))
+
+
+@functools.cache
+def _field_names(release: str) -> frozenset[str]:
+    return frozenset(name for name, spec in bundled_catalogue(release).specs.items() if spec.in_server_args)
+
+
+#: defaults of the fields the diagnosis reads, where a catalogue does not give one
+FALLBACK_DEFAULTS: dict[str, Any] = {
+    "max_running_requests": None,
+    "max_total_tokens": None,
+    "mem_fraction_static": None,
+    "chunked_prefill_size": None,
+    "schedule_policy": "fcfs",
+    "page_size": None,
+    "tp_size": 1,
+    "dp_size": 1,
+    "attention_backend": None,
+    "moe_runner_backend": "auto",
+    "fp4_gemm_runner_backend": "auto",
+    "enable_flashinfer_allreduce_fusion": False,
+    "disable_radix_cache": False,
+    "cuda_graph_max_bs": None,
+    "disable_cuda_graph": False,
+    "disable_custom_all_reduce": False,
+}
+
+
+@functools.lru_cache(maxsize=8)
+def config_defaults(release: str | None = None) -> dict[str, Any]:
+    """Every field's default in ``release``'s bundled catalogue (default: the default release)."""
+    defaults = dict(FALLBACK_DEFAULTS)
+    cat = bundled_catalogue(nearest_bundled(release or default_release()))
+    for name, spec in cat.specs.items():
+        if getattr(spec, "in_server_args", True):
+            defaults[name] = getattr(spec, "default", None)
+    return defaults

@@ -24,7 +24,6 @@ from glm5lib.diagnose.references import (
     find_phase,
     list_references,
     norm,
-    release_of,
     resolve_config,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
@@ -217,33 +216,25 @@ class Evidence:
         a, b = _col(s, "start_time"), _col(s, "end_time")
         return [(float(x), float(y)) for x, y in zip(a, b, strict=True) if pd.notna(x) and pd.notna(y)]
 
+    def adapter(self) -> engines.EngineAdapter:
+        """The adapter of the engine that wrote the evidence."""
+        return engines.get(self.engine, default=engines.DEFAULT_ENGINE)
+
+    def limits(self) -> engines.Limits:
+        """The limits in force (:class:`~glm5lib.engines.Limits`, by their neutral names), read by
+        the engine's adapter from the start-up facts and the server arguments."""
+        return self.adapter().limits(self.server_args or {}, self.startup or {}, self.environment)
+
     def cap(self) -> tuple[int | None, str]:
-        """The effective max-running-requests and where it came from."""
-        for key, where in (("max_running_requests", "start-up log line"),):
-            v = norm(self.startup.get(key)) if self.startup else None
-            if isinstance(v, (int, float)) and v > 0:
-                return int(v), where
-        for key in ("max_running_requests", "max_num_seqs"):
-            v = self.arg(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                return int(v), "server arguments"
-        adapter = engines.get(self.engine, default="sglang")
-        if adapter.capabilities.resolves_automatic_values:
-            # an engine that logs only the arguments given: an unset cap is the value its rule chose
-            cap_field = adapter.capabilities.running_cap_field
-            auto = adapter.automatic(cap_field, self.server_args or {}, self.startup, self.environment)
-            if auto is not None and auto.value is not None:
-                return auto.value, f"value {adapter.title} chose, {cap_field} being unset: {auto.how}"
-        return None, "unset"
+        """The effective running cap and where it came from."""
+        lim = self.limits()
+        return lim.running_cap, lim.source("running_cap")
 
     def kv_pool_tokens(self) -> tuple[int | None, str]:
-        """KV pool size in tokens (max_total_num_tokens) and where it came from."""
-        v = norm(self.startup.get("max_total_num_tokens")) if self.startup else None
-        if isinstance(v, (int, float)) and v > 0:
-            return int(v), "start-up log line"
-        v = self.arg("max_total_tokens")
-        if isinstance(v, (int, float)) and v > 0:
-            return int(v), "server arguments"
+        """KV pool size in tokens and where it came from."""
+        lim = self.limits()
+        if lim.kv_tokens:
+            return lim.kv_tokens, lim.source("kv_tokens")
         d = self.active_decode()
         if not d.empty and {"num_token", "token_usage"} <= set(d.columns):
             usage = pd.to_numeric(d["token_usage"], errors="coerce")
@@ -333,43 +324,29 @@ class Evidence:
 
     @property
     def engine(self) -> str:
-        """The engine that wrote the evidence (``"sglang"`` unless its log adapter says otherwise)."""
-        return str((self.startup or {}).get("engine") or "sglang")
+        """The engine that wrote the evidence (the default engine unless its log adapter says otherwise)."""
+        return str((self.startup or {}).get("engine") or engines.DEFAULT_ENGINE)
 
     @property
     def release(self) -> str | None:
-        """The SGLang release of the evidence's server arguments (:func:`release_of`); None for other engines."""
-        sglang_format = engines.get(self.engine, default="sglang").config_type is engines.get("sglang").config_type
-        return release_of(self.server_args or {}) if sglang_format else None
+        """The engine release the evidence's server arguments fit (its adapter's reading); None
+        where the adapter cannot tell."""
+        return self.adapter().release_of(self.server_args or {})
 
     def prefill_budget(self) -> tuple[int | None, str]:
-        """Prompt tokens one prefill batch may take, and where that came from.
-
-        SGLang: the smaller of chunked_prefill_size and max_prefill_tokens (start-up line, else
-        arguments); vLLM: max_num_batched_tokens."""
-        values = []
-        keys = (
-            ("max_num_batched_tokens",)
-            if token_budget_field(self) == "max_num_batched_tokens"
-            else ("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens")
-        )
-        for key in keys:
-            v = norm(self.startup.get(key)) if self.startup else None
-            where = "start-up log line"
-            if not isinstance(v, (int, float)) or v <= 0:
-                v, where = self.arg(key), "server arguments"
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0:
-                values.append((int(v), f"{key} ({where})"))
-        if not values:
-            return None, "unknown"
-        return min(values)
+        """Prompt tokens one step may prefill (the per-step token budget), and where that came
+        from (the engine's field and its source)."""
+        lim = self.limits()
+        if lim.token_budget:
+            return lim.token_budget, f"{lim.name('token_budget')} ({lim.source('token_budget')})"
+        return None, "unknown"
 
     def token_budget(self) -> tuple[int | None, str]:
-        """The per-step token budget (:meth:`prefill_budget`), or the value vLLM chose when
-        ``max_num_batched_tokens`` was left unset."""
+        """The per-step token budget (:meth:`prefill_budget`), or the value the engine chose when
+        its budget was left unset."""
         budget, src = self.prefill_budget()
         if budget is None:
-            adapter = engines.get(self.engine, default="sglang")
+            adapter = self.adapter()
             field = adapter.capabilities.token_budget_field
             auto = adapter.automatic(field, self.server_args or {}, self.startup, self.environment) if field else None
             if auto is not None and auto.value is not None:
@@ -520,7 +497,7 @@ class Finding:
 
 # -- engine facts the rules need, answered by the engine's adapter (glm5lib.engines) --
 def _capabilities(ev: Evidence):
-    return engines.get(ev.engine, default="sglang").capabilities
+    return ev.adapter().capabilities
 
 
 def reserves_future_tokens(ev: Evidence) -> bool:
@@ -536,12 +513,12 @@ def logs_prefill_lines(ev: Evidence) -> bool:
 
 def token_budget_field(ev: Evidence) -> str:
     """The engine's own name for its per-step token budget."""
-    return _capabilities(ev).token_budget_field or "chunked_prefill_size"
+    return _capabilities(ev).field("token_budget") or engines.get(engines.DEFAULT_ENGINE).capabilities.field("token_budget")
 
 
 def running_cap_field(ev: Evidence) -> str:
     """The engine's own name for its cap on running requests."""
-    return _capabilities(ev).running_cap_field or "max_running_requests"
+    return _capabilities(ev).field("running_cap") or engines.get(engines.DEFAULT_ENGINE).capabilities.field("running_cap")
 
 
 def _num_or_nan(row: dict[str, Any], key: str) -> float:

@@ -57,21 +57,17 @@ import numpy as np
 import pandas as pd
 
 from glm5lib import engines, rundir
-from glm5lib.config import graphs_off_for
 from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct, load_evidence
 from glm5lib.diagnose.graphs import (
     EAGER_OVERHEAD_MAX_X,
-    GRAPH_BS_FIELDS,
-    GRAPH_OFF_FIELDS,
     GRAPH_PRIOR_SHARE,
-    graph_ceiling,
     with_graph_prior,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams, step_time_ms
+from glm5lib.stepmodel import nnls as _nnls
 
 __all__ = [
-    "CAP_FIELDS",
     "Forecast",
     "Limits",
     "PerfModel",
@@ -110,27 +106,6 @@ STARVED_CPU_PCT = 50.0
 # How much the prompt/output mix must vary across levels before a per-prompt-token term is fitted.
 MIX_VARIATION = 0.25
 
-# The engines' own field names for each limit (SGLang ServerArgs, vLLM arguments, flags).
-CAP_FIELDS = ("max_running_requests", "max_num_seqs", "--max-running-requests", "--max-num-seqs")
-BUDGET_FIELDS = (
-    "max_num_batched_tokens",
-    "chunked_prefill_size",
-    "max_prefill_tokens",
-    "--max-num-batched-tokens",
-    "--chunked-prefill-size",
-    "--cb-max-batch-tokens",
-)
-POOL_FIELDS = ("max_total_tokens", "--max-total-tokens")
-# vLLM sizes its pool in blocks (of block_size tokens, 16 unless set)
-BLOCK_FIELDS = ("num_gpu_blocks_override", "--num-gpu-blocks-override")
-# Fields known to leave a random-prompt workload's step time alone.
-NEUTRAL_FIELDS = {
-    "disable_radix_cache": "prefix caching: the sweep's random prompts share no prefix",
-    "enable_prefix_caching": "prefix caching: the sweep's random prompts share no prefix",
-    "--disable-radix-cache": "prefix caching: the sweep's random prompts share no prefix",
-}
-# Engines whose steps carry prefill chunks and decode tokens together under one token budget.
-_MIXED_ENGINES = {"vllm", "transformers", "transformers-serve", "command"}
 
 
 def step_ms(
@@ -232,35 +207,6 @@ def _truthy(v: Any) -> bool:
     return bool(v)
 
 
-def _nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
-    """Least squares with the negative coefficients dropped (small active-set NNLS)."""
-    if w is not None:
-        x, y = x * w[:, None], y * w
-    active = list(range(x.shape[1]))
-    coef = np.zeros(x.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
-        if (sol >= 0).all():
-            coef[:] = 0
-            coef[active] = sol
-            return coef
-        active.pop(int(np.argmin(sol)))
-    return coef
-
-
-def _mixed(engine: str | None) -> bool:
-    try:  # the engine registry's capability, where it exists
-        get = getattr(engines, "get", None)
-        if get is not None and engine:
-            caps = getattr(get(engine), "capabilities", None)
-            budget = getattr(caps, "token_budget_field", None)
-            if budget:
-                return budget == "max_num_batched_tokens"
-    except Exception:
-        pass
-    return (engine or "sglang") in _MIXED_ENGINES
-
-
 @dataclasses.dataclass
 class PerfModel:
     """A step model fitted on one phase, with the limits that phase ran under."""
@@ -318,21 +264,22 @@ class PerfModel:
         """Fit on an :class:`~glm5lib.diagnose.evidence.Evidence` bundle of one phase."""
         engine = engine or ev.engine
         args = dict(ev.server_args or {})
-        cap, _ = ev.cap()
-        pool, _ = ev.kv_pool_tokens()
-        budget = _budget(ev, engine)
-        adapter = engines.get(engine, default="command")
-        # CUDA graphs modelled from SGLang's own arguments (the stand-in takes them too)
-        graphs_on = adapter.config_type is engines.get("sglang").config_type and not graphs_off_for(args, "decode")
-        gmax = graph_ceiling(args, ev.startup or {}, cap) if graphs_on else None
+        adapter = engines.get(engine, default=engines.COMMAND)
+        caps = adapter.capabilities
+        lim = engines.limits_of(adapter, args, ev.startup or {}, ev.environment)
+        cap = lim.running_cap
+        pool = lim.kv_tokens or ev.kv_pool_tokens()[0]
+        budget = _budget(ev, adapter, lim)
+        # CUDA graphs modelled where the engine's decode lines say which steps replayed one
+        graphs_on = caps.logs_graph_use and not lim.graphs_off
         limits = Limits(
             running_cap=cap,
             token_budget=budget,
             kv_pool=pool,
-            reserve_ratio=0.1 if adapter.capabilities.reserves_future_tokens else 0.0,
+            reserve_ratio=0.1 if caps.reserves_future_tokens else 0.0,
             graphs=graphs_on,
-            graph_max_bs=gmax,
-            mixed_steps=_mixed(engine),
+            graph_max_bs=lim.graph_max_batch if graphs_on else None,
+            mixed_steps=caps.mixed_steps,
         )
         points = _level_points(ev, cap, graphs_on, budget if limits.mixed_steps else None)
         if len(points) < 2:
@@ -482,27 +429,26 @@ class PerfModel:
         lim = dataclasses.replace(self.limits)
         params = dataclasses.replace(self.params)
         unseen: list[str] = []
-        for key, value in dict(changes or {}).items():
+        changes = dict(changes or {})
+        adapter = engines.get(self.engine, default=engines.COMMAND)
+        context = {**self.server_args, **changes}
+        for key, value in changes.items():
             k = str(key)
-            if k in CAP_FIELDS:
-                lim.running_cap = _int(value) if value is not None else None
-            elif k in BUDGET_FIELDS:
-                lim.token_budget = _int(value) if value is not None else None
+            found, _ = engines.limit_changes({k: value}, adapter, context)
+            limit, v = next(iter(found.items())) if found else (None, None)
+            if limit == "running_cap":
+                lim.running_cap = _int(v) if v is not None else None
+            elif limit in ("token_budget", "prefill_chunk"):
+                lim.token_budget = _int(v) if v is not None else None
                 if not lim.mixed_steps:
                     unseen.append(
                         f"{k}={value}: this engine prefills in batches of their own; the model folds "
                         "prefill into the step at the phase's mix and does not count those batches"
                     )
-            elif k in POOL_FIELDS:
-                lim.kv_pool = _int(value) if value is not None else None
-            elif k in BLOCK_FIELDS:
-                blocks = _int(value)
-                size = _int(dict(changes or {}).get("block_size")) or _int(self.server_args.get("block_size")) or 16
-                lim.kv_pool = blocks * size if blocks else self.limits.kv_pool
-            elif k == "block_size":
-                continue
-            elif k in GRAPH_OFF_FIELDS or k.startswith("cuda_graph_backend"):
-                off = _truthy(value) if k in GRAPH_OFF_FIELDS else str(value).lower() == "disabled"
+            elif limit == "kv_tokens":
+                lim.kv_pool = _int(v) if v is not None else self.limits.kv_pool
+            elif limit == "graphs_off":
+                off = bool(v)
                 if off and lim.graphs:
                     lim.graphs = False
                     if not self.graph_saving_fitted:
@@ -513,12 +459,14 @@ class PerfModel:
                         )
                 elif not off and not lim.graphs:
                     unseen.append(f"{k}={value}: graphs did not run in this phase, their saving is unknown")
-            elif k in GRAPH_BS_FIELDS:
-                lim.graph_max_bs = _int(value)
+            elif limit == "graph_max_batch":
+                lim.graph_max_bs = _int(v)
                 if lim.graphs and not self.graph_saving_fitted:
                     unseen.append(f"{k}={value}: the saving of a CUDA graph is a prior, not in this phase's evidence")
-            elif k in NEUTRAL_FIELDS:
-                unseen.append(f"{k}={value}: not modelled ({NEUTRAL_FIELDS[k]})")
+            elif engines.neutral_field(k, adapter):
+                unseen.append(f"{k}={value}: not modelled ({engines.neutral_field(k, adapter)})")
+            elif adapter.capabilities.limit_of(k) is None and _is_companion(k, changes, adapter, context):
+                continue
             else:
                 unseen.append(f"{k}={value}: the step model has no term for this field")
         return lim, params, unseen
@@ -760,24 +708,27 @@ def _int(v: Any) -> int | None:
     return int(x) if x is not None and x > 0 else None
 
 
-def _budget(ev: Any, engine: str) -> int | None:
-    """The per-step token budget of a mixed-step engine (vLLM's max_num_batched_tokens)."""
-    args = ev.server_args or {}
-    adapter = engines.get(engine, default="command")
-    if adapter.capabilities.resolves_automatic_values:
-        field = adapter.capabilities.token_budget_field
-        v = _int((ev.startup or {}).get(field)) or _int(args.get(field))
-        if v:
-            return v
+def _budget(ev: Any, adapter: Any, lim: Any) -> int | None:
+    """The per-step token budget: the limit in force, else the value the engine chose for it."""
+    if lim.token_budget:
+        return int(lim.token_budget)
+    field = adapter.capabilities.field("token_budget")
+    if adapter.capabilities.resolves_automatic_values and field:
         try:
-            auto = adapter.automatic(field, args, ev.startup, ev.environment)
+            auto = adapter.automatic(field, ev.server_args or {}, ev.startup, ev.environment)
             return _int(auto.value) if auto is not None else None
         except Exception:
             return None
-    if engine in _MIXED_ENGINES:
-        return _int(_first(args, ("--cb-max-batch-tokens", "--max-num-batched-tokens", "max_num_batched_tokens")))
-    v, _ = ev.prefill_budget()
-    return v
+    return None
+
+
+def _is_companion(name: str, changes: Mapping[str, Any], adapter: Any, context: Mapping[str, Any]) -> bool:
+    """A field that only qualifies another change the vocabulary translates (vLLM's block size
+    beside its pool in blocks): translated together with it, so not unseen on its own."""
+    others = {k: v for k, v in changes.items() if k != name}
+    with_it, _ = engines.limit_changes(others, adapter, context)
+    without, _ = engines.limit_changes(others, adapter, {k: v for k, v in context.items() if k != name})
+    return bool(with_it) and with_it != without
 
 
 def _level_points(ev: Any, cap: int | None, graphs: bool, budget: int | None = None) -> list[LevelPoint]:
@@ -899,8 +850,7 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str) -> Prediction
     levels = ev.level_decode()
     lines = levels[0][1] if levels else ev.active_decode()
     batch_now = int(_col(lines, "running_req").median()) if len(lines) else 0
-    field = engines.get(model.engine, default="command").capabilities.running_cap_field or "--max-running-requests"
-    [f] = model.forecast({field: int(cap_after) if cap_after else max(offered, 1)}, [offered])
+    [f] = model.forecast({"running_cap": int(cap_after) if cap_after else max(offered, 1)}, [offered])
     if int(f.running) <= batch_now:
         return None  # the remedy would not let more requests run
     lo, hi = model.seen["batch"]

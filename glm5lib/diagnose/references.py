@@ -15,7 +15,6 @@ is "CUDA graphs off" whichever flags said it.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import re
@@ -27,16 +26,16 @@ import pandas as pd
 
 from glm5lib import rundir
 from glm5lib.config import (
-    BUNDLED_RELEASES,
+    FALLBACK_DEFAULTS,
     RENAMED,
     ServerConfig,
     bundled_catalogue,
+    config_defaults,
     cuda_graphs_off,
     default_release,
-    guess_release,
     intent_flags,
     nearest_bundled,
-    version_key,
+    release_of,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log
@@ -61,24 +60,6 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 # SGLang 0.5.x defaults of the fields the rules read, for configs that leave them unset.
-_FALLBACK_DEFAULTS: dict[str, Any] = {
-    "max_running_requests": None,
-    "max_total_tokens": None,
-    "mem_fraction_static": None,
-    "chunked_prefill_size": None,
-    "schedule_policy": "fcfs",
-    "page_size": None,
-    "tp_size": 1,
-    "dp_size": 1,
-    "attention_backend": None,
-    "moe_runner_backend": "auto",
-    "fp4_gemm_runner_backend": "auto",
-    "enable_flashinfer_allreduce_fusion": False,
-    "disable_radix_cache": False,
-    "cuda_graph_max_bs": None,
-    "disable_cuda_graph": False,
-    "disable_custom_all_reduce": False,
-}
 
 _PHASE_FILES = (rundir.SERVER_LOG, rundir.SWEEP, rundir.CONFIG, rundir.REQUESTS, rundir.GPU)
 
@@ -261,31 +242,6 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
     return resolved.args, resolved.label
 
 
-def release_of(args: Mapping[str, Any]) -> str:
-    """The bundled SGLang release whose names and defaults fit ``args``: the ``version`` a server
-    reported (``/get_server_info``), else, for a whole logged ServerArgs (100 fields or more), the
-    release whose fields match its keys best, else, for a few fields, the default release (the
-    installed SGLang's, else the newest bundled) unless some of their names exist only in older
-    releases (``cuda_graph_max_bs``, 0.5.23's ``cuda_graph_max_bs_decode``): then the newest
-    release that knows the most of them."""
-    version = args.get("version")
-    if isinstance(version, str) and re.match(r"\d+\.\d+\.\d+", version):
-        return nearest_bundled(version)
-    if len(args) >= 100:
-        return nearest_bundled(guess_release(args))
-    default = nearest_bundled(default_release())
-    keys = set(args)
-    unknown = {release: len(keys - _field_names(release)) for release in BUNDLED_RELEASES}
-    if unknown[default] == min(unknown.values()):
-        return default
-    return min(BUNDLED_RELEASES, key=lambda release: (unknown[release], [-k for k in version_key(release)]))
-
-
-@functools.cache
-def _field_names(release: str) -> frozenset[str]:
-    return frozenset(name for name, spec in bundled_catalogue(release).specs.items() if spec.in_server_args)
-
-
 def resolved_fallback(field: str, args: Mapping[str, Any]) -> tuple[Any, str] | None:
     """For a field ``args``'s release resolves at start-up when left None (``Arg(resolvable=True)``,
     0.5.23 on) and falls back to a declared value: that value and how it is known; else None."""
@@ -294,17 +250,6 @@ def resolved_fallback(field: str, args: Mapping[str, Any]) -> tuple[Any, str] | 
     if spec is None or not spec.resolvable or spec.default is not None or spec.fallback is None:
         return None
     return spec.fallback, f"{spec.fallback!r}, resolved at start-up by SGLang {release} (its declared fallback)"
-
-
-@functools.lru_cache(maxsize=8)
-def config_defaults(release: str | None = None) -> dict[str, Any]:
-    """Every field's default in ``release``'s bundled catalogue (default: the default release)."""
-    defaults = dict(_FALLBACK_DEFAULTS)
-    cat = bundled_catalogue(nearest_bundled(release or default_release()))
-    for name, spec in cat.specs.items():
-        if getattr(spec, "in_server_args", True):
-            defaults[name] = getattr(spec, "default", None)
-    return defaults
 
 
 def flag_of(field: str, release: str | None = None) -> str:
@@ -372,4 +317,4 @@ def arg(args: Mapping[str, Any], field: str) -> Any:
     for other in (RENAMED.get(field), *(old for old, new in RENAMED.items() if new == field)):
         if other is not None and other in args:
             return norm(args[other])
-    return norm(config_defaults(release_of(args)).get(field, _FALLBACK_DEFAULTS.get(field)))
+    return norm(config_defaults(release_of(args)).get(field, FALLBACK_DEFAULTS.get(field)))

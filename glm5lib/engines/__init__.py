@@ -29,7 +29,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from glm5lib.engines.base import Capabilities, EngineAdapter, EngineConfig, LaunchRequest, Lever
+from glm5lib.engines.base import (
+    LIMITS,
+    Capabilities,
+    EngineAdapter,
+    EngineConfig,
+    LaunchRequest,
+    Lever,
+    Limits,
+)
 from glm5lib.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -38,23 +46,32 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADAPTER_MODULES",
+    "COMMAND",
     "DECODE_METRIC_COLUMNS",
+    "DEFAULT_ENGINE",
     "ENGINES",
+    "LIMITS",
+    "STANDIN",
     "Capabilities",
     "Engine",
     "EngineAdapter",
     "EngineConfig",
     "LaunchRequest",
     "Lever",
+    "Limits",
     "VllmConfig",
     "config_types",
     "get",
     "get_engine",
     "launch_vllm",
+    "limit_changes",
+    "limit_of",
+    "limits_of",
     "load_config",
     "metric_aliases",
     "metric_names",
     "names",
+    "neutral_field",
     "register",
     "sglang_knobs",
     "vllm_module",
@@ -68,6 +85,12 @@ ADAPTER_MODULES: dict[str, str] = {
     "vllm": "glm5lib.engines.vllm",
     "command": "glm5lib.engines.command",
 }
+#: the engine a log, a configuration or a run is read as when nothing names one
+DEFAULT_ENGINE = "sglang"
+#: the stand-in's engine name (a backend that needs no GPU)
+STANDIN = "sim"
+#: the engine launched from an argv template
+COMMAND = "command"
 #: adapters added by :func:`register` (engines defined outside glm5lib)
 _REGISTERED: dict[str, EngineAdapter] = {}
 #: names re-exported from the adapters' modules, imported on first use
@@ -163,6 +186,63 @@ def load_config(name_or_path: Any, engine: str | None = None) -> Any:
         if adapter is not None and adapter.config_loader is not None:
             return adapter.load_config(path)
     return get("sglang").load_config(name_or_path)
+
+
+def limit_of(name: str, engine: str | EngineAdapter | None = None) -> str | None:
+    """The neutral limit (:data:`~glm5lib.engines.base.LIMITS`) an engine field or flag sets:
+    ``engine``'s own vocabulary first, then (an engine launched from a command, whose flags may be
+    any engine's) every registered engine's; None outside the vocabulary."""
+    order = [get(engine, default=COMMAND)] if engine is not None else []
+    for adapter in [*order, *_adapters().values()]:
+        limit = adapter.capabilities.limit_of(name)
+        if limit is not None:
+            return limit
+    return None
+
+
+def limits_of(engine: str | EngineAdapter, args: Mapping[str, Any] | None = None,
+              startup: Mapping[str, Any] | None = None, environment: Mapping[str, Any] | None = None) -> Limits:
+    """``engine``'s limits from its arguments and start-up facts; for an engine launched from a
+    command (whose adapter names no fields), its flags read in any registered engine's vocabulary."""
+    adapter = get(engine, default=COMMAND)
+    lim = adapter.limits(args, startup, environment)
+    if adapter.capabilities.fields or not args:
+        return lim
+    found, _ = limit_changes(dict(args), adapter)
+    values = {k: v for k, v in found.items() if v is not None}
+    values.update({k: v for k, v in lim.values.items() if v is not None})
+    sources = {k: "server arguments" for k in found}
+    sources.update(lim.sources)
+    return Limits(values, sources, {**{k: k for k in found}, **lim.names})
+
+
+def neutral_field(name: str, engine: str | EngineAdapter | None = None) -> str | None:
+    """Why an engine field leaves a random-prompt workload's step time alone (prefix caching),
+    from ``engine``'s capabilities or any registered engine's; None for other fields."""
+    key = str(name).lstrip("-").replace("-", "_")
+    order = [get(engine, default=COMMAND)] if engine is not None else []
+    for adapter in [*order, *_adapters().values()]:
+        if key in adapter.capabilities.neutral_fields:
+            return adapter.capabilities.neutral_fields[key]
+    return None
+
+
+def limit_changes(changes: Mapping[str, Any], engine: str | EngineAdapter | None = None,
+                  args: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``changes`` as (limit -> value, the fields outside the vocabulary), translated by
+    ``engine``'s adapter and, for a field it does not know, by any registered engine's."""
+    adapter = get(engine, default=COMMAND) if engine is not None else get(COMMAND)
+    limits, others = adapter.limit_changes(changes, args)
+    rest: dict[str, Any] = {}
+    for name, value in others.items():
+        for other in _adapters().values():
+            found, _ = other.limit_changes({name: value}, args)
+            if found:
+                limits.update(found)
+                break
+        else:
+            rest[name] = value
+    return limits, rest
 
 
 def metric_names(column: str) -> tuple[str, ...]:

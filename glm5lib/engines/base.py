@@ -27,10 +27,26 @@ from typing import Any, Protocol, runtime_checkable
 
 from glm5lib.errors import ConfigError
 
-__all__ = ["ACTS_ON", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever"]
+__all__ = ["ACTS_ON", "LIMITS", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever", "Limits"]
 
 #: what a lever may act on
 ACTS_ON = ("running", "prefill", "memory")
+
+#: The engine-neutral limits: the one vocabulary diagnosis, diff, forecast, report, tuner and
+#: widgets speak. Each adapter maps its own fields (``Capabilities.fields``), the facts its log
+#: writes at start-up (``Capabilities.startup_keys``) and its /metrics names onto these; an
+#: engine's own spelling appears outside its folder only in text its adapter renders.
+LIMITS: dict[str, str] = {
+    "running_cap": "the cap on requests running at once",
+    "token_budget": "the tokens one scheduler step may compute",
+    "prefill_chunk": "the largest piece of one prompt prefilled in one step",
+    "kv_tokens": "the tokens the KV pool holds",
+    "kv_fraction": "the GPU-memory fraction for weights and the KV pool",
+    "graph_max_batch": "the largest batch captured as a CUDA graph",
+    "graphs_off": "CUDA graphs switched off",
+}
+#: the limits that are whole numbers of requests or tokens (the others: a fraction, a switch)
+_COUNT_LIMITS = ("running_cap", "token_budget", "prefill_chunk", "kv_tokens", "graph_max_batch")
 
 
 @runtime_checkable
@@ -74,6 +90,11 @@ class Capabilities:
     cuda_graph_bs_field: str | None = None
     #: the field (a switch) that turns CUDA graphs off
     cuda_graph_off_field: str | None = None
+    #: one scheduler step carries prefill chunks and decode tokens together under one token
+    #: budget (vLLM); False: prefill runs in batches of its own (SGLang)
+    mixed_steps: bool = False
+    #: its decode lines say whether each step replayed a CUDA graph (SGLang's ``cuda graph:``)
+    logs_graph_use: bool = False
     #: its word for sending running requests back to the queue when KV runs out
     requeue_word: str = "retraction"
     #: its configuration is checked against a catalogue per release of the engine
@@ -105,10 +126,94 @@ class Capabilities:
         """The running cap as a command-line flag (``--max-num-seqs``)."""
         return "--" + self.running_cap_field.replace("_", "-") if self.running_cap_field else None
 
+    #: fields known to leave a random-prompt workload's step time alone -> why (prefix caching)
+    neutral_fields: Mapping[str, str] = field(default_factory=dict)
+    #: the configuration fields of limits the ``*_field`` facts above do not name
+    #: (limit -> the engine's field: ``{"kv_tokens": "max_total_tokens"}``)
+    more_fields: Mapping[str, str] = field(default_factory=dict)
+    #: other spellings of a limit's field, in some release (field -> limit)
+    field_aliases: Mapping[str, str] = field(default_factory=dict)
+    #: limit -> the start-up fact its log adapter writes for the value in force
+    startup_keys: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def fields(self) -> dict[str, str]:
+        """limit -> the engine's own configuration field (only the limits it has)."""
+        out = {
+            "running_cap": self.running_cap_field, "token_budget": self.token_budget_field,
+            "kv_fraction": self.kv_fraction_field, "graph_max_batch": self.cuda_graph_bs_field,
+            "graphs_off": self.cuda_graph_off_field, **self.more_fields,
+        }
+        return {k: v for k, v in out.items() if v}
+
+    def field(self, limit: str) -> str | None:
+        """The engine's own field for a neutral ``limit`` (:data:`LIMITS`); None where it has none."""
+        _check_limit(limit)
+        return self.fields.get(limit)
+
+    def flag(self, limit: str) -> str | None:
+        """A neutral ``limit`` as the engine's command-line flag (``"--max-num-seqs"``)."""
+        name = self.field(limit)
+        return "--" + name.replace("_", "-") if name else None
+
+    def limit_of(self, name: str) -> str | None:
+        """The neutral limit an engine field or flag sets (``"--max-num-seqs"`` -> ``"running_cap"``);
+        a neutral name is returned as it is; None for a field outside the vocabulary."""
+        key = str(name).lstrip("-").replace("-", "_")
+        if key in LIMITS:
+            return key
+        for limit, own in self.fields.items():
+            if own == key:
+                return limit
+        return self.field_aliases.get(key)
+
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        for k in ("neutral_fields", "more_fields", "field_aliases", "startup_keys"):
+            out[k] = dict(out[k])
         out["cap_flag"] = self.cap_flag
+        out["fields"] = self.fields
         return out
+
+
+def _check_limit(limit: str) -> None:
+    if limit not in LIMITS:
+        raise ConfigError(f"{limit!r} is not a limit; valid: {', '.join(LIMITS)}", field="limit", valid=list(LIMITS))
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The limits in force on one server, by their neutral names, each with where it came from.
+
+    Built by :meth:`EngineAdapter.limits` from a server's arguments and the facts its log wrote
+    at start-up; a limit the evidence does not give is None (source ``"unset"``)."""
+
+    values: Mapping[str, Any] = field(default_factory=dict)
+    sources: Mapping[str, str] = field(default_factory=dict)
+    #: limit -> the engine's name for the value read (its field, or its start-up fact)
+    names: Mapping[str, str] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in LIMITS:
+            return self.values.get(name)
+        raise AttributeError(name)
+
+    def get(self, limit: str, default: Any = None) -> Any:
+        _check_limit(limit)
+        value = self.values.get(limit)
+        return default if value is None else value
+
+    def source(self, limit: str) -> str:
+        _check_limit(limit)
+        return self.sources.get(limit, "unset")
+
+    def name(self, limit: str) -> str | None:
+        """The engine's own name of the field or fact ``limit``'s value was read from."""
+        _check_limit(limit)
+        return self.names.get(limit)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: {"value": self.values.get(k), "source": self.source(k)} for k in LIMITS}
 
 
 @dataclass(frozen=True)
@@ -201,6 +306,16 @@ class EngineAdapter:
     automatic_resolver: Callable[..., Any] | None = None
     #: release -> human description of its flag catalogue (releases it knows)
     releases: Callable[[], list[str]] | None = None
+    #: (server args) -> the release of the engine they fit (its catalogue's), None: not known
+    release_reader: Callable[[Mapping[str, Any]], str | None] | None = None
+    #: (server args) -> the defaults of the release they fit, for fields left unset
+    defaults_reader: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None
+    #: (values, sources, names, args, startup) -> None: limits the generic reading cannot work out
+    #: (SGLang: graphs off per phase, the graph ceiling inside its cuda_graph_config)
+    limits_hook: Callable[..., None] | None = None
+    #: (field, value, changes, args) -> (limit, value) for a change the field map cannot translate
+    #: (vLLM's pool in blocks), None where the engine has no such field
+    change_hook: Callable[..., tuple[str, Any] | None] | None = None
 
     def launch(self, request: LaunchRequest) -> Any:
         """Start this engine's server for ``request``; ConfigError when it cannot be launched."""
@@ -237,6 +352,64 @@ class EngineAdapter:
             return None
         return self.automatic_resolver(field_name, args, startup, environment)
 
+    def limits(self, args: Mapping[str, Any] | None = None, startup: Mapping[str, Any] | None = None,
+               environment: Mapping[str, Any] | None = None) -> Limits:
+        """The :class:`Limits` in force: the value the log wrote at start-up, else the argument
+        given, else (an engine that chooses values at start-up) what it chose, else the engine's
+        default running cap; each with its source."""
+        caps, args, startup = self.capabilities, args or {}, startup or {}
+        values: dict[str, Any] = {}
+        sources: dict[str, str] = {}
+        names: dict[str, str] = {}
+        defaults: Mapping[str, Any] | None = None
+        for limit in LIMITS:
+            value, where = _startup_value(caps, limit, startup)
+            named = caps.startup_keys.get(limit)
+            own = caps.fields.get(limit)
+            if value is None and own:
+                for name in [own, *(a for a, lim in caps.field_aliases.items() if lim == limit)]:
+                    value = _as_limit(limit, args.get(name))
+                    if value is None and name not in args and self.defaults_reader is not None:
+                        defaults = self.defaults_reader(args) if defaults is None else defaults
+                        value = _as_limit(limit, defaults.get(name))
+                    if value is not None:
+                        where, named = "server arguments", name
+                        break
+            if value is None and limit == "running_cap" and caps.resolves_automatic_values and caps.running_cap_field:
+                auto = self.automatic(caps.running_cap_field, args, startup, environment)
+                if auto is not None and auto.value is not None:
+                    value = int(auto.value)
+                    where = f"value {self.title} chose, {caps.running_cap_field} being unset: {auto.how}"
+                    named = caps.running_cap_field
+            if value is not None:
+                values[limit], sources[limit], names[limit] = value, where, named or own or limit
+        if self.limits_hook is not None:
+            self.limits_hook(values, sources, names, args, startup)
+        return Limits(values, sources, names)
+
+    def release_of(self, args: Mapping[str, Any]) -> str | None:
+        """The engine release whose catalogue fits ``args``; None where the adapter cannot tell."""
+        return self.release_reader(args) if self.release_reader is not None else None
+
+    def limit_changes(self, changes: Mapping[str, Any],
+                      args: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """``changes`` under the engine's own field or flag names as (limit -> value, the fields
+        outside the vocabulary -> value); a value of None unsets the limit."""
+        limits: dict[str, Any] = {}
+        others: dict[str, Any] = {}
+        for name, value in changes.items():
+            limit = self.capabilities.limit_of(name)
+            if limit is None and self.change_hook is not None:
+                hooked = self.change_hook(str(name).lstrip("-").replace("-", "_"), value, changes, args or {})
+                if hooked is not None:
+                    limit, value = hooked
+            if limit is None:
+                others[name] = value
+            else:
+                limits[limit] = None if value is None else (_as_limit(limit, value) if limit != "graphs_off"
+                                                            else _as_limit(limit, value) is True)
+        return limits, others
+
     def gauges(self) -> list[str]:
         """Every /metrics gauge name this engine's map knows."""
         return [n for names in self.metrics.values() for n in names]
@@ -250,3 +423,34 @@ class EngineAdapter:
             "config_type": self.config_type.__name__ if self.config_type else None,
             "levers": [lv.to_dict() for lv in self.levers()],
         }
+
+
+def _as_limit(limit: str, value: Any) -> Any:
+    """``value`` as a limit's kind (a positive whole number, a fraction, a switch); None otherwise."""
+    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none", "null")):
+        return None
+    if limit == "graphs_off":
+        if isinstance(value, str):
+            return value.strip().lower() in ("true", "1", "yes")
+        return bool(value)
+    if isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not number > 0:
+        return None
+    return int(number) if limit in _COUNT_LIMITS else number
+
+
+def _startup_value(caps: Capabilities, limit: str, startup: Mapping[str, Any]) -> tuple[Any, str]:
+    key = caps.startup_keys.get(limit)
+    if not key or key not in startup:
+        return None, "unset"
+    value = startup[key]
+    if isinstance(value, (list, tuple)):  # captured batch sizes: the largest
+        numbers = [v for v in value if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        value = max(numbers) if numbers else None
+    value = _as_limit(limit, value)
+    return value, "start-up log line" if value is not None else "unset"

@@ -26,6 +26,7 @@ from glm5lib import logs
 from glm5lib.config import cuda_graphs_off
 from glm5lib.errors import ConfigError
 from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, load_profile
+from glm5lib.stepmodel import nnls
 
 __all__ = ["fit_profile", "step_times_from_decode"]
 
@@ -65,20 +66,6 @@ def _source(log: Any) -> str:
     return "log text" if isinstance(log, (str, bytes)) else "ServerLog"
 
 
-def _lstsq_nonneg(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Least squares with the negative coefficients dropped (tiny active-set NNLS)."""
-    active = list(range(x.shape[1]))
-    coef = np.zeros(x.shape[1])
-    while active:
-        sol, *_ = np.linalg.lstsq(x[:, active], y, rcond=None)
-        if (sol >= 0).all():
-            coef[:] = 0
-            coef[active] = sol
-            return coef
-        active.pop(int(np.argmin(sol)))
-    return coef
-
-
 def fit_profile(
     log: str | os.PathLike[str] | Any,
     base: str | os.PathLike[str] | Profile = DEFAULT_PROFILE,
@@ -113,7 +100,7 @@ def fit_profile(
         if mixed_graph:
             cols.append(-g.astype(float))
         x = np.column_stack(cols)
-        coef = _lstsq_nonneg(x, y)
+        coef = nnls(x, y)
         err = float(np.sqrt(np.mean((x @ coef - y) ** 2)))
         if best is None or err < best[0]:
             best = (err, float(p), coef)

@@ -17,7 +17,9 @@ from glm5lib.errors import ConfigError
 
 __all__ = ["ADAPTER", "CAPABILITIES"]
 
-CAPABILITIES = Capabilities(launches_from_config=False, accepts_foreign_flags=True)
+# an engine launched from a command is taken to carry prefill chunks and decode tokens in one
+# step under one token budget, as vLLM and transformers serve do
+CAPABILITIES = Capabilities(launches_from_config=False, accepts_foreign_flags=True, mixed_steps=True)
 
 
 def _launch(request: LaunchRequest) -> Any:

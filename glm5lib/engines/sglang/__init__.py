@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from glm5lib import server as server_mod
-from glm5lib.config import BUNDLED_RELEASES, ServerConfig, catalogue
+from glm5lib.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
 from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 from glm5lib.errors import ConfigError
 
 __all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "launch_from_server_config", "levers"]
@@ -29,6 +30,12 @@ CAPABILITIES = Capabilities(
     kv_fraction_field="mem_fraction_static",
     cuda_graph_bs_field="cuda_graph_max_bs",
     cuda_graph_off_field="disable_cuda_graph",
+    more_fields={"kv_tokens": "max_total_tokens", "prefill_chunk": "chunked_prefill_size"},
+    field_aliases={"cuda_graph_max_bs_decode": "graph_max_batch", "max_prefill_tokens": "token_budget"},
+    startup_keys={"running_cap": "max_running_requests", "kv_tokens": "max_total_num_tokens",
+                  "token_budget": "chunked_prefill_size", "prefill_chunk": "chunked_prefill_size"},
+    neutral_fields={"disable_radix_cache": "prefix caching: the sweep's random prompts share no prefix"},
+    logs_graph_use=True,
     requeue_word="retraction",
     has_releases=True,
     standin_backend="sim",  # SGLang needs GPUs: a config is rehearsed on the stand-in unless told otherwise
@@ -94,4 +101,8 @@ ADAPTER = EngineAdapter(
     launcher=lambda request: launch_from_server_config("sglang", request),
     lever_maker=levers,
     releases=_releases,
+    limits_hook=limits_hook,
+    defaults_reader=defaults,
+    release_reader=release_of,
+    change_hook=change_hook,
 )

@@ -10,11 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from glm5lib.config import ServerConfig
+from glm5lib.config import ServerConfig, release_of
 from glm5lib.engines.base import EngineAdapter, LaunchRequest
 from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
 from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
 from glm5lib.engines.sglang import launch_from_server_config, levers
+from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 
 __all__ = ["ADAPTER", "CAPABILITIES"]
 
@@ -38,4 +39,8 @@ ADAPTER = EngineAdapter(
     config_loader=ServerConfig.load,
     launcher=_launch,
     lever_maker=levers,
+    limits_hook=limits_hook,
+    defaults_reader=defaults,
+    release_reader=release_of,
+    change_hook=change_hook,
 )

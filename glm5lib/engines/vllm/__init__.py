@@ -52,6 +52,18 @@ __all__ = [
     "vllm_python",
 ]
 
+def _change_hook(name: str, value: Any, changes: Any, args: Any) -> tuple[str, Any] | None:
+    """The KV pool set in blocks (``num_gpu_blocks_override``, of ``block_size`` tokens, 16
+    unless set) as the neutral ``kv_tokens``."""
+    if name != "num_gpu_blocks_override":
+        return None
+    size = changes.get("block_size") or args.get("block_size") or 16
+    try:
+        return "kv_tokens", int(value) * int(size) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
 # one public path per name (the class is defined in a private module)
 VllmConfig.__module__ = __name__
 
@@ -64,6 +76,10 @@ CAPABILITIES = Capabilities(
     kv_fraction_field="gpu_memory_utilization",
     cuda_graph_bs_field="max_cudagraph_capture_size",
     cuda_graph_off_field="enforce_eager",
+    startup_keys={"running_cap": "max_num_seqs", "token_budget": "max_num_batched_tokens",
+                  "kv_tokens": "max_total_num_tokens"},
+    neutral_fields={"enable_prefix_caching": "prefix caching: the sweep's random prompts share no prefix"},
+    mixed_steps=True,
     requeue_word="preemption",
     has_releases=True,
     resolves_automatic_values=True,
@@ -121,4 +137,5 @@ ADAPTER = EngineAdapter(
     lever_maker=levers,
     automatic_resolver=vllm_automatic,
     releases=lambda: list(BUNDLED_RELEASES),
+    change_hook=_change_hook,
 )
