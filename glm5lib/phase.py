@@ -48,7 +48,7 @@ from glm5lib import server as server_mod
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
 from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
-from glm5lib.loadgen.settings import sweep_levels
+from glm5lib.loadgen.settings import settings_from, settings_keywords, sweep_levels
 from glm5lib.logs import ServerLog, parse_log
 from glm5lib.telemetry import GPU_COLUMNS, METRICS_COLUMNS, GpuSampler, MetricsScraper
 
@@ -273,11 +273,18 @@ def _with_marks(callback: Callable[[dict[str, Any]], None] | None, sampler: GpuS
     return marks
 
 
+#: The sweep settings measure_phase has always taken by name; ``sweep_options`` (the older way to
+#: pass the others) may not name them.
+_BY_NAME = ("api", "input_len", "output_len", "requests_per_level", "duration", "warmup")
+
+
+@settings_keywords(after="concurrencies")
 def measure_phase(
     server: Any,
     run_dir: str | Path,
     phase: str = "baseline",
     *,
+    settings: SweepSettings | None = None,
     backend: str = "sim",
     sim_profile: str | None = None,
     ready_timeout: float = 600.0,
@@ -288,12 +295,6 @@ def measure_phase(
     attach_log: str | Path | None = None,
     api_key: str | None = None,
     concurrencies: Sequence[int] | int = (1, 64, 256),
-    api: str = "generate",
-    input_len: int = 256,
-    output_len: int = 256,
-    requests_per_level: int | None = None,
-    duration: float | None = None,
-    warmup: int = 2,
     sweep_options: Mapping[str, Any] | None = None,
     gpu: bool = True,
     gpu_interval: float = 0.1,
@@ -304,6 +305,7 @@ def measure_phase(
     stop_event: threading.Event | None = None,
     keep_running: bool | None = None,
     cpus: str | None = None,
+    **sweep_settings: Any,
 ) -> PhaseResult:
     """Measure one phase into ``<run_dir>/<phase>/`` and return a :class:`PhaseResult`.
 
@@ -316,12 +318,15 @@ def measure_phase(
     - a running server (a :mod:`glm5lib.server` object, e.g. from :func:`start_server` or a
       panel's Launch): it is measured as it is and left running unless ``keep_running=False``.
 
-    The sweep: ``concurrencies``, ``api``, ``input_len``, ``output_len``, ``requests_per_level``,
-    ``duration``, ``warmup``, and any other :func:`~glm5lib.loadgen.run_sweep` option in
-    ``sweep_options`` (e.g. ``{"token_ids": False, "resume": False}``); ``progress`` shows tqdm
-    bars. ``gpu``/``metrics`` turn the sampler (every ``gpu_interval`` s) and the scraper (every
-    ``metrics_interval`` s) on or off; when either has nothing to read, the phase is measured
-    without it and ``notes`` says why.
+    The sweep: ``concurrencies``, and one :class:`~glm5lib.loadgen.SweepSettings` as ``settings``
+    or its fields as keywords (``api``, ``input_len``, ``output_len``, ``requests_per_level``,
+    ``duration``, ``warmup``, ``token_ids``, ``resume``...; the settings' ``model`` through
+    ``settings`` or ``sweep_options`` only, since ``model`` here is the one a server is launched
+    with), checked before a server is started; ``sweep_options`` (e.g. ``{"token_ids": False,
+    "resume": False}``) still passes the fields other than ``api`` to ``warmup``. ``progress``
+    shows tqdm bars. ``gpu``/``metrics`` turn the sampler (every ``gpu_interval`` s) and the
+    scraper (every ``metrics_interval`` s) on or off; when either has nothing to read, the phase
+    is measured without it and ``notes`` says why.
 
     Widgets: ``callback`` gets each sweep event on the sweep's thread (``progress`` events carry
     ``gpu_power_w``, the GPUs' latest mean power); ``stop_event`` (a ``threading.Event``) ends
@@ -333,7 +338,7 @@ def measure_phase(
         result = measure_phase(panel.server, panel.run_dir, phase, concurrencies=levels,
                                input_len=..., output_len=..., duration=..., api_key=panel.api_key,
                                progress=False, callback=panel._on_event, stop_event=panel._stop,
-                               sweep_options={"resume": False})
+                               resume=False)
         panel.sweep = result.sweep  # and result.power, result.gpu for live power
 
     ``cpus`` keeps the server and the load generator on separate cores of a small host
@@ -346,10 +351,9 @@ def measure_phase(
     server dies: the finished levels, their power and the log are on disk by then).
     """
     options = dict(sweep_options or {})
-    own = {"api", "input_len", "output_len", "requests_per_level", "duration", "warmup"}
-    extra = [name for name in SweepSettings.field_names() if name not in own]
-    clash = sorted(set(options) & (own | {"run_dir", "server", "api_key", "progress", "callback", "stop_event",
-                                          "concurrencies", "settings"}))
+    extra = [name for name in SweepSettings.field_names() if name not in _BY_NAME]
+    clash = sorted(set(options) & {*_BY_NAME, *sweep_settings, "run_dir", "server", "api_key", "progress", "callback",
+                                   "stop_event", "concurrencies", "settings"})
     if clash:
         raise ConfigError(f"sweep_options {clash} are measure_phase's own arguments: pass them directly",
                           field="sweep_options", valid=extra)
@@ -357,8 +361,7 @@ def measure_phase(
     if unknown:
         raise ConfigError(f"sweep_options {unknown} are not sweep settings", field="sweep_options", valid=extra)
     # every setting is checked before a server is started for it
-    settings = SweepSettings(api=api, input_len=input_len, output_len=output_len,
-                             requests_per_level=requests_per_level, duration=duration, warmup=warmup, **options)
+    settings = settings_from(settings, {**sweep_settings, **options})
     sweep_levels(concurrencies, settings)
     for name, value in (("gpu_interval", gpu_interval), ("metrics_interval", metrics_interval)):
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):

@@ -5,13 +5,20 @@ arrival mode, timeouts). It checks every field when it is made, so a bad value i
 :class:`~glm5lib.errors.ConfigError` naming the field and its valid values before any request
 goes out. What a sweep writes to and reports to (run folder, API key, server object, progress
 bars, callback, stop event) are arguments of ``run_sweep`` itself, not settings.
+
+It is the one carrier of these settings: :func:`~glm5lib.loadgen.run_sweep` and
+:func:`glm5lib.phase.measure_phase` take one (``settings=``), or its fields as keywords, which
+:func:`settings_keywords` lists in their signatures from the fields here and
+:func:`settings_from` turns into one.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +27,7 @@ import numpy as np
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen.client import API_PATHS
 
-__all__ = ["MODES", "SweepSettings", "check_concurrencies", "sweep_levels"]
+__all__ = ["MODES", "SweepSettings", "check_concurrencies", "settings_from", "settings_keywords", "sweep_levels"]
 
 #: Arrival modes: ``closed`` keeps C requests in flight; ``poisson`` issues at a rate, capped at C.
 MODES = ("closed", "poisson")
@@ -140,6 +147,52 @@ class SweepSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def settings_from(settings: SweepSettings | None, keywords: Mapping[str, Any]) -> SweepSettings:
+    """The one :class:`SweepSettings` of a call: ``settings`` as given, or one made (and checked)
+    from the setting ``keywords`` passed instead; both at once is a :class:`ConfigError` naming
+    the keywords that differ from their defaults."""
+    names = SweepSettings.field_names()
+    unknown = sorted(set(keywords) - set(names))
+    if unknown:
+        raise ConfigError(f"{unknown} are not sweep settings", field=unknown[0], valid=names)
+    if settings is None:
+        return SweepSettings(**keywords)
+    if not isinstance(settings, SweepSettings):
+        raise ConfigError(f"settings={settings!r} must be a SweepSettings", field="settings")
+    defaults = {f.name: f.default for f in fields(SweepSettings)}
+    changed = sorted(k for k, v in keywords.items() if v is not defaults[k] and v != defaults[k])
+    if changed:
+        raise ConfigError(f"settings= and the keywords {changed} both set the sweep: use one or the other",
+                          field="settings", valid=["settings", *changed])
+    return settings
+
+
+def settings_keywords(fn: Callable[..., Any] | None = None, *, after: str | None = None) -> Any:
+    """Decorate ``fn(..., **options)`` so that its signature (help, completion) lists the
+    settings' fields as keyword-only parameters with their defaults, after the parameter ``after``
+    (else before the first keyword-only one), leaving out names ``fn`` has itself; a keyword that
+    is neither is refused with Python's own TypeError. The fields are written once, here."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn)
+        own = [p for p in sig.parameters.values() if p.kind is not p.VAR_KEYWORD]
+        added = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
+                                   default=None if f.default is MISSING else f.default)
+                 for f in fields(SweepSettings) if f.name not in sig.parameters]
+        names = [p.name for p in own]
+        at = (names.index(after) + 1 if after is not None else
+              next((i for i, p in enumerate(own) if p.kind is p.KEYWORD_ONLY), len(own)))
+        shown = sig.replace(parameters=[*own[:at], *added, *own[at:]])
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            shown.bind(*args, **kwargs)  # TypeError for a keyword that is neither fn's nor a setting
+            return fn(*args, **kwargs)
+
+        call.__signature__ = shown  # type: ignore[attr-defined]
+        return call
+    return decorate if fn is None else decorate(fn)
 
 
 def check_concurrencies(values: Sequence[Any], *, name: str = "concurrency", field: str = "concurrencies") -> None:

@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import ctypes
 import gc
+import inspect
 import logging
 import math
 import threading
@@ -45,7 +46,7 @@ from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats
 from glm5lib.loadgen.prompts import PROMPT_TOLERANCE, PromptSizer
 from glm5lib.loadgen.records import load_requests, load_sweep
 from glm5lib.loadgen.selfcheck import LevelSelfCheck, client_bound_text, client_limited, free_cores
-from glm5lib.loadgen.settings import SweepSettings, sweep_levels
+from glm5lib.loadgen.settings import SweepSettings, settings_from, settings_keywords, sweep_levels
 from glm5lib.loadgen.sink import RecordSink, RowSink
 from glm5lib.loadgen.strategy import LevelClock, strategy_for
 from glm5lib.loadgen.workload import RequestSpec, load_prompts
@@ -667,65 +668,11 @@ class _Sweep:
             log.warning("level %s: %d failed requests: %s", conc, row["failed"], row["error_summary"])
 
 
-_OUTPUTS = ("settings", "run_dir", "api_key", "server", "progress", "callback", "stop_event")
-
-
-def _make(base_url: Any, concurrencies: Any, given: dict[str, Any], outputs: dict[str, Any]) -> _Sweep:
-    """Validate everything before anything is sent; ``settings`` replaces the setting keywords."""
-    settings = outputs["settings"]
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"base_url {base_url!r} is not valid: use a URL like http://127.0.0.1:30000", field="base_url"
-        )
-    if settings is None:
-        settings = SweepSettings(**given)
-    elif not isinstance(settings, SweepSettings):
-        raise ConfigError(f"settings={settings!r} must be a SweepSettings", field="settings")
-    else:
-        defaults = {f: getattr(SweepSettings, f) for f in SweepSettings.field_names()}
-        changed = sorted(k for k, v in given.items() if v is not defaults[k] and v != defaults[k])
-        if changed:
-            raise ConfigError(f"settings= and the keywords {changed} both set the sweep: use one or the other",
-                              field="settings", valid=["settings", *changed])
-    sweep_levels(concurrencies, settings)  # validate early
-    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api,
-              _mask(outputs["api_key"]))
-    return _Sweep(base_url, concurrencies, settings, run_dir=outputs["run_dir"], api_key=outputs["api_key"],
-                  server=outputs["server"], progress=outputs["progress"], callback=outputs["callback"],
-                  stop_event=outputs["stop_event"])
-
-
-def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A call's keywords as (the settings' fields, the outputs)."""
-    return ({k: options[k] for k in SweepSettings.field_names()}, {k: options[k] for k in _OUTPUTS})
-
-
-async def run_sweep_async(
+@settings_keywords
+def _prepare(
     base_url: str,
     concurrencies: Sequence[int] | int,
     *,
-    api: str = "generate",
-    model: str | None = None,
-    input_len: int = 256,
-    output_len: int = 256,
-    range_ratio: float = 1.0,
-    dataset: str | Path | None = None,
-    requests_per_level: int | None = None,
-    duration: float | None = None,
-    warmup: int = 2,
-    mode: str = "closed",
-    rate: float | Sequence[float] | None = None,
-    seed: int = 0,
-    token_ids: bool | None = None,
-    ignore_eos: bool = True,
-    temperature: float = 0.0,
-    extra_body: dict[str, Any] | None = None,
-    read_timeout: float = 300.0,
-    health_interval: float = 2.0,
-    health_timeout: float = 5.0,
-    resume: bool = True,
-    steady_extend: float = 1.0,
-    exact_prompts: bool = True,
     settings: SweepSettings | None = None,
     run_dir: str | Path | None = None,
     api_key: str | None = None,
@@ -733,10 +680,31 @@ async def run_sweep_async(
     progress: bool = True,
     callback: Callable[[dict[str, Any]], None] | None = None,
     stop_event: threading.Event | None = None,
-) -> pd.DataFrame:
+    **options: Any,
+) -> _Sweep:
+    """A sweep with everything validated before anything is sent (the arguments of :func:`run_sweep`)."""
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"base_url {base_url!r} is not valid: use a URL like http://127.0.0.1:30000", field="base_url"
+        )
+    settings = settings_from(settings, options)
+    sweep_levels(concurrencies, settings)  # validate early
+    log.debug("sweep %s levels=%s api=%s api_key=%s", base_url, concurrencies, settings.api, _mask(api_key))
+    return _Sweep(base_url, concurrencies, settings, run_dir=run_dir, api_key=api_key, server=server,
+                  progress=progress, callback=callback, stop_event=stop_event)
+
+
+def _arguments_of_prepare(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn(base_url, concurrencies, **options)`` shown with :func:`_prepare`'s parameters."""
+    fn.__signature__ = inspect.signature(_prepare).replace(  # type: ignore[attr-defined]
+        return_annotation=inspect.signature(fn).return_annotation)
+    return fn
+
+
+@_arguments_of_prepare
+async def run_sweep_async(base_url: str, concurrencies: Sequence[int] | int, **options: Any) -> pd.DataFrame:
     """The coroutine behind :func:`run_sweep` (same arguments), for callers already inside an event loop."""
-    given, outputs = _split(locals())
-    return await _make(base_url, concurrencies, given, outputs).run()
+    return await _prepare(base_url, concurrencies, **options).run()
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -757,68 +725,27 @@ def _run_coro(coro: Any) -> Any:
         loop.close()
 
 
-def run_sweep(
-    base_url: str,
-    concurrencies: Sequence[int] | int,
-    *,
-    api: str = "generate",
-    model: str | None = None,
-    input_len: int = 256,
-    output_len: int = 256,
-    range_ratio: float = 1.0,
-    dataset: str | Path | None = None,
-    requests_per_level: int | None = None,
-    duration: float | None = None,
-    warmup: int = 2,
-    mode: str = "closed",
-    rate: float | Sequence[float] | None = None,
-    seed: int = 0,
-    token_ids: bool | None = None,
-    ignore_eos: bool = True,
-    temperature: float = 0.0,
-    extra_body: dict[str, Any] | None = None,
-    read_timeout: float = 300.0,
-    health_interval: float = 2.0,
-    health_timeout: float = 5.0,
-    resume: bool = True,
-    steady_extend: float = 1.0,
-    exact_prompts: bool = True,
-    settings: SweepSettings | None = None,
-    run_dir: str | Path | None = None,
-    api_key: str | None = None,
-    server: _ServerLike | None = None,
-    progress: bool = True,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-    stop_event: threading.Event | None = None,
-) -> pd.DataFrame:
+@_arguments_of_prepare
+def run_sweep(base_url: str, concurrencies: Sequence[int] | int, **options: Any) -> pd.DataFrame:
     """Drive ``base_url`` at each concurrency level in turn; one row per level.
 
-    The settings keywords (``api`` to ``resume``) make a :class:`SweepSettings`, which checks
-    them all before anything is sent; or pass ``settings=SweepSettings(...)`` instead of them.
-    Keyword arguments: ``api`` ("generate" | "completions" | "chat"), ``model`` (OpenAI APIs; read
-    from /v1/models when None), ``input_len``, ``output_len``, ``range_ratio`` (lengths uniform in
-    [len*ratio, len]), ``dataset`` (prompt file), ``requests_per_level`` and/or ``duration``
-    (seconds; in-flight requests are cancelled at the deadline), ``warmup`` (requests before the
-    first level, excluded), ``mode`` ("closed" | "poisson") and ``rate`` (requests/s, one or a
-    list; with poisson each concurrency is a cap on requests in flight), ``run_dir`` (writes
-    sweep.csv and requests.jsonl there), ``api_key``, ``seed``, ``server`` (anything with
-    ``alive()`` and ``fatal_lines()``; else /health is polled), ``progress`` (tqdm bars),
-    ``callback`` (called with event dicts: level_start, progress, level_done, aborted),
-    ``resume`` (skip levels already in sweep.csv), ``token_ids`` (random prompts as token ids;
-    default for generate/completions), ``ignore_eos``, ``temperature``, ``extra_body``,
-    ``read_timeout`` (seconds without data before a request fails), ``health_interval`` (seconds
-    between health checks), ``health_timeout`` (seconds a /health probe may take),
-    ``steady_extend`` (how far past its duration a level not yet steady may run, a multiple of
-    it), ``exact_prompts`` (size text prompts in the served model's tokens),
-    ``stop_event`` (a ``threading.Event``: once set, the level in progress is cancelled and left
-    out, and the levels finished so far are returned; ``frame.attrs["stopped_at"]`` names the
-    level it stopped at, and the callback gets a ``stopped`` event).
+    What the sweep sends and how it paces it is one :class:`SweepSettings`, checked before
+    anything is sent: pass ``settings=SweepSettings(...)``, or its fields as keywords (``api``
+    to ``exact_prompts``, listed in this signature: ``api`` ("generate" | "completions" |
+    "chat"), ``input_len``, ``output_len``, ``requests_per_level`` and/or ``duration``, ``mode``
+    ("closed" | "poisson") and ``rate``, ``read_timeout``, ``health_interval``, ``resume``...;
+    see :class:`SweepSettings` for each), not both. The other keywords: ``run_dir`` (writes
+    sweep.csv and requests.jsonl there), ``api_key``, ``server`` (anything with ``alive()`` and
+    ``fatal_lines()``; else /health is polled), ``progress`` (tqdm bars), ``callback`` (called
+    with event dicts: level_start, progress, level_done, aborted), ``stop_event`` (a
+    ``threading.Event``: once set, the level in progress is cancelled and left out, and the
+    levels finished so far are returned; ``frame.attrs["stopped_at"]`` names the level it
+    stopped at, and the callback gets a ``stopped`` event).
 
     Raises :class:`SweepAbortedError` (rows of completed levels are already in sweep.csv) when
     the server dies, and :class:`ConfigError` for bad arguments.
     """
-    given, outputs = _split(locals())
-    sweep = _make(base_url, concurrencies, given, outputs)
+    sweep = _prepare(base_url, concurrencies, **options)
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -103,6 +103,18 @@ def test_a_server_that_dies_mid_sweep_is_stopped_and_finished_levels_keep_their_
     assert server.live_servers() == [] and _own_threads() == []
 
 
+def test_one_settings_object_drives_the_phase_sweep(tmp_path):
+    from glm5lib.loadgen import SweepSettings
+
+    settings = SweepSettings(input_len=32, output_len=16, requests_per_level=4, warmup=0, resume=False)
+    result = phase.measure_phase(ServerConfig.load("glm5-baseline"), tmp_path, "held", backend="sim",
+                                 ready_timeout=60, settings=settings, concurrencies=[1, 2], gpu=False,
+                                 metrics=False, progress=False)
+    assert list(result.sweep["concurrency"]) == [1, 2] and list(result.sweep["completed"]) == [4, 4]
+    assert set(result.sweep["output_len"]) == {16} and set(result.sweep["input_len"]) == {32}
+    assert server.live_servers() == [] and _own_threads() == []
+
+
 def test_bad_settings_are_refused_before_anything_starts(tmp_path):
     with pytest.raises(ConfigError, match="measure_phase's own arguments") as info:
         phase.measure_phase(ServerConfig.load("glm5-baseline"), tmp_path, "x", sweep_options={"duration": 3})
