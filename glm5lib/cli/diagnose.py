@@ -88,12 +88,12 @@ def _cli_diagnose(args: argparse.Namespace) -> int:
         cap, _ = ev.cap()
         s = ev.sweep_sorted()
         levels = sorted({int(c) for c in s["concurrency"]}) if not s.empty else [64, 256, 1024]
-        table = model.predict(levels, cap=cap, max_total_num_tokens=pool, context_tokens=ctx)
+        table = model.predict(levels, cap=cap, kv_tokens=pool, context_tokens=ctx)
         print(table.round(1).to_string(index=False))
         rec = model.recommend_max_running_requests(
             pool, ctx, target_concurrency=max(levels), current_cap=cap
         )
-        print(f"recommended --max-running-requests: {rec.value} ({rec.reason})")
+        print(f"recommended {ev.adapter().capabilities.flag('running_cap')}: {rec.value} ({rec.reason})")
     return 0
 
 
@@ -156,7 +156,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument(
         "--capacity",
         action="store_true",
-        help="also fit the capacity model and recommend --max-running-requests",
+        help="also fit the capacity model and recommend a running cap (the engine's flag for it)",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-write", action="store_true", help=f"do not write {rundir.FINDINGS}")

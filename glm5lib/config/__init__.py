@@ -51,6 +51,7 @@ from glm5lib.config._releases import (
     nearest_bundled,
     read_catalogue_file,
     release_of,
+    resolved_fallback,
     version_key,
 )
 from glm5lib.config._sglang import (
@@ -95,6 +96,7 @@ __all__ = [
     "parse_assignment",
     "read_catalogue_file",
     "release_of",
+    "resolved_fallback",
     "shipped_configs",
     "type_name",
     "version_key",

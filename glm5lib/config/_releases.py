@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from glm5lib.config import sglang_parser
+import glm5lib.config.sglang_parser as sglang_parser
 from glm5lib.errors import ConfigError
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "nearest_bundled",
     "read_catalogue_file",
     "release_of",
+    "resolved_fallback",
     "version_key",
 ]
 
@@ -384,3 +385,13 @@ def config_defaults(release: str | None = None) -> dict[str, Any]:
         if getattr(spec, "in_server_args", True):
             defaults[name] = getattr(spec, "default", None)
     return defaults
+
+
+def resolved_fallback(field: str, args: Mapping[str, Any]) -> tuple[Any, str] | None:
+    """For a field ``args``'s release resolves at start-up when left None (``Arg(resolvable=True)``,
+    0.5.23 on) and falls back to a declared value: that value and how it is known; else None."""
+    release = release_of(args)
+    spec = bundled_catalogue(release).specs.get(field)
+    if spec is None or not spec.resolvable or spec.default is not None or spec.fallback is None:
+        return None
+    return spec.fallback, f"{spec.fallback!r}, resolved at start-up by SGLang {release} (its declared fallback)"

@@ -35,7 +35,7 @@ class Recommendation:
     kv_bound: int | None
     target_concurrency: int | None
     context_tokens: float | None
-    max_total_num_tokens: int | None
+    kv_tokens: int | None
     predicted_throughput: float | None
     current_throughput: float | None
     reason: str
@@ -46,7 +46,7 @@ def _round_down(x: float, step: int = 8) -> int:
 
 
 def recommend_max_running_requests(
-    max_total_num_tokens: int | None,
+    kv_tokens: int | None,
     context_tokens: float | None,
     *,
     target_concurrency: int | None = None,
@@ -69,12 +69,12 @@ def recommend_max_running_requests(
     if not 0 < headroom <= 1:
         raise ConfigError(f"headroom must be in (0, 1], got {headroom}", field="headroom")
     kv_bound = None
-    if max_total_num_tokens and context_tokens:
+    if kv_tokens and context_tokens:
         if context_tokens <= 0:
             raise ConfigError(
                 f"context_tokens must be positive, got {context_tokens}", field="context_tokens"
             )
-        kv_bound = int(headroom * max_total_num_tokens // context_tokens)
+        kv_bound = int(headroom * kv_tokens // context_tokens)
     candidates = [c for c in (kv_bound, target_concurrency) if c]
     if not candidates:
         return Recommendation(
@@ -82,10 +82,10 @@ def recommend_max_running_requests(
             None,
             target_concurrency,
             context_tokens,
-            max_total_num_tokens,
+            kv_tokens,
             None,
             None,
-            "KV pool size or workload context length unknown: measure max_total_num_tokens first",
+            "KV pool size or workload context length unknown: measure the KV pool's size in tokens first",
         )
     value = _round_down(min(candidates))
     if model is not None and not model.lever_arm:
@@ -94,7 +94,7 @@ def recommend_max_running_requests(
             kv_bound,
             target_concurrency,
             context_tokens,
-            max_total_num_tokens,
+            kv_tokens,
             None,
             None,
             f"the capacity fit has no lever arm ({model.lever_arm_problem()}), so it cannot say "
@@ -103,7 +103,7 @@ def recommend_max_running_requests(
     reasons = []
     if kv_bound:
         reasons.append(
-            f"a {max_total_num_tokens:,}-token KV pool at {_pct(headroom)} holds {kv_bound} requests of "
+            f"a {kv_tokens:,}-token KV pool at {_pct(headroom)} holds {kv_bound} requests of "
             f"{context_tokens:,.0f} tokens"
         )
     if target_concurrency and (kv_bound is None or target_concurrency < kv_bound):
@@ -123,7 +123,7 @@ def recommend_max_running_requests(
         pred = float(model.throughput(value))
         if current_cap and say_throughput:
             # what the current cap actually lets run: bounded by the offered load and the pool
-            pool_holds = int(max_total_num_tokens // context_tokens) if kv_bound else None
+            pool_holds = int(kv_tokens // context_tokens) if kv_bound else None
             now = min(c for c in (current_cap, target_concurrency, pool_holds) if c)
             cur = float(model.throughput(now))
             beyond = value > 1.1 * hi
@@ -143,7 +143,7 @@ def recommend_max_running_requests(
         kv_bound,
         target_concurrency,
         context_tokens,
-        max_total_num_tokens,
+        kv_tokens,
         pred,
         cur,
         "; ".join(reasons),
@@ -292,13 +292,13 @@ class CapacityModel:
         concurrency: Iterable[int] | int,
         *,
         cap: int | None = None,
-        max_total_num_tokens: int | None = None,
+        kv_tokens: int | None = None,
         context_tokens: float | None = None,
     ) -> pd.DataFrame:
         """Throughput at each offered concurrency under a running-request cap and a KV pool.
 
         The running batch is the smallest of concurrency, cap and what the KV pool holds
-        (``max_total_num_tokens / context_tokens``). Columns: concurrency, cap, batch,
+        (``kv_tokens / context_tokens``). Columns: concurrency, cap, batch,
         limited_by, step_ms, throughput, throughput_low, throughput_high, extrapolated.
         """
         levels = (
@@ -311,8 +311,8 @@ class CapacityModel:
                 f"concurrency levels must be positive, got {levels}", field="concurrency"
             )
         kv_limit = (
-            int(max_total_num_tokens // context_tokens)
-            if max_total_num_tokens and context_tokens
+            int(kv_tokens // context_tokens)
+            if kv_tokens and context_tokens
             else None
         )
         rows = []
@@ -348,7 +348,7 @@ class CapacityModel:
 
     def recommend_max_running_requests(
         self,
-        max_total_num_tokens: int | None,
+        kv_tokens: int | None,
         context_tokens: float | None,
         *,
         target_concurrency: int | None = None,
@@ -358,7 +358,7 @@ class CapacityModel:
     ) -> Recommendation:
         """See :func:`recommend_max_running_requests`; predictions come from this model."""
         return recommend_max_running_requests(
-            max_total_num_tokens,
+            kv_tokens,
             context_tokens,
             target_concurrency=target_concurrency,
             headroom=headroom,

@@ -29,6 +29,7 @@ from typing import Any
 
 import pandas as pd
 
+from glm5lib import engines
 from glm5lib.config import bundled_catalogue, version_key
 from glm5lib.diagnose.knowledge import IMPACT_ORDER, is_context_field, load_impact
 from glm5lib.diagnose.references import (
@@ -38,13 +39,11 @@ from glm5lib.diagnose.references import (
     norm,
     release_of,
     resolve_config,
-    resolved_fallback,
     shown_as,
 )
-from glm5lib.engines.vllm import VLLM_AUTOMATIC_FIELDS, vllm_automatic
 from glm5lib.masking import mask_value
 
-__all__ = ["CAPACITY_FIELDS", "DIFF_COLUMNS", "diff_configs", "resolve_automatic"]
+__all__ = ["CAPACITY_LIMITS", "DIFF_COLUMNS", "diff_configs", "resolve_automatic"]
 
 DIFF_COLUMNS = [
     "field",
@@ -60,38 +59,13 @@ DIFF_COLUMNS = [
     "cost",
 ]
 
-# Settings that bound how much work runs at once; one far below the other side's is a cap.
-CAPACITY_FIELDS = (
-    "max_running_requests",
-    "max_num_seqs",
-    "max_num_batched_tokens",
-    "max_total_tokens",
-    "chunked_prefill_size",
-    "max_prefill_tokens",
-    "cuda_graph_max_bs",
-)
+# Limits that bound how much work runs at once; a field setting one far below the other side's is a cap.
+CAPACITY_LIMITS = ("running_cap", "token_budget", "prefill_chunk", "kv_tokens", "graph_max_batch")
 # Ranked settings first, then identity and plumbing, then fields whose default changed between the
 # releases and fields of one release, each left at its release's default.
 _KIND_ORDER = {"setting": 0, "context": 1, "default": 2, "release": 3}
 # An explicit capacity setting at or below this share of the other side's value is a cap.
 _CAP_SIGNATURE_RATIO = 0.25
-
-# field -> the start-up fact SGLang logs with the value it resolved at start.
-_STARTUP_KEYS = {
-    "max_running_requests": "max_running_requests",
-    "max_num_seqs": "max_running_requests",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-    "max_model_len": "context_len",
-    "max_total_tokens": "max_total_num_tokens",
-    "chunked_prefill_size": "chunked_prefill_size",
-    "max_prefill_tokens": "max_prefill_tokens",
-    "context_length": "context_len",
-}
-
-# SGLang 0.5.x (model_runner / scheduler): the request pool holds
-# min(max(tokens / context x 512, 2048), 4096) requests; the running batch at most half the tokens.
-_POOL_MIN, _POOL_MAX, _POOL_PER_CONTEXT = 2048, 4096, 512
-
 
 def _positive(value: Any) -> float | None:
     v = norm(value)
@@ -115,43 +89,17 @@ def resolve_automatic(
     the GPU's memory vLLM's table depends on. None when neither says.
     """
     startup = startup or {}
-    key = _STARTUP_KEYS.get(field)
-    if key and _positive(startup.get(key)) is not None:
-        v = int(_positive(startup.get(key)))
-        return v, f"{v:,} resolved at start (its log's {key}= line)"
-    if field == "cuda_graph_max_bs":
-        sizes = startup.get("cuda_graph_batch_sizes") or norm(args.get("cuda_graph_bs"))
-        if isinstance(sizes, (list, tuple)) and sizes:
-            v = int(max(int(s) for s in sizes))
-            return v, f"{v} (largest captured CUDA graph batch)"
-    fallback = resolved_fallback(field, args)
-    if fallback is not None:
-        return fallback
-    if field in VLLM_AUTOMATIC_FIELDS:
-        auto = vllm_automatic(field, args, startup, environment)
-        if auto is None:
-            return None
-        if auto.value is not None:
-            return auto.value, f"{auto.value:,} by {auto.how}"
-        return auto.candidates[0], f"at least {auto.candidates[0]:,} by {auto.how}"
-    if field == "max_running_requests":
-        tokens = _positive(startup.get("max_total_num_tokens")) or _positive(
-            args.get("max_total_tokens")
-        )
-        context = _positive(startup.get("context_len")) or _positive(args.get("context_length"))
-        if tokens and context:
-            pool = min(max(int(tokens / context * _POOL_PER_CONTEXT), _POOL_MIN), _POOL_MAX)
-            v = max(1, min(pool, int(tokens // 2)))
-            return v, (
-                f"{v:,} by SGLang's rule: min(max({int(tokens):,} KV tokens / {int(context):,} context "
-                f"x {_POOL_PER_CONTEXT}, {_POOL_MIN}), {_POOL_MAX}), at most half the KV pool"
-            )
-        return _POOL_MIN, (
-            f"at least {_POOL_MIN:,} by SGLang's rule: min(max(KV tokens / context length x "
-            f"{_POOL_PER_CONTEXT}, {_POOL_MIN}), {_POOL_MAX}) requests, at most half the KV pool "
-            f"(the pool size is not in this source; any pool over {2 * _POOL_MIN:,} tokens gives "
-            f"{_POOL_MIN:,}-{_POOL_MAX:,})"
-        )
+    adapters = engines.adapters()
+    for adapter in adapters:
+        key = adapter.capabilities.resolved_facts.get(field)
+        if key and _positive(startup.get(key)) is not None:
+            v = int(_positive(startup.get(key)))
+            return v, f"{v:,} resolved at start (its log's {key}= line)"
+    for adapter in adapters:
+        auto = adapter.automatic(field, args, startup, environment)
+        if auto is not None:
+            value = auto.value if auto.value is not None else (auto.candidates[0] if auto.candidates else None)
+            return (value, auto.statement()) if value is not None else None
     return None
 
 
@@ -311,7 +259,7 @@ def diff_configs(
                 " compare the resolved value in that server's log)"
             )
         signature = (
-            field in CAPACITY_FIELDS
+            engines.limit_of(field) in CAPACITY_LIMITS
             and a_explicit
             and isinstance(a, (int, float))
             and isinstance(b, (int, float))

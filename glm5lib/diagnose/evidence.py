@@ -348,7 +348,8 @@ class Evidence:
         if budget is None:
             adapter = self.adapter()
             field = adapter.capabilities.token_budget_field
-            auto = adapter.automatic(field, self.server_args or {}, self.startup, self.environment) if field else None
+            auto = (adapter.automatic(field, self.server_args or {}, self.startup, self.environment)
+                    if field and adapter.capabilities.resolves_automatic_values else None)
             if auto is not None and auto.value is not None:
                 return int(auto.value), f"{field} {adapter.title} chose, being unset: {auto.how}"
         return budget, src

@@ -29,13 +29,13 @@ from glm5lib.config import (
     FALLBACK_DEFAULTS,
     RENAMED,
     ServerConfig,
-    bundled_catalogue,
     config_defaults,
     cuda_graphs_off,
     default_release,
     intent_flags,
     nearest_bundled,
     release_of,
+    resolved_fallback,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.logs import parse_log
@@ -240,16 +240,6 @@ def resolve_server_args(source: Any) -> tuple[dict[str, Any], str]:
     """
     resolved = resolve_config(source)
     return resolved.args, resolved.label
-
-
-def resolved_fallback(field: str, args: Mapping[str, Any]) -> tuple[Any, str] | None:
-    """For a field ``args``'s release resolves at start-up when left None (``Arg(resolvable=True)``,
-    0.5.23 on) and falls back to a declared value: that value and how it is known; else None."""
-    release = release_of(args)
-    spec = bundled_catalogue(release).specs.get(field)
-    if spec is None or not spec.resolvable or spec.default is not None or spec.fallback is None:
-        return None
-    return spec.fallback, f"{spec.fallback!r}, resolved at start-up by SGLang {release} (its declared fallback)"
 
 
 def flag_of(field: str, release: str | None = None) -> str:

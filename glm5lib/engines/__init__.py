@@ -60,6 +60,7 @@ __all__ = [
     "Lever",
     "Limits",
     "VllmConfig",
+    "adapters",
     "config_types",
     "get",
     "get_engine",
@@ -83,6 +84,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "sim": "glm5lib.engines.sim",
     "sglang": "glm5lib.engines.sglang",
     "vllm": "glm5lib.engines.vllm",
+    "transformers": "glm5lib.engines.transformers",
     "command": "glm5lib.engines.command",
 }
 #: the engine a log, a configuration or a run is read as when nothing names one
@@ -119,6 +121,11 @@ def _adapters() -> dict[str, EngineAdapter]:
 CANONICAL_METRICS = "sglang"
 #: evidence-schema decode columns read from /metrics when a log has no scheduler lines
 DECODE_METRIC_COLUMNS = ("running_req", "queue_req", "token_usage", "num_token", "gen_throughput")
+
+
+def adapters() -> list[EngineAdapter]:
+    """Every registered engine's adapter, in the registry's order (imports them all)."""
+    return list(_adapters().values())
 
 
 def names() -> list[str]:

@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from glm5lib.errors import ConfigError
 
-__all__ = ["ACTS_ON", "LIMITS", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever", "Limits"]
+__all__ = ["ACTS_ON", "LIMITS", "AutomaticValue", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever", "Limits"]
 
 #: what a lever may act on
 ACTS_ON = ("running", "prefill", "memory")
@@ -135,6 +135,9 @@ class Capabilities:
     field_aliases: Mapping[str, str] = field(default_factory=dict)
     #: limit -> the start-up fact its log adapter writes for the value in force
     startup_keys: Mapping[str, str] = field(default_factory=dict)
+    #: field -> the start-up fact its log writes with the value the engine resolved for it
+    #: (a diff compares that where the field was left unset)
+    resolved_facts: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def fields(self) -> dict[str, str]:
@@ -169,16 +172,41 @@ class Capabilities:
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
-        for k in ("neutral_fields", "more_fields", "field_aliases", "startup_keys"):
+        for k in ("neutral_fields", "more_fields", "field_aliases", "startup_keys", "resolved_facts"):
             out[k] = dict(out[k])
         out["cap_flag"] = self.cap_flag
         out["fields"] = self.fields
         return out
 
 
+def _thousands(value: Any) -> str:
+    return f"{value:,}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
 def _check_limit(limit: str) -> None:
     if limit not in LIMITS:
         raise ConfigError(f"{limit!r} is not a limit; valid: {', '.join(LIMITS)}", field="limit", valid=list(LIMITS))
+
+
+@dataclass(frozen=True)
+class AutomaticValue:
+    """What an engine chose at start-up for a field left unset: ``value`` when the rule's inputs
+    are known, else None with every value it can give in ``candidates``; ``how`` names the rule
+    and its inputs; ``text``, where given, is the whole statement (value included) a diff shows."""
+
+    field: str
+    value: Any
+    candidates: tuple[Any, ...] = ()
+    how: str = ""
+    text: str | None = None
+
+    def statement(self) -> str:
+        """``"2,048 by SGLang's rule ..."``: the value (or the least it can be) and how it is known."""
+        if self.text:
+            return self.text
+        if self.value is not None:
+            return f"{_thousands(self.value)} by {self.how}"
+        return f"at least {_thousands(self.candidates[0])} by {self.how}" if self.candidates else self.how
 
 
 @dataclass(frozen=True)

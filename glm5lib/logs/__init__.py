@@ -61,13 +61,12 @@ from glm5lib.logs.bench import parse_bench_result
 from glm5lib.logs.engine import LogEngine, LogParser, available_engines
 from glm5lib.logs.fatal import ERROR_KINDS, classify_fatal
 from glm5lib.logs.follow import LogFollower, follow_log, to_epoch
-from glm5lib.logs.model import IMPORTANT_ARGS, ServerLog, summarize
+from glm5lib.logs.model import ServerLog, summarize
 from glm5lib.logs.parse import iter_log, parse_log
 from glm5lib.logs.server_args import ServerArgs, parse_server_args
 
 __all__ = [
     "ERROR_KINDS",
-    "IMPORTANT_ARGS",
     "LogEngine",
     "LogFollower",
     "LogParser",

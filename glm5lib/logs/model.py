@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.config import cuda_graphs_off
+from glm5lib.logs.engine import DEFAULT_ENGINE, log_adapter
 from glm5lib.logs.fatal import ERROR_KINDS
 from glm5lib.masking import mask_mapping
 
-__all__ = ["IMPORTANT_ARGS", "ServerLog", "summarize"]
+__all__ = ["ServerLog", "summarize"]
 
 @dataclass
 class ServerLog:
@@ -78,6 +78,17 @@ class ServerLog:
         """True when the log holds at least one error row."""
         return not self.errors.empty
 
+    def running_cap(self) -> int | None:
+        """The running cap the log states (a start-up fact, else a server argument), under the
+        names its engine's log adapter gives; None where it states none."""
+        keys = log_adapter(str(self.startup.get("engine") or DEFAULT_ENGINE)).cap_keys
+        for source in (self.startup, self.server_args):
+            for key in keys:
+                value = source.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return value
+        return None
+
     def crash_cause(self) -> str | None:
         """The most specific error kind in the log (oom before nccl before sigquit...), or None."""
         if self.errors.empty:
@@ -103,48 +114,14 @@ class ServerLog:
 
 
 
-# The arguments that decide throughput (see the diagnosis notes), shown first.
-IMPORTANT_ARGS = (
-    "model_path",
-    "served_model_name",
-    "tp_size",
-    "dp_size",
-    "ep_size",
-    "pp_size",
-    "max_running_requests",
-    "max_total_tokens",
-    "mem_fraction_static",
-    "chunked_prefill_size",
-    "max_prefill_tokens",
-    "schedule_policy",
-    "page_size",
-    "kv_cache_dtype",
-    "quantization",
-    "attention_backend",
-    "decode_attention_backend",
-    "prefill_attention_backend",
-    "moe_runner_backend",
-    "fp4_gemm_runner_backend",
-    "enable_flashinfer_allreduce_fusion",
-    "disable_radix_cache",
-    "disable_cuda_graph",
-    "cuda_graph_max_bs",  # up to 0.5.9; 0.5.23 sizes decode and prefill graphs apart
-    "cuda_graph_max_bs_decode",
-    "cuda_graph_max_bs_prefill",
-    "enable_dp_attention",
-    "speculative_algorithm",
-    "enable_metrics",
-    "api_key",
-)
-
-
 def summarize(slog: ServerLog) -> dict[str, Any]:
     """A JSON-ready digest of ``slog``: the args that matter (secrets masked), startup facts,
     decode statistics, errors and the crash cause."""
     args = mask_mapping(slog.server_args)
-    important = {k: args[k] for k in IMPORTANT_ARGS if k in args}
-    if "disable_cuda_graph" in important:  # graphs on/off in any release's spelling (0.5.23: per phase)
-        important["disable_cuda_graph"] = cuda_graphs_off(args)
+    reader = log_adapter(str(slog.startup.get("engine") or DEFAULT_ENGINE))
+    important = {k: args[k] for k in reader.important_args if k in args}
+    if reader.args_digest is not None:
+        important = reader.args_digest(important, args)
     out: dict[str, Any] = {
         "lines": slog.lines,
         "standin": slog.standin,
@@ -174,7 +151,7 @@ def summarize(slog: ServerLog) -> dict[str, Any]:
             "mean_gen_throughput_busy": _num(busy["gen_throughput"].mean()) if not busy.empty else None,
             "cuda_graph_share": _num(pd.to_numeric(d["cuda_graph"], errors="coerce").mean()),
         }
-        cap = slog.startup.get("max_running_requests", slog.server_args.get("max_running_requests"))
+        cap = slog.running_cap()
         if isinstance(cap, int) and cap > 0:
             out["decode"]["rows_at_running_cap"] = int((d["running_req"] >= cap).sum())
     else:

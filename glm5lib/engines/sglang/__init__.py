@@ -16,6 +16,7 @@ from typing import Any
 from glm5lib import server as server_mod
 from glm5lib.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
 from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 from glm5lib.errors import ConfigError
 
@@ -32,6 +33,9 @@ CAPABILITIES = Capabilities(
     cuda_graph_off_field="disable_cuda_graph",
     more_fields={"kv_tokens": "max_total_tokens", "prefill_chunk": "chunked_prefill_size"},
     field_aliases={"cuda_graph_max_bs_decode": "graph_max_batch", "max_prefill_tokens": "token_budget"},
+    resolved_facts={"max_running_requests": "max_running_requests", "max_total_tokens": "max_total_num_tokens",
+                    "chunked_prefill_size": "chunked_prefill_size", "max_prefill_tokens": "max_prefill_tokens",
+                    "context_length": "context_len"},
     startup_keys={"running_cap": "max_running_requests", "kv_tokens": "max_total_num_tokens",
                   "token_budget": "chunked_prefill_size", "prefill_chunk": "chunked_prefill_size"},
     neutral_fields={"disable_radix_cache": "prefix caching: the sweep's random prompts share no prefix"},
@@ -102,6 +106,7 @@ ADAPTER = EngineAdapter(
     lever_maker=levers,
     releases=_releases,
     limits_hook=limits_hook,
+    automatic_resolver=sglang_automatic,
     defaults_reader=defaults,
     release_reader=release_of,
     change_hook=change_hook,

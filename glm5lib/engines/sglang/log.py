@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.engines.sglang.digest import IMPORTANT_ARGS, args_digest
 from glm5lib.logs.chunked import feed_chunk, typed_frame
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
@@ -903,4 +904,5 @@ def _new_parser(date: str | None = None, *, incremental: bool = True) -> _Parser
     return parser
 
 
-ENGINE = LogEngine(name="sglang", detect=_detect, new_parser=_new_parser)
+ENGINE = LogEngine(name="sglang", detect=_detect, new_parser=_new_parser, cap_keys=("max_running_requests",),
+                   important_args=IMPORTANT_ARGS, args_digest=args_digest)

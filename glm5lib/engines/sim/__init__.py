@@ -15,6 +15,7 @@ from glm5lib.engines.base import EngineAdapter, LaunchRequest
 from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
 from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
 from glm5lib.engines.sglang import launch_from_server_config, levers
+from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 
 __all__ = ["ADAPTER", "CAPABILITIES"]
@@ -40,6 +41,7 @@ ADAPTER = EngineAdapter(
     launcher=_launch,
     lever_maker=levers,
     limits_hook=limits_hook,
+    automatic_resolver=sglang_automatic,
     defaults_reader=defaults,
     release_reader=release_of,
     change_hook=change_hook,

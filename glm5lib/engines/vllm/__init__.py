@@ -76,6 +76,8 @@ CAPABILITIES = Capabilities(
     kv_fraction_field="gpu_memory_utilization",
     cuda_graph_bs_field="max_cudagraph_capture_size",
     cuda_graph_off_field="enforce_eager",
+    resolved_facts={"max_num_seqs": "max_running_requests", "max_num_batched_tokens": "max_num_batched_tokens",
+                    "max_model_len": "context_len"},
     startup_keys={"running_cap": "max_num_seqs", "token_budget": "max_num_batched_tokens",
                   "kv_tokens": "max_total_num_tokens"},
     neutral_fields={"enable_prefix_caching": "prefix caching: the sweep's random prompts share no prefix"},

@@ -24,8 +24,9 @@ every value the rule can give, and says so.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from glm5lib.engines.base import AutomaticValue
 
 __all__ = ["RULE_RELEASE", "VLLM_AUTOMATIC_FIELDS", "AutomaticValue", "vllm_automatic"]
 
@@ -42,18 +43,6 @@ _GPU_OTHER = (256, 2048)
 _TPU_TOKENS = {"V6E": 1024, "V5E": 512, "V5P": 256}
 _BATCHED_DP_MOE_TOKENS = 256  # SchedulerConfig.DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP
 _LOW_LATENCY_ALL2ALL = ("deepep_low_latency", "nixl_ep")
-
-
-@dataclass(frozen=True)
-class AutomaticValue:
-    """What vLLM chose for a field left unset: ``value`` when the rule's inputs are known,
-    else None with every value it can give in ``candidates``; ``how`` names the rule and the
-    inputs it used (``"vLLM 0.32.0's rule for its OpenAI server on CPU (...)"``)."""
-
-    field: str
-    value: int | None
-    candidates: tuple[int, ...]
-    how: str
 
 
 def _int(value: Any) -> int | None:

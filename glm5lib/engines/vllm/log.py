@@ -785,4 +785,13 @@ def _new_parser(date: str | None = None, *, incremental: bool = True) -> VllmPar
     return parser
 
 
-ENGINE = LogEngine(name="vllm", detect=looks_like_vllm, new_parser=_new_parser)
+# the arguments that decide throughput, shown first in a log's digest
+IMPORTANT_ARGS = (
+    "model", "served_model_name", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size",
+    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "gpu_memory_utilization", "block_size",
+    "kv_cache_dtype", "quantization", "enforce_eager", "enable_prefix_caching", "enable_chunked_prefill",
+    "api_key",
+)
+
+ENGINE = LogEngine(name="vllm", detect=looks_like_vllm, new_parser=_new_parser,
+                   cap_keys=("max_running_requests", "max_num_seqs"), important_args=IMPORTANT_ARGS)

@@ -624,13 +624,13 @@ def test_capacity_model_keeps_both_batch_sizes_of_a_capped_sweep():
 
 def test_capacity_model_predicts_cap_and_kv_limits():
     m = dg.CapacityModel.fit(synthetic_decode())
-    p = m.predict([32, 256, 1024], cap=64, max_total_num_tokens=200_000, context_tokens=512)
+    p = m.predict([32, 256, 1024], cap=64, kv_tokens=200_000, context_tokens=512)
     assert list(p["batch"]) == [32, 64, 64]
     assert list(p["limited_by"]) == ["concurrency", "cap", "cap"]
     assert (p["throughput_low"] <= p["throughput"]).all() and (
         p["throughput"] <= p["throughput_high"]
     ).all()
-    raised = m.predict([1024], cap=2048, max_total_num_tokens=200_000, context_tokens=512)
+    raised = m.predict([1024], cap=2048, kv_tokens=200_000, context_tokens=512)
     assert raised.iloc[0]["limited_by"] == "kv" and raised.iloc[0]["batch"] == 390
     assert raised.iloc[0]["extrapolated"]
     assert raised.iloc[0]["throughput"] > p.iloc[2]["throughput"] * 2
