@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from glm5lib.errors import ConfigError
 
@@ -32,6 +32,7 @@ __all__ = ["DETECT_BYTES", "ENGINE_MODULES", "LogEngine", "LogParser", "availabl
 #: Engines and the modules holding their adapters; the first whose ``detect`` says yes wins.
 ENGINE_MODULES: dict[str, str] = {
     "vllm": "glm5lib.engines.vllm.log",
+    "transformers": "glm5lib.engines.transformers.log",
     "sglang": "glm5lib.engines.sglang.log",
 }
 #: The engine of a log no ``detect`` recognises.
@@ -69,6 +70,13 @@ class LogEngine:
     name: str
     detect: Callable[[str], bool]
     new_parser: Callable[..., LogParser]
+    #: the start-up facts (then server arguments) that hold the running cap, first found wins
+    cap_keys: tuple[str, ...] = ()
+    #: the server arguments that decide throughput, shown first in a log's digest
+    important_args: tuple[str, ...] = ()
+    #: (the digest's important args, all args) -> the digest's args with the engine's own
+    #: readings (SGLang: CUDA graphs off in any release's spelling)
+    args_digest: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None
 
 
 def available_engines() -> list[str]:
