@@ -8,9 +8,11 @@ from __future__ import annotations
 import functools
 import json
 import re
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from glm5lib import engines as engines_pkg
 from glm5lib.config import intent_flags
 from glm5lib.errors import DiagnosisError
 from glm5lib.paths import data_dir
@@ -149,8 +151,16 @@ def load_remedies(path: str | Path | None = None) -> dict[str, dict[str, str | N
 
 
 class _Blank(dict):
-    def __missing__(self, key: str) -> str:
-        return "default"
+    """Placeholders: the values given, else ``lookup(name)`` (the evidence's server argument of
+    that name, for a remedy that states the value now), else "default"."""
+
+    def __init__(self, values: Mapping[str, Any], lookup: Callable[[str], Any] | None = None):
+        super().__init__(values)
+        self.lookup = lookup
+
+    def __missing__(self, key: str) -> Any:
+        value = self.lookup(key) if self.lookup is not None else None
+        return "default" if value is None else value
 
 
 class _Flags:
@@ -163,26 +173,30 @@ class _Flags:
         return intent_flags(field, self.release)
 
 
-def fill_remedy(text: str, release: str | None = None, **values: Any) -> str:
+def fill_remedy(text: str, release: str | None = None, *, lookup: Callable[[str], Any] | None = None,
+                **values: Any) -> str:
     """A remedy text with its placeholders filled: ``{flag:field}`` by the flags ``release``
     (default: the default release) takes for that field (:func:`glm5lib.config.intent_flags`),
-    the others from ``values`` (unknown ones and None read "default")."""
+    the others from ``values``, else ``lookup(name)`` (unknown ones and None read "default")."""
     filled = {k: ("default" if v is None else v) for k, v in values.items()}
-    return text.format_map(_Blank({**filled, "flag": _Flags(release)}))
+    return text.format_map(_Blank({**filled, "flag": _Flags(release)}, lookup))
 
 
-def remedy(intent: str, engine: str = "sglang", *, release: str | None = None, **values: Any) -> str | None:
+def remedy(intent: str, engine: str | None = None, *, release: str | None = None,
+           lookup: Callable[[str], Any] | None = None, **values: Any) -> str | None:
     """The remedy for ``intent`` in ``engine``'s own flags, SGLang's spelt as ``release`` (the
     SGLang release of the evidence; default: the default release) takes them, its
     ``{placeholders}`` filled from ``values`` (see :func:`fill_remedy`); None where that engine
     has no such mechanism.
 
-    An engine the file does not know gets SGLang's wording."""
+    An engine the file does not know gets the default engine's wording; ``lookup`` fills the
+    placeholders ``values`` leaves (the evidence's ``arg``: the value a field has now)."""
     intents = load_remedies()
     if intent not in intents:
         raise DiagnosisError(f"no remedy for intent {intent!r}; known: {', '.join(sorted(intents))}")
     by_engine = intents[intent]
-    text = by_engine[engine] if engine in by_engine else by_engine.get("sglang")
+    engine = engine or engines_pkg.DEFAULT_ENGINE
+    text = by_engine[engine] if engine in by_engine else by_engine.get(engines_pkg.DEFAULT_ENGINE)
     if text is None:
         return None
-    return fill_remedy(text, release, **values)
+    return fill_remedy(text, release, lookup=lookup, **values)

@@ -67,6 +67,7 @@ __all__ = [
     "launch_vllm",
     "limit_changes",
     "limit_of",
+    "limits_in",
     "limits_of",
     "load_config",
     "metric_aliases",
@@ -75,6 +76,7 @@ __all__ = [
     "neutral_field",
     "register",
     "sglang_knobs",
+    "topic",
     "vllm_module",
     "vllm_python",
 ]
@@ -221,6 +223,18 @@ def limits_of(engine: str | EngineAdapter, args: Mapping[str, Any] | None = None
     sources = {k: "server arguments" for k in found}
     sources.update(lim.sources)
     return Limits(values, sources, {**{k: k for k in found}, **lim.names})
+
+
+def topic(name: str) -> str:
+    """What a configuration field is about in the one vocabulary: its limit where it sets one
+    (``"max_num_seqs"`` and ``"--max-running-requests"`` -> ``"running_cap"``), else the name."""
+    return limit_of(name) or str(name)
+
+
+def limits_in(args: Mapping[str, Any]) -> Limits:
+    """The limits a set of arguments of any registered engine sets (a reference's configuration,
+    whichever engine it is for): each field read in the vocabulary of the engine that has it."""
+    return limits_of(COMMAND, args)
 
 
 def neutral_field(name: str, engine: str | EngineAdapter | None = None) -> str | None:

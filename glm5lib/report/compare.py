@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib import plots, rundir
+from glm5lib import engines, plots, rundir
 from glm5lib.diagnose.knowledge import is_context_field
 from glm5lib.errors import ConfigError
 from glm5lib.report._files import clean, fmt, read_csv
@@ -144,7 +144,8 @@ def _finding_keys(run: Path, phase: str) -> dict[str, str]:
     out = {}
     for _, f in frame.iterrows():
         covers = f.get("covers") if "covers" in frame.columns and pd.notna(f.get("covers")) else ""
-        about = str(covers) or (str(f["finding"]) if f.get("rule") == "reference_diff" else "")
+        about = " ".join(engines.topic(c) for c in str(covers).split()) or (
+            str(f["finding"]) if f.get("rule") == "reference_diff" else "")
         out[f"{f.get('rule')}|{about}"] = str(f["finding"])
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from glm5lib import engines
 from glm5lib.errors import ConfigError
 from glm5lib.report._files import clean, missing
 
@@ -21,7 +22,8 @@ def _covered(finding: pd.Series) -> set[str] | None:
     if "covers" not in finding.index:
         return None
     value = finding.get("covers")
-    return set() if missing(value) else set(str(value).split())
+    # limits by their neutral names (findings written before the vocabulary name fields)
+    return set() if missing(value) else {engines.topic(c) for c in str(value).split()}
 
 
 def _named_in_text(finding: pd.Series, names: list[str]) -> bool:
@@ -51,7 +53,7 @@ def leading_hypothesis(diff: pd.DataFrame, findings: pd.DataFrame | None = None)
         for _, finding in findings.iterrows():
             covered = _covered(finding)
             for _, row in ranked.iterrows():
-                hit = (str(row["field"]) in covered) if covered is not None else _named_in_text(finding, names[row["field"]])
+                hit = (engines.topic(str(row["field"])) in covered) if covered is not None else _named_in_text(finding, names[row["field"]])
                 if hit:
                     chosen, backing = row, finding
                     break

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 
 import pandas as pd
 
+from glm5lib import engines
 from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding
 from glm5lib.diagnose.rules.admission import (
     rule_admission_reserve,
@@ -85,8 +86,10 @@ def evaluate(
     findings: list[Finding] = []
     for rule in rules if rules is not None else RULES:
         findings.extend(rule(ev))
-    covered = {c for f in findings if f.rule != "reference_diff" for c in f.covers}
-    findings = [f for f in findings if not (f.rule == "reference_diff" and set(f.covers) & covered)]
+    # a finding covers limits by their neutral names, a reference difference the engine's field
+    covered = {engines.topic(c) for f in findings if f.rule != "reference_diff" for c in f.covers}
+    findings = [f for f in findings
+                if not (f.rule == "reference_diff" and {engines.topic(c) for c in f.covers} & covered)]
     rows = [
         {
             "finding": f.finding,

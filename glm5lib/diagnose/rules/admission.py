@@ -24,7 +24,6 @@ import re
 import numpy as np
 import pandas as pd
 
-from glm5lib import engines
 from glm5lib.diagnose.evidence import (
     Evidence,
     Finding,
@@ -35,7 +34,6 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
-from glm5lib.diagnose.references import norm
 
 __all__ = [
     "rule_admission_reserve",
@@ -87,11 +85,13 @@ def _prefill_at_budget(ev: Evidence) -> tuple[float, int, int, int | None, str]:
     if new.empty:
         return 0.0, 0, 0, budget, src
     if float(new.max()) > 1.05 * budget:
-        # Batches larger than the smaller limit: this build lets max_prefill_tokens bound a
-        # batch of whole prompts and chunked_prefill_size only the prompt it cuts.
-        larger = norm(ev.startup.get("max_prefill_tokens")) or ev.arg("max_prefill_tokens")
+        # Batches larger than the smaller limit: a build may let the token budget bound a batch
+        # of whole prompts and the prefill chunk only the prompt it cuts.
+        lim = ev.limits()
+        larger = max((v for v in (lim.token_budget, lim.prefill_chunk) if v), default=None)
+        named = lim.name("token_budget") if larger == lim.token_budget else lim.name("prefill_chunk")
         if isinstance(larger, (int, float)) and larger >= new.max():
-            budget, src = int(larger), "max_prefill_tokens (batches exceed chunked_prefill_size)"
+            budget, src = int(larger), f"{named} (batches exceed the smaller limit)"
         else:
             budget, src = int(new.max()), "the largest prefill batch in the log"
     full = new >= 0.9 * budget
@@ -108,7 +108,7 @@ def _level_text(conc: float | None) -> str:
 
 def rule_admission_reserve(ev: Evidence) -> list[Finding]:
     """Requests wait while KV usage is low: the admission reserve for future tokens fills the pool."""
-    adapter = engines.get(ev.engine, default="sglang")
+    adapter = ev.adapter()
     if not adapter.capabilities.reserves_future_tokens:
         ev.skipped.append(f"admission_reserve: {adapter.title} reserves no future tokens when it admits a request")
         return []
@@ -228,14 +228,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
         + f" and token usage at most {float(usage.max()):.2f}",
         "so prompts arrive faster than the budget lets the scheduler take them in",
     ]
-    suggestion = remedy(
-        "widen_prefill_budget",
-        ev.engine, release=ev.release,
-        value=value,
-        chunked_prefill_size=ev.arg("chunked_prefill_size"),
-        max_prefill_tokens=ev.arg("max_prefill_tokens"),
-        max_num_batched_tokens=ev.arg("max_num_batched_tokens"),
-    )
+    suggestion = remedy("widen_prefill_budget", ev.engine, release=ev.release, value=value, lookup=ev.arg)
     suggestion = f"{suggestion} (larger prefill batches stall the running decodes longer: watch ITL)"
     return [
         Finding(
@@ -246,7 +239,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
             rule="prefill_budget",
             prediction=predict_remedy(ev, ev.cap()[0], "with a prefill budget that keeps up"),
             severity=0.8,
-            covers=("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens"),
+            covers=("token_budget", "prefill_chunk"),
         )
     ]
 
@@ -263,7 +256,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
     churn = retracted / admitted if admitted else float("nan")
     if events < 3 or (retracted < 20 and not (churn >= 0.05)):
         return []
-    word = engines.get(ev.engine, default="sglang").capabilities.requeue_word
+    word = ev.adapter().capabilities.requeue_word
     parts = [f"{events} {word} events sent {retracted} requests back to the queue"]
     if admitted:
         parts[0] += f", {_pct(churn)} of the {admitted} admissions in the prefill lines"
@@ -293,7 +286,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
             confidence=0.85 if events >= 5 else 0.75,
             rule="retraction_churn",
             severity=0.8,
-            covers=("max_running_requests", "schedule_conservativeness"),
+            covers=("running_cap", "schedule_conservativeness"),
         )
     ]
 

@@ -19,7 +19,6 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
-from glm5lib.diagnose.references import norm
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -141,7 +140,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
         "what the KV pool holds turns into retractions"
     )
     ref_args = ev.reference_args or {}
-    ref_cap = norm(ref_args.get("max_running_requests", ref_args.get("max_num_seqs")))  # SGLang's, vLLM's
+    ref_cap = engines.limits_in(ref_args).running_cap
     if isinstance(ref_cap, int) and ref_cap > cap:
         suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
     raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
@@ -159,7 +158,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
             confidence=min(confidence, 0.95),
             rule="concurrency_cap",
             severity=0.9,
-            covers=("max_running_requests",),
+            covers=("running_cap",),
         )
     ]
 
@@ -215,14 +214,9 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             text += f" holds about {supported} requests of {ctx:,.0f} tokens"
         parts.append(text)
     suggestion = "to run more requests at once, " + str(
-        remedy(
-            "enlarge_kv_pool",
-            ev.engine, release=ev.release,
-            mem_fraction_static=ev.arg("mem_fraction_static"),
-            gpu_memory_utilization=ev.arg("gpu_memory_utilization"),
-        )
+        remedy("enlarge_kv_pool", ev.engine, release=ev.release, lookup=ev.arg)
     )
-    cap_flag = engines.get(ev.engine, default="sglang").capabilities.cap_flag
+    cap_flag = ev.adapter().capabilities.flag("running_cap")
     if supported and cap and cap > supported:
         suggestion = (
             f"{cap_flag} {cap} is above the ~{supported} requests the KV pool holds, so the "
@@ -239,23 +233,25 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             confidence=0.85 if n_retract else (0.65 if full_signal else 0.55),
             rule="kv_capacity",
             severity=0.7,
-            covers=("max_total_tokens", "mem_fraction_static", "kv_cache_dtype"),
+            covers=("kv_tokens", "kv_fraction", "kv_cache_dtype"),
         )
     ]
 
 
 def rule_cuda_graph(ev: Evidence) -> list[Finding]:
-    """Decode batches run without CUDA graphs because they exceed cuda_graph_max_bs."""
+    """Decode batches run without CUDA graphs because they exceed the largest captured batch."""
     d = ev.log_decode()  # only the log's lines say whether a step replayed a graph
     if d.empty or "cuda_graph" not in d:
         ev.skipped.append("cuda_graph: no decode lines with a cuda graph field")
         return []
-    if ev.arg("disable_cuda_graph") is True:
+    lim = ev.limits()
+    if lim.graphs_off:
         return []  # graphs are off on purpose; the reference diff covers that choice
     graph = _bool_col(d, "cuda_graph")
     running = _col(d, "running_req")
-    max_bs = ev.arg("cuda_graph_max_bs")
-    src = "cuda_graph_max_bs"
+    given = lim.source("graph_max_batch") == "server arguments"
+    max_bs = lim.graph_max_batch if given else None
+    src = lim.name("graph_max_batch") if given else ""
     captured = (ev.startup or {}).get("cuda_graph_batch_sizes")
     if not isinstance(max_bs, (int, float)) and isinstance(captured, (list, tuple)) and captured:
         max_bs, src = max(int(b) for b in captured), "the largest batch captured at start-up"
@@ -298,7 +294,7 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
             confidence=0.8,
             rule="cuda_graph",
             severity=0.4,
-            covers=("cuda_graph_max_bs",),
+            covers=("graph_max_batch",),
         )
     ]
 

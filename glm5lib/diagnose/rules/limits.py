@@ -145,10 +145,9 @@ def rule_token_budget(ev: Evidence) -> list[Finding]:
         confidence = 0.8 if steps["mean"] >= 0.75 * budget else 0.65
     needed = limit * (output + prompt) / output
     value = _power_of_two_above(needed)
-    fields = {f: ev.arg(f) for f in ("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens")}
-    if fields.get("max_num_batched_tokens") is None and token_budget_field(ev) == "max_num_batched_tokens":
-        fields["max_num_batched_tokens"] = f"{budget:,}"
-    suggestion = str(remedy("widen_prefill_budget", ev.engine, release=ev.release, value=value, **fields))
+    budget_field = token_budget_field(ev)
+    now = {budget_field: f"{budget:,}"} if ev.arg(budget_field) is None and ev.adapter().capabilities.mixed_steps else {}
+    suggestion = str(remedy("widen_prefill_budget", ev.engine, release=ev.release, value=value, lookup=ev.arg, **now))
     tpot = pd.to_numeric(pd.Series([level.get("median_tpot_ms")]), errors="coerce").iloc[0] if level else None
     suggestion += (
         f": {int(limit)} running requests need about {int(limit)} x ({output:,.0f} + {prompt:,.0f}) / "
@@ -170,7 +169,7 @@ def rule_token_budget(ev: Evidence) -> list[Finding]:
             rule="token_budget",
             prediction=predict_remedy(ev, cap, "with a token budget that keeps up"),
             severity=0.85,
-            covers=("chunked_prefill_size", "max_prefill_tokens", "max_num_batched_tokens"),
+            covers=("token_budget", "prefill_chunk"),
         )
     ]
 

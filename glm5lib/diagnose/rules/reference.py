@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from glm5lib import engines
 from glm5lib.diagnose.diff import diff_configs
 from glm5lib.diagnose.evidence import Evidence, Finding, _col
 
@@ -49,22 +50,23 @@ def _ruled_out(field: str, current: Any, reference: Any, ev: Evidence) -> str | 
     if beyond:
         return beyond
     d = ev.active_decode()
-    if field == "max_running_requests" and isinstance(current, int) and not d.empty:
+    limit = engines.limit_of(field, ev.adapter())
+    if limit == "running_cap" and isinstance(current, int) and not d.empty:
         top = int(_col(d, "running_req").max())
         if top < current - max(1, math.floor(0.03 * current)):
             return f"the cap was never reached (#running-req at most {top} of {current})"
         if isinstance(reference, int) and current >= reference:
             return "this run already allows as many running requests as the reference"
-    if field in ("max_total_tokens", "mem_fraction_static", "kv_cache_dtype") and not d.empty:
+    if (limit in ("kv_tokens", "kv_fraction") or field == "kv_cache_dtype") and not d.empty:
         peak = float(_col(d, "token_usage").max())
         if peak < 0.9 and ev.retractions.empty:
             return f"KV was never short (token usage at most {peak:.2f}, no retractions)"
-    if field == "cuda_graph_max_bs" and not d.empty and isinstance(current, int):
+    if limit == "graph_max_batch" and not d.empty and isinstance(current, int):
         top = int(_col(d, "running_req").max())
         if top <= current:
             return f"no decode batch exceeded it (largest {top})"
     if (
-        field in ("chunked_prefill_size", "max_prefill_tokens")
+        limit in ("token_budget", "prefill_chunk")
         and not d.empty
         and float(_col(d, "queue_req").fillna(0).max()) == 0
     ):
