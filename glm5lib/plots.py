@@ -193,20 +193,22 @@ def latency_vs_concurrency(
 def running_queued_over_time(
     decode: pd.DataFrame | Mapping[str, pd.DataFrame],
     *,
-    max_running_requests: int | Mapping[str, int | None] | None = None,
+    running_cap: int | Mapping[str, int | None] | None = None,
+    cap_name: str = "running cap",
     title: str | None = None,
 ) -> Figure:
     """Running and queued requests from the server log's decode lines over time.
 
     One panel per phase; the x axis is seconds since the phase's first decode line. A dashed line
-    marks ``max_running_requests`` when given: a running count pinned to it while the queue
-    grows is the signature of the concurrency cap.
+    marks ``running_cap`` (one value, or one per phase) when given, labelled ``cap_name`` (the
+    engine's name for it): a running count pinned to it while the queue grows is the signature of
+    the concurrency cap.
     """
     frames = _as_mapping(decode, "server")
     if not frames:
         raise ConfigError("no decode frames to plot", field="decode")
     fig, axes = _new_figure(width=6.0 * len(frames), ncols=len(frames))
-    caps = max_running_requests if isinstance(max_running_requests, Mapping) else None
+    caps = running_cap if isinstance(running_cap, Mapping) else None
     for ax, (label, frame) in zip(axes, frames.items(), strict=True):
         _require(frame, ["time", "running_req", "queue_req"], "decode frame", label)
         data = frame
@@ -225,10 +227,9 @@ def running_queued_over_time(
                 seconds = (t - t.iloc[0]).dt.total_seconds()
             ax.plot(seconds, data["running_req"], label="running", color="#1f77b4", drawstyle="steps-post")
             ax.plot(seconds, data["queue_req"], label="queued", color="#ff7f0e", drawstyle="steps-post")
-        cap = caps.get(label) if caps is not None else max_running_requests
+        cap = caps.get(label) if caps is not None else running_cap
         if cap:
-            ax.axhline(int(cap), color="black", linestyle="--", linewidth=1,
-                       label=f"max_running_requests = {int(cap):,}")
+            ax.axhline(int(cap), color="black", linestyle="--", linewidth=1, label=f"{cap_name} = {int(cap):,}")
         ax.set_xlabel("seconds since first decode line")
         ax.set_ylabel("requests")
         ax.set_ylim(bottom=0)

@@ -126,6 +126,8 @@ class Capabilities:
         """The running cap as a command-line flag (``--max-num-seqs``)."""
         return "--" + self.running_cap_field.replace("_", "-") if self.running_cap_field else None
 
+    #: the configuration fields a report states for a phase, in order
+    report_fields: tuple[str, ...] = ()
     #: fields known to leave a random-prompt workload's step time alone -> why (prefix caching)
     neutral_fields: Mapping[str, str] = field(default_factory=dict)
     #: the configuration fields of limits the ``*_field`` facts above do not name
@@ -220,6 +222,8 @@ class Limits:
     sources: Mapping[str, str] = field(default_factory=dict)
     #: limit -> the engine's name for the value read (its field, or its start-up fact)
     names: Mapping[str, str] = field(default_factory=dict)
+    #: limit -> how the engine's own rule chose it, for a limit left unset that it chooses
+    automatic: Mapping[str, str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         if name in LIMITS:
@@ -389,6 +393,7 @@ class EngineAdapter:
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
         names: dict[str, str] = {}
+        chosen: dict[str, str] = {}
         defaults: Mapping[str, Any] | None = None
         for limit in LIMITS:
             value, where = _startup_value(caps, limit, startup)
@@ -409,11 +414,12 @@ class EngineAdapter:
                     value = int(auto.value)
                     where = f"value {self.title} chose, {caps.running_cap_field} being unset: {auto.how}"
                     named = caps.running_cap_field
+                    chosen[limit] = auto.how
             if value is not None:
                 values[limit], sources[limit], names[limit] = value, where, named or own or limit
         if self.limits_hook is not None:
             self.limits_hook(values, sources, names, args, startup)
-        return Limits(values, sources, names)
+        return Limits(values, sources, names, chosen)
 
     def release_of(self, args: Mapping[str, Any]) -> str | None:
         """The engine release whose catalogue fits ``args``; None where the adapter cannot tell."""

@@ -32,7 +32,6 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import engines, rundir
-from glm5lib.config import cuda_graphs_off
 from glm5lib.diagnose.evidence import decode_from_metrics
 from glm5lib.errors import ConfigError
 from glm5lib.levels import metrics_per_level, per_level
@@ -53,12 +52,6 @@ _LEVEL_COLUMNS = (
     "concurrency", "completed", "cancelled", "failed", "output_throughput", "total_throughput",
     "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
     "median_e2e_latency_ms", "client_bound",
-)
-_CONFIG_FIELDS = (
-    "model_path", "tp_size", "max_running_requests", "attention_backend", "disable_cuda_graph",
-    "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
-    "enable_flashinfer_allreduce_fusion", "chunked_prefill_size", "mem_fraction_static", "page_size",
-    "max_num_seqs", "max_num_batched_tokens", "enforce_eager",
 )
 
 
@@ -164,18 +157,29 @@ _NOT_ARGUMENTS = frozenset({"format", "name", "description", "source", "server_a
                             "sglang_version", "vllm_version"})
 
 
-def _engine_of(args: Mapping[str, Any], command: Any, standin: str | None, startup: Mapping[str, Any]) -> str:
-    """The engine that served a phase, as the run folder tells it (``"unknown"`` when it does not)."""
-    if standin:
-        return "stand-in"
+def _phase_adapter(args: Mapping[str, Any], command: Any, startup: Mapping[str, Any]) -> engines.EngineAdapter | None:
+    """The adapter of the engine that served a phase, as the run folder tells it; None when it does not."""
     for source in (args, startup, command if isinstance(command, Mapping) else {}):
         if source.get("engine"):
-            return str(source["engine"])
-    if args.get("vllm_version"):
-        return "vllm"
-    if args.get("sglang_version") or "max_running_requests" in args or "model_path" in args:
-        return "sglang"
-    return "unknown"
+            return engines.get(str(source["engine"]), default=engines.COMMAND)
+    # a configuration file names its engine's release under "<engine>_version"
+    found = [a for a in engines.adapters() if f"{a.name}_version" in args]
+    if found:
+        return found[0]
+    own = [a for a in engines.adapters() if not a.capabilities.is_standin and a.capabilities.launches_from_config
+           and set(a.capabilities.report_fields) & set(args)]
+    return own[0] if own else None
+
+
+def _engine_of(adapter: engines.EngineAdapter | None, standin: str | None) -> str:
+    """The engine that served a phase (``"unknown"`` when the run folder does not tell)."""
+    if standin:
+        return "stand-in"
+    return adapter.name if adapter is not None else "unknown"
+
+
+def _report_fields() -> list[str]:
+    return list(dict.fromkeys(f for a in engines.adapters() for f in a.capabilities.report_fields))
 
 
 def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
@@ -189,42 +193,36 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
     server_args = dict(getattr(server_log, "server_args", None) or {})
     startup = dict(getattr(server_log, "startup", None) or {})
     merged = {**server_args, **(config if isinstance(config, Mapping) else {})}
-    if cuda_graphs_off(merged):  # 0.5.23 says it per phase and logs the deprecated switch as False
-        merged["disable_cuda_graph"] = True
-    nested = merged.get("server_args")  # a vLLM config keeps its arguments under server_args
+    nested = merged.get("server_args")  # a configuration may keep its arguments under server_args
     args = {**merged, **(nested if isinstance(nested, Mapping) else {})}
-    cap = startup.get("max_running_requests") or args.get("max_running_requests") or args.get("max_num_seqs")
-    cap = int(cap) if cap not in (None, "") and not pd.isna(cap) else None
-    cap_automatic = None
-    named = [engines.get(e, default="sglang") for e in (startup.get("engine"), args.get("engine")) if e]
-    chooser = next((a for a in named if a.capabilities.resolves_automatic_values), None)
-    if cap is None and chooser is not None:
-        # an engine that logs only the arguments given (vLLM): an unset cap is what its rule chose
-        env = read_json(folder / rundir.ENVIRONMENT) or read_json(run / rundir.ENVIRONMENT)
-        auto = chooser.automatic(chooser.capabilities.running_cap_field, args, startup,
-                                 env if isinstance(env, Mapping) else None)
-        if auto is not None and auto.value is not None:
-            cap, cap_automatic = auto.value, auto.how
-
     command = read_json(folder / rundir.COMMAND) or {}
+    adapter = _phase_adapter(args, command, startup)
+    env = read_json(folder / rundir.ENVIRONMENT) or read_json(run / rundir.ENVIRONMENT)
+    lim = (engines.limits_of(adapter, args, startup, env if isinstance(env, Mapping) else None)
+           if adapter is not None else engines.limits_in(args))
+    graphs_field = adapter.capabilities.field("graphs_off") if adapter is not None else None
+    if lim.graphs_off and graphs_field:  # graphs off in any spelling (SGLang 0.5.23: per phase)
+        merged[graphs_field] = True
+    cap = lim.running_cap
+    cap_field = (adapter or engines.get(engines.DEFAULT_ENGINE)).capabilities.field("running_cap")
+
     summary: dict[str, Any] = {
-        "config": {k: merged.get(k) for k in _CONFIG_FIELDS if k in merged},
-        "max_running_requests": cap,
+        "config": {k: merged.get(k) for k in _report_fields() if k in merged},
+        "running_cap": cap,
         # how an automatic cap was resolved (None when the cap was given or logged)
-        "cap_automatic": cap_automatic,
-        # the cap under the engine's own name (vLLM: max_num_seqs)
-        "cap_name": "max_num_seqs" if ("max_num_seqs" in merged or engines.get(
-            merged.get("engine") or "sglang", default="sglang").capabilities.running_cap_field == "max_num_seqs")
-        else "max_running_requests",
+        "cap_automatic": lim.automatic.get("running_cap"),
+        # the cap under the engine's own name
+        "cap_name": cap_field,
         # a phase launched from an engine's command (BACKEND "command"): the knob is in its argv
         "command": command.get("argv") if isinstance(command, Mapping) else None,
         "standin": _standin_of(server_log, server_info),
         "levels": [],
         "throughput": {},
     }
-    summary["engine"] = _engine_of(args, command, summary["standin"], startup)
+    summary["engine"] = _engine_of(adapter, summary["standin"])
     resolved = {k: v for k, v in args.items() if k not in _NOT_ARGUMENTS and not isinstance(v, Mapping)}
     frames: dict[str, Any] = {"sweep": sweep, "decode": getattr(server_log, "decode", None), "cap": cap,
+                              "cap_name": cap_field,
                               "arguments": resolved}
     if sweep is not None and "concurrency" in sweep.columns:
         sweep = sweep.sort_values("concurrency")

@@ -60,7 +60,9 @@ def draw_figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
               if f.get("decode") is not None and not f["decode"].empty}
     if decode:
         caps = {p: frames[p]["cap"] for p in decode}
-        attempts.append(("running-queued", lambda: plots.running_queued_over_time(decode, max_running_requests=caps)))
+        names = {frames[p].get("cap_name") for p in decode} - {None}
+        name = names.pop() if len(names) == 1 else "running cap"
+        attempts.append(("running-queued", lambda: plots.running_queued_over_time(decode, running_cap=caps, cap_name=name)))
     power = {p: f["power"] for p, f in frames.items() if f.get("power") is not None and not f["power"].empty}
     if power:
         attempts.append(("power", lambda: plots.power_vs_tdp(power)))

@@ -53,10 +53,10 @@ def level_table(levels: Sequence[Mapping[str, Any]]) -> Lines:
 
 def setting(phase: Mapping[str, Any]) -> str:
     """How a phase's server was configured, for the summary: its cap, or the engine command."""
-    if phase.get("max_running_requests") is None and phase.get("command"):
+    if phase.get("running_cap") is None and phase.get("command"):
         return "command: `" + " ".join(str(a) for a in phase["command"]) + "`"
     automatic = " (automatic)" if phase.get("cap_automatic") else ""
-    return f"{phase.get('cap_name') or 'max_running_requests'} = {fmt(phase.get('max_running_requests'))}{automatic}"
+    return f"{phase.get('cap_name') or 'running cap'} = {fmt(phase.get('running_cap'))}{automatic}"
 
 
 def _roles(summary: Mapping[str, Any]) -> tuple[str | None, str | None]:
@@ -141,7 +141,7 @@ def _environment(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Line
 def _decode_line(data: Mapping[str, Any]) -> Lines:
     dec = data.get("decode") or {}
     gauges = data.get("gauges") or {}
-    cap = data.get("max_running_requests")
+    cap = data.get("running_cap")
     lines: Lines = []
     # the gauges, sampled about once a second, see what a log of a line every N steps can miss
     denser = bool(gauges) and (gauges.get("max_running_req") or 0) > (dec.get("max_running_req") or 0)

@@ -49,7 +49,7 @@ def test_the_diagnosis_reads_the_cap_vllm_chose(tmp_path):
     assert cap == _vllm_defaulted()["max_num_seqs"]
     assert "max_num_seqs being unset" in source and "on CPU" in source
     summary = report.summarize(tmp_path / "run")["phases"]["baseline"]
-    assert summary["max_running_requests"] == 128 and "on CPU" in summary["cap_automatic"]
+    assert summary["running_cap"] == 128 and "on CPU" in summary["cap_automatic"]
 
 
 def test_an_explicit_cap_against_an_automatic_one_is_a_cap_signature():

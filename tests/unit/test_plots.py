@@ -56,7 +56,7 @@ def test_running_queued_marks_the_cap_and_uses_one_rank():
             "queue_req": [0, 100, 190, 192, 0, 100, 190, 192],
         }
     )
-    fig = plots.running_queued_over_time({"baseline": decode}, max_running_requests={"baseline": 64})
+    fig = plots.running_queued_over_time({"baseline": decode}, running_cap={"baseline": 64})
     (ax,) = fig.axes
     running, queued, cap = ax.get_lines()
     assert list(running.get_xdata()) == [0.0, 2.0, 4.0, 6.0]

@@ -98,7 +98,7 @@ def test_summary_holds_the_numbers_of_each_phase(run):
     assert summary["throughput"]["baseline"]["256"] == 880.0
     assert summary["throughput"]["fix"]["1024"] == 3740.0
     assert summary["phases"]["fix"]["peak"] == {"concurrency": 1024, "output_throughput": 3740.0}
-    assert summary["phases"]["baseline"]["max_running_requests"] == 64
+    assert summary["phases"]["baseline"]["running_cap"] == 64
     gains = {r["concurrency"]: r["gain"] for r in summary["comparison"]}
     assert gains[1024] == pytest.approx(3740 / 890)
     assert summary["fix_changes"]["max_running_requests"] == [64, 1024]

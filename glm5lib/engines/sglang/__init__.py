@@ -40,6 +40,9 @@ CAPABILITIES = Capabilities(
                   "token_budget": "chunked_prefill_size", "prefill_chunk": "chunked_prefill_size"},
     neutral_fields={"disable_radix_cache": "prefix caching: the sweep's random prompts share no prefix"},
     logs_graph_use=True,
+    report_fields=("model_path", "tp_size", "max_running_requests", "attention_backend", "disable_cuda_graph",
+                   "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
+                   "enable_flashinfer_allreduce_fusion", "chunked_prefill_size", "mem_fraction_static", "page_size"),
     requeue_word="retraction",
     has_releases=True,
     standin_backend="sim",  # SGLang needs GPUs: a config is rehearsed on the stand-in unless told otherwise

@@ -82,6 +82,7 @@ CAPABILITIES = Capabilities(
                   "kv_tokens": "max_total_num_tokens"},
     neutral_fields={"enable_prefix_caching": "prefix caching: the sweep's random prompts share no prefix"},
     mixed_steps=True,
+    report_fields=("max_num_seqs", "max_num_batched_tokens", "enforce_eager"),
     requeue_word="preemption",
     has_releases=True,
     resolves_automatic_values=True,
