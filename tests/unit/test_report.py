@@ -257,7 +257,7 @@ def test_a_phase_without_metrics_gets_a_note_and_one_with_metrics_none(tmp_path)
 )
 def test_the_pinned_at_cap_sentence_only_when_running_was_pinned(decode, says, never):
     summary = {"run_id": "r", "phases": {"fix": {
-        "max_running_requests": 1024, "decode": {"decode_lines": 500, "mean_queue_req": 0.0, **decode}}}}
+        "running_cap": 1024, "decode": {"decode_lines": 500, "mean_queue_req": 0.0, **decode}}}}
     text = report.render_markdown(summary)
     line = next(ln for ln in text.splitlines() if ln.startswith("Server log:"))
     assert says in line and never not in line
