@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from glm5lib.config._args import arg, flag_of, norm, shown_as
 from glm5lib.config._flags import field_for, flag_for
 from glm5lib.config._graphs import cuda_graphs_off, graphs_off_for
 from glm5lib.config._releases import (
@@ -79,6 +80,7 @@ __all__ = [
     "FlagSpec",
     "SGLangConfig",
     "ServerConfig",
+    "arg",
     "bundled_catalogue",
     "catalogue",
     "check_value",
@@ -87,17 +89,20 @@ __all__ = [
     "default_release",
     "field_for",
     "flag_for",
+    "flag_of",
     "graphs_off_for",
     "guess_release",
     "installed_catalogue",
     "installed_release",
     "intent_flags",
     "nearest_bundled",
+    "norm",
     "parse_assignment",
     "read_catalogue_file",
     "release_of",
     "resolved_fallback",
     "shipped_configs",
+    "shown_as",
     "type_name",
     "version_key",
 ]

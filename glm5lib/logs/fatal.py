@@ -20,7 +20,7 @@ _FATAL_SIGNATURES: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CUDA out of memory",
             "OutOfMemoryError",
             "CUDA error: out of memory",
-            "Not enough memory. Please try to increase --mem-fraction-static",
+            "Not enough memory. Please try to increase",  # SGLang: "... --mem-fraction-static"
             "RuntimeError: Not enough memory",
             "HIP out of memory",
         ),

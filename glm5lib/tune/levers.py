@@ -81,7 +81,7 @@ def lever_for(engine: str, acts_on: str, levers: Sequence[Lever]) -> Lever | Non
     caps = engines.get(engine).capabilities
     preferred = caps.running_cap_field if acts_on == "running" else caps.token_budget_field
     for lev in levers:
-        if preferred and lev.field in (preferred, f"{preferred}_decode"):
+        if preferred and caps.limit_of(lev.field) == caps.limit_of(preferred):
             return lev
     return next((lev for lev in levers if lev.acts_on == acts_on), None)
 
@@ -113,7 +113,7 @@ def safe_bounds(lever: Lever, engine: str, *, concurrency: int, input_len: int, 
         if concurrency < high:
             high = float(concurrency)
             why.append(f"at most the {concurrency} requests offered")
-        pool = (startup or {}).get("max_total_num_tokens")
+        pool = engines.limits_of(engine, config, startup or {}).kv_tokens
         if isinstance(pool, (int, float)) and pool > 0:
             fits = int(pool // max(1, input_len + output_len))
             if 0 < fits < high:

@@ -475,12 +475,13 @@ def config_of(run_dir: str | Path, phase: str | None, fallback: str | None = Non
     return engines.load_config(fallback) if fallback else None
 
 
-def _start_value(config: Any, lever: Lever, startup: Mapping[str, Any]) -> float | None:
+def _start_value(config: Any, lever: Lever, startup: Mapping[str, Any], engine: str) -> float | None:
     value = config.get(lever.field) if config is not None else None
     if value is None:
         value = startup.get(lever.field)
-        if value is None and lever.field == "max_num_seqs":
-            value = startup.get("max_running_requests")
+        limit = engines.get(engine, default=engines.COMMAND).capabilities.limit_of(lever.field)
+        if value is None and limit is not None:  # the value in force, as the engine's log states it
+            value = engines.limits_of(engine, {}, startup).get(limit)
     try:
         return float(value) if value is not None else None
     except (TypeError, ValueError):
@@ -602,7 +603,7 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
         rows.append(_record(run, kind, step, folder.name, lever, changes, result, proposal, reason))
 
     start_startup = _startup(evidence) if evidence is not None else {}
-    start = _start_value(config, lever, start_startup)
+    start = _start_value(config, lever, start_startup, engine)
     if evidence is not None and _same_workload(evidence, workload):
         changes = {lever.field: lever.clamp(start)} if start is not None else {}
         take(evidence, changes, 0, "evidence", None, f"measured phase {evidence_phase}: the starting evidence; {why}")
