@@ -85,7 +85,7 @@ def test_auto_hands_a_log_to_the_engine_that_wrote_it(toy_engine, tmp_path):
 
 
 def test_unknown_engine_is_refused_with_the_valid_names(tmp_path):
-    with pytest.raises(ValueError, match=r"unknown log engine 'tgi'.*'auto', 'vllm', 'sglang'"):
+    with pytest.raises(ValueError, match=r"unknown log engine 'tgi'.*'auto', 'vllm', 'transformers', 'sglang'"):
         logs.parse_log("[2025-01-01 00:00:00] x\n", engine="tgi")
     with pytest.raises(ValueError, match="unknown log engine"):
         logs.follow_log(tmp_path / "server.log", engine="tgi")

@@ -1,0 +1,399 @@
+"""``transformers serve`` as a workbook backend: a configuration in its own flags, and launching it.
+
+A :class:`TransformersConfig` holds ``transformers serve`` options under their own names (the
+typer parameters of ``transformers.cli.serve.Serve``: ``force_model``, ``continuous_batching``,
+``cb_max_batch_tokens``, ``cb_num_blocks``, ``cb_block_size``, ``cb_max_memory_percent``,
+``cb_use_cuda_graph``...), checked against the catalogue of its release
+(``flags/<release>.json``, read from that release's own signature). Configs are JSON files::
+
+    {"format": "glm5lib.transformers_config/1", "engine": "transformers", "name": "...",
+     "transformers_version": "5.17.0", "env": {},
+     "server_args": {"force_model": "/models/tiny", "cb_max_batch_tokens": 64}}
+
+``model`` and ``model_path`` are accepted for ``force_model`` (the positional model the server
+preloads); ``continuous_batching`` is on unless the config turns it off: this engine is about
+its continuous batching.
+
+:func:`launch_transformers` starts ``transformers serve`` with the interpreter
+:func:`transformers_python` finds, through :func:`glm5lib.server.launch_command` (readiness on
+``/health``), so the server is a :class:`~glm5lib.server.CommandServer` like any other engine's.
+Its continuous-batching logger (``ContinuousBatchingLogger``, a logger of its own that the
+``--log-level`` flag does not reach) is raised to INFO, so that the log says what the paged
+cache was sized to and when requests were offloaded; everything else is the engine's own CLI.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+import json
+import os
+import re
+import sys
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from glm5lib import server as server_mod
+from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.logs import parse_log
+from glm5lib.masking import mask_mapping
+
+__all__ = [
+    "BUNDLED_RELEASES",
+    "CONFIG_FORMAT",
+    "DEFAULT_RELEASE",
+    "TransformersConfig",
+    "launch_transformers",
+    "serve_argv",
+    "transformers_flags",
+    "transformers_python",
+]
+
+CONFIG_FORMAT = "glm5lib.transformers_config/1"
+_FLAGS_FORMAT = "glm5lib.transformers_flags/1"
+#: other names for the positional model (the notebooks' MODEL_PATH, vLLM's --model)
+ALIASES = {"model": "force_model", "model_path": "force_model"}
+#: set by the launcher itself, never by a config
+_LAUNCH_FIELDS = ("host", "port")
+#: the field whose value is the positional argument
+MODEL_FIELD = "force_model"
+_REPO = Path(__file__).resolve().parents[3]
+
+#: Run ``transformers serve`` (the CLI's own ``main``) with the continuous-batching logger at
+#: INFO: its cache sizing ("Paged cache initialized: ...") and offloads are INFO lines, and
+#: that logger takes no level from ``--log-level``.
+BOOTSTRAP = (
+    "import logging, sys; logging.getLogger('ContinuousBatchingLogger').setLevel(logging.INFO); "
+    "from transformers.cli.transformers import main; sys.argv[0] = 'transformers'; sys.exit(main())"
+)
+
+
+def _release_key(version: str) -> tuple[int, ...]:
+    numbers = re.findall(r"\d+", str(version).split("+", 1)[0])[:3]
+    if not numbers:
+        raise ConfigError(f"transformers release {version!r} is not a version such as '5.17.0'",
+                          field="transformers_version")
+    return tuple(int(n) for n in numbers)
+
+
+def _folder():
+    return resources.files("glm5lib.engines.transformers").joinpath("flags")
+
+
+#: releases whose catalogue ships with glm5lib, oldest first
+BUNDLED_RELEASES: tuple[str, ...] = tuple(sorted(
+    (p.name[: -len(".json")] for p in _folder().iterdir() if p.name.endswith(".json")), key=_release_key))
+DEFAULT_RELEASE = BUNDLED_RELEASES[-1]
+
+
+@functools.lru_cache(maxsize=4)
+def transformers_flags(release: str | None = None) -> tuple[dict[str, dict[str, Any]], str]:
+    """``(field -> spec, release)``: the bundled catalogue that describes transformers ``release``
+    (the same release, else the newest bundled one not newer, else the oldest; None: the newest).
+    A spec: ``flags``, ``kind`` (``"positional"``, ``"bool"``, ``"value"``), ``negatable``,
+    ``type``, ``default``, ``choices``, ``help``."""
+    chosen = DEFAULT_RELEASE
+    if release:
+        key = _release_key(release)
+        older = [r for r in BUNDLED_RELEASES if _release_key(r) <= key]
+        chosen = older[-1] if older else BUNDLED_RELEASES[0]
+    data = json.loads(_folder().joinpath(f"{chosen}.json").read_text())
+    if data.get("format") != _FLAGS_FORMAT:
+        raise ConfigError(f"transformers catalogue {chosen}.json has format {data.get('format')!r}, "
+                          f"not {_FLAGS_FORMAT!r}", field="format")
+    return dict(data["flags"]), str(data["version"])
+
+
+def _check_value(field: str, spec: Mapping[str, Any], value: Any) -> Any:
+    if value is None:
+        return None
+    kind, vtype = spec.get("kind"), spec.get("type")
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"transformers serve's {field} is a switch: give true or false, not {value!r}",
+                              field=field, valid=["true", "false"])
+        return value
+    if field == "chat_template_kwargs" and isinstance(value, Mapping):
+        return dict(value)
+    if vtype == "int":
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"transformers serve's {field} takes a whole number, not {value!r}", field=field)
+    elif vtype == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"transformers serve's {field} takes a number, not {value!r}", field=field)
+        if field == "cb_max_memory_percent" and not 0.0 < value <= 1.0:
+            raise ConfigError(f"transformers serve's cb_max_memory_percent is a fraction of free memory, "
+                              f"above 0 and at most 1.0, not {value!r}", field=field, valid=["0.0-1.0"])
+    elif not isinstance(value, str):
+        raise ConfigError(f"transformers serve's {field} takes text, not {value!r}", field=field)
+    choices = spec.get("choices")
+    if choices and value not in choices:
+        raise ConfigError(f"transformers serve's {field}={value!r} is not one of its choices: "
+                          f"{', '.join(map(str, choices))}", field=field, valid=[str(c) for c in choices])
+    return value
+
+
+class TransformersConfig:
+    """``transformers serve`` options under their own names; immutable (``with_changes`` copies)."""
+
+    engine = "transformers"
+
+    def __init__(self, args: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
+                 meta: Mapping[str, Any] | None = None):
+        self.meta = dict(meta or {})
+        flags, release = self._flags()
+        checked: dict[str, Any] = {}
+        for key, value in dict(args or {}).items():
+            field = ALIASES.get(key, key)
+            spec = flags.get(field)
+            if spec is None:
+                close = difflib.get_close_matches(field, list(flags), n=3)
+                hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+                raise ConfigError(f"{key!r} is not a `transformers serve` option{hint}; names are its own "
+                                  f"(--cb-max-batch-tokens is cb_max_batch_tokens), checked against the catalogue "
+                                  f"of transformers {release}", field=key, valid=close or sorted(flags))
+            if field in _LAUNCH_FIELDS:
+                continue  # the launcher picks the address
+            checked[field] = _check_value(field, spec, value)
+        self._args = checked
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+
+    def _flags(self) -> tuple[dict[str, dict[str, Any]], str]:
+        return transformers_flags(self.__dict__.get("meta", {}).get("transformers_version"))
+
+    # -- reading ---------------------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str | None = None) -> TransformersConfig:
+        where = source or "config"
+        if data.get("engine", "transformers") != "transformers":
+            raise ConfigError(f"{where} is for engine {data.get('engine')!r}, not transformers", field="engine",
+                              valid=["transformers"])
+        args = data.get("server_args")
+        if not isinstance(args, Mapping):
+            raise ConfigError(f"{where} has no \"server_args\" object of `transformers serve` options",
+                              field="server_args")
+        meta = {k: v for k, v in data.items() if k not in ("server_args", "env")}
+        if source:
+            meta["path"] = source
+        return cls(args, env=data.get("env") or {}, meta=meta)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str] | Mapping[str, Any]) -> TransformersConfig:
+        """A config from a JSON file (or its parsed dict)."""
+        if isinstance(path, TransformersConfig):
+            return path
+        if isinstance(path, Mapping):
+            return cls.from_dict(path)
+        file = Path(path)
+        if not file.is_file():
+            raise ConfigError(f"no transformers config file {str(path)!r}: give the path of a JSON file with "
+                              f"\"engine\": \"transformers\" and \"server_args\"", field="config")
+        try:
+            data = json.loads(file.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{file} is not valid JSON: {exc}", field="config") from None
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{file} holds no JSON object", field="config")
+        config = cls.from_dict(data, source=str(file))
+        config.meta.setdefault("name", file.stem)
+        return config
+
+    @property
+    def name(self) -> str | None:
+        return self.meta.get("name")
+
+    @property
+    def args(self) -> dict[str, Any]:
+        return dict(self._args)
+
+    def get(self, field: str, default: Any = None) -> Any:
+        return self._args.get(ALIASES.get(field, field), default)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        flags, _ = self._flags()
+        field = ALIASES.get(name, name)
+        if field in flags:
+            return self._args.get(field, flags[field].get("default"))
+        raise AttributeError(f"{name!r} is not a `transformers serve` option")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TransformersConfig) and self._args == other._args and self.env == other.env
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(self._args, sort_keys=True, default=str))
+
+    def __repr__(self) -> str:
+        return f"TransformersConfig({mask_mapping(self._args)!r})"
+
+    def to_dict(self, *, mask: bool = False) -> dict[str, Any]:
+        return mask_mapping(self._args) if mask else dict(self._args)
+
+    def diff(self, other: TransformersConfig) -> dict[str, tuple[Any, Any]]:
+        """Fields whose values differ: ``{field: (self's, other's)}`` (unset reads as the default)."""
+        flags, _ = self._flags()
+        out = {}
+        for key in sorted(set(self._args) | set(other._args)):
+            default = flags.get(key, {}).get("default")
+            a, b = self._args.get(key, default), other._args.get(key, default)
+            if a != b:
+                out[key] = (a, b)
+        return out
+
+    # -- changing ----------------------------------------------------------------------------------
+
+    def with_changes(self, **fields: Any) -> TransformersConfig:
+        """A copy with ``fields`` set (its own names, or flags' spellings: ``cb-max-batch-tokens``);
+        ``None`` removes a field (back to the engine's default: sized from free memory)."""
+        args = dict(self._args)
+        for key, value in fields.items():
+            field = ALIASES.get(key, key.lstrip("-").replace("-", "_"))
+            if value is None:
+                args.pop(field, None)
+            else:
+                args[field] = value
+        return TransformersConfig(args, env=self.env, meta=self.meta)
+
+    def without(self, *fields: str) -> TransformersConfig:
+        return self.with_changes(**{f: None for f in fields})
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def to_argv(self) -> list[str]:
+        """The options as ``transformers serve`` arguments: the model first (positional), then
+        ``--continuous-batching`` unless turned off, then the flags (``--no-cb-use-cuda-graph``)."""
+        flags, _ = self._flags()
+        argv: list[str] = []
+        model = self._args.get(MODEL_FIELD)
+        if model:
+            argv.append(str(model))
+        if self._args.get("continuous_batching", True):
+            argv.append("--continuous-batching")
+        for key, value in self._args.items():
+            spec = flags[key]
+            if value is None or key in (MODEL_FIELD, "continuous_batching"):
+                continue
+            flag = spec["flags"][0]
+            if spec.get("kind") == "bool":
+                if value:
+                    argv.append(flag)
+                elif spec.get("negatable"):
+                    argv.append("--no-" + flag[2:])
+            elif isinstance(value, Mapping):
+                argv += [flag, json.dumps(value)]
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write this config as a ``glm5lib.transformers_config/1`` file (secrets masked)."""
+        path = Path(path)
+        meta = {k: v for k, v in self.meta.items() if k not in ("path", "format", "engine")}
+        data = {"format": CONFIG_FORMAT, "engine": "transformers", **meta, "env": self.env,
+                "server_args": self.to_dict(mask=True)}
+        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
+        return path
+
+    def model_path(self) -> str:
+        """The model to serve: a local folder (absolute, or relative to here or to the repository)
+        must exist; anything else is a Hugging Face model id the engine fetches itself."""
+        model = self._args.get(MODEL_FIELD)
+        if not model:
+            raise ConfigError("the transformers config names no model: set server_args.force_model "
+                              "(or model / MODEL_PATH)", field="force_model")
+        model = str(model)
+        for candidate in (Path(model).expanduser(), _REPO / model):
+            if candidate.exists():
+                return str(candidate.resolve())
+        if model.startswith(("/", ".", "~")):
+            raise ConfigError(f"model path {model!r} does not exist", field="force_model")
+        return model
+
+
+def transformers_python() -> str:
+    """The interpreter that runs ``transformers serve``: ``GLM5_TRANSFORMERS_PYTHON``, else
+    ``$ENGINES/transformers`` (``.engines/transformers`` by default) where it has transformers, else
+    this one when it imports transformers."""
+    override = os.environ.get("GLM5_TRANSFORMERS_PYTHON")
+    if override:
+        if not Path(override).exists():
+            raise ServerLaunchError(f"GLM5_TRANSFORMERS_PYTHON={override!r} does not exist", cause="not_found")
+        return override
+    engines = Path(os.environ.get("ENGINES") or _REPO / ".engines")
+    if not engines.is_absolute():
+        engines = _REPO / engines
+    venv = engines / "transformers"
+    if (venv / "bin" / "python").exists() and any(venv.glob("lib/python3*/site-packages/transformers/__init__.py")):
+        return str(venv / "bin" / "python")
+    if importlib.util.find_spec("transformers") is not None:
+        return sys.executable
+    raise ServerLaunchError(
+        "transformers is not installed: install `transformers[serving]` (5.x) and torch into this "
+        "environment or into $ENGINES/transformers, or point GLM5_TRANSFORMERS_PYTHON at an interpreter that has them",
+        cause="not_found",
+    )
+
+
+def serve_argv(config: TransformersConfig, python: str, extra_args: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """The argv template that runs ``config`` (``{host}``/``{port}`` left for the launcher)."""
+    return [python, "-c", BOOTSTRAP, "serve", *config.to_argv(), *extra_args, "--host", "{host}", "--port", "{port}"]
+
+
+def launch_transformers(
+    config: TransformersConfig | str | os.PathLike[str],
+    *,
+    log_path: str | os.PathLike[str] | None = None,
+    port: int | None = None,
+    host: str = "127.0.0.1",
+    ready_timeout: float = 600.0,
+    env: Mapping[str, str] | None = None,
+    extra_args: list[str] | tuple[str, ...] = (),
+):
+    """Start ``transformers serve`` from ``config`` and return the ready
+    :class:`~glm5lib.server.CommandServer` (use it with ``with``, or ``stop()`` it).
+
+    The config's names and values, the model path, the interpreter and the port are checked
+    before anything starts. Requests name the model as the config does (``model`` of the server).
+    An engine that dies while starting raises :class:`~glm5lib.errors.ServerLaunchError` quoting
+    what its log says.
+    """
+    if not isinstance(config, TransformersConfig):
+        config = TransformersConfig.load(config)
+    model = config.model_path()
+    python = transformers_python()
+    template = serve_argv(config.with_changes(force_model=model), python, extra_args)
+    # the engine checks PyPI for a newer release at start-up; a benchmark host may have no network
+    base_env = {"HF_HUB_DISABLE_UPDATE_CHECK": "1", "NO_COLOR": "1"}
+    try:
+        srv = server_mod.launch_command(
+            template, port=port, host=host, model=model, log_path=log_path,
+            env={**base_env, **config.env, **(env or {})}, ready_timeout=ready_timeout, ready_path="/health",
+        )
+    except ServerLaunchError as exc:
+        raise _explain(exc) from None
+    srv.log_engine = "transformers"
+    return srv
+
+
+def _explain(exc: ServerLaunchError) -> ServerLaunchError:
+    """Quote what the engine's own log says about a failed start."""
+    if exc.cause in ("port_in_use", "not_found") or not exc.log_path or not Path(exc.log_path).exists():
+        return exc
+    slog = parse_log(exc.log_path, engine="transformers")
+    if slog.errors.empty:
+        return exc
+    first = slog.errors.iloc[0]
+    kind = slog.crash_cause() or first["kind"]
+    lines = [line for text in slog.errors["text"] for line in str(text).splitlines()][:20]
+    return ServerLaunchError(
+        f"transformers serve died while starting ({kind}): {first['message']}; log: {exc.log_path}",
+        cause=kind, exit_code=exc.exit_code, log_lines=lines + [ln for ln in exc.log_lines[-8:] if ln not in lines],
+        log_path=exc.log_path,
+    )
