@@ -31,7 +31,7 @@ from typing import Any
 import ipywidgets as widgets
 import pandas as pd
 
-from glm5lib import plots, rundir, workbook
+from glm5lib import engines, plots, rundir, workbook
 from glm5lib.config import ServerConfig, shipped_configs
 from glm5lib.errors import ConfigError, Glm5Error
 from glm5lib.phase import measure_phase
@@ -119,8 +119,11 @@ class ServerPanel:
         wide = widgets.Layout(width="100%")
         self.config = widgets.Combobox(value=config, options=names, description="config",
                                        placeholder="shipped name or JSON path", ensure_option=False, layout=wide)
-        self.backend = widgets.Combobox(value=backend, options=["sim", "sglang"], description="backend",
-                                        placeholder="sim, sglang or http://host:port", layout=wide)
+        # the engines a shipped configuration launches: those taking the default engine's configuration
+        own = engines.get(engines.DEFAULT_ENGINE).config_type
+        backends = [a.name for a in engines.adapters() if own is not None and a.config_type is own]
+        self.backend = widgets.Combobox(value=backend, options=backends, description="backend",
+                                        placeholder=f"{', '.join(backends)} or http://host:port", layout=wide)
         self.phase = widgets.Text(value=phase, description="phase", layout=wide)
         self.concurrencies = widgets.Text(value=", ".join(str(c) for c in concurrencies), description="levels",
                                           layout=wide)

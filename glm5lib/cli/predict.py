@@ -119,7 +119,8 @@ def register_cli(subparsers: Any) -> None:
         "--set",
         action="append",
         metavar="FIELD=VALUE",
-        help="an engine field to change, e.g. max_num_seqs=256 (repeatable)",
+        help="a limit to change by its neutral name (running_cap=256, token_budget=8192, kv_tokens, "
+             "kv_fraction, graph_max_batch, graphs_off, prefill_chunk) or the engine's own field (repeatable)",
     )
     p.add_argument("--concurrency", required=True, metavar="N[,M...]", help="offered concurrency levels")
     p.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")

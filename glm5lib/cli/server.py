@@ -152,8 +152,8 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
 
 def _add_launch_options(parser: argparse.ArgumentParser) -> None:
     # the registry's names need no adapter imported; checked by the handler (exit 2 when unknown)
-    parser.add_argument("--backend", default="sglang", metavar="ENGINE",
-                        help=f"engine: {', '.join(engines.names())} (default sglang)")
+    parser.add_argument("--backend", default=engines.DEFAULT_ENGINE, metavar="ENGINE",
+                        help=f"engine: {', '.join(engines.names())} (default {engines.DEFAULT_ENGINE})")
     parser.add_argument("--port", type=int, default=None, help="port (default: a free one)")
     parser.add_argument("--log", default=None, help="log file (default: a new temporary folder)")
     parser.add_argument("--ready-timeout", type=float, default=600.0, help="seconds to wait for readiness")

@@ -93,10 +93,10 @@ def _from_phase(args: argparse.Namespace) -> tuple[Any, str, Path | None]:
     if args.backend:
         backend = args.backend
     elif config is not None:  # the config's engine, or the stand-in that rehearses an engine needing GPUs
-        caps = engines.get(getattr(config, "engine", None) or "sglang").capabilities
-        backend = caps.standin_backend or getattr(config, "engine", None) or "sim"
+        caps = engines.get(getattr(config, "engine", None) or engines.DEFAULT_ENGINE).capabilities
+        backend = caps.standin_backend or getattr(config, "engine", None) or engines.STANDIN
     else:
-        backend = "command" if folder is not None and (folder / rundir.COMMAND).exists() else "sim"
+        backend = engines.COMMAND if folder is not None and (folder / rundir.COMMAND).exists() else engines.STANDIN
     if config is None and engines.get(backend).capabilities.launches_from_config:
         raise ConfigError(f"--backend {backend} needs --config (e.g. glm5-baseline, vllm-capped) or "
                           "RUN_DIR --phase", field="config")

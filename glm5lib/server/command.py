@@ -40,10 +40,10 @@ _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 def flag_name(key: str) -> str:
-    """``"cb_max_batch_tokens"``, ``"cb-max-batch-tokens"`` or ``"--cb-max-batch-tokens"`` -> ``"--cb-max-batch-tokens"``."""
+    """``"max_batch"``, ``"max-batch"`` or ``"--max-batch"`` -> ``"--max-batch"``."""
     text = str(key).strip()
     if not text or text in ("-", "--"):
-        raise ConfigError(f"empty flag name {key!r}; give e.g. 'cb_max_batch_tokens' or '--cb-max-batch-tokens'",
+        raise ConfigError(f"empty flag name {key!r}; give e.g. 'max_batch' or '--max-batch'",
                           field="changes")
     if text.startswith("-"):
         return text if text.startswith("--") or len(text) == 2 else "-" + text
@@ -113,7 +113,7 @@ def apply_flag_changes(argv: Sequence[str], changes: Mapping[str, Any]) -> list[
     """
     if not isinstance(changes, Mapping):
         raise ConfigError(f"flag changes must be a mapping of flag -> value, got {type(changes).__name__}",
-                          field="changes", valid=["{'--cb-max-batch-tokens': 256}"])
+                          field="changes", valid=["{'--max-batch': 256}"])
     out = [str(a) for a in argv]
     for key, value in changes.items():
         flag = flag_name(key)

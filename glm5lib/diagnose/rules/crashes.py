@@ -6,48 +6,21 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, Finding, _col
-from glm5lib.diagnose.knowledge import fill_remedy
+from glm5lib.diagnose.knowledge import remedy
 
 __all__ = ["rule_crashes"]
 
-_CRASH_ADVICE = {
-    "nan": (
-        "server crashed: NaN in the logits",
-        "NaN logits usually come from an attention or GEMM kernel on this GPU/model pair: switch "
-        "{flag:attention_backend} (now {attention_backend}; triton is the most portable), keep "
-        "{flag:moe_runner_backend} and {flag:fp4_gemm_runner_backend} at auto, and retry with {flag:disable_cuda_graph} "
-        "to rule out capture",
-    ),
-    "oom_pool": (
-        "server failed: not enough memory for the KV pool",
-        "the weights left too little for the KV pool: raise {flag:mem_fraction_static} (now {mem_fraction_static}) "
-        "or use more GPUs / a smaller {flag:context_length}",
-    ),
-    "oom": (
-        "server crashed: CUDA out of memory",
-        "activations or CUDA graphs did not fit beside the KV pool: lower {flag:mem_fraction_static} "
-        "(now {mem_fraction_static}), {flag:chunked_prefill_size} or {flag:cuda_graph_max_bs}",
-    ),
-    "nccl": (
-        "server crashed: NCCL error",
-        "check GPU peer-to-peer (nvidia-smi topo -p2p r), IOMMU/ACS settings and the container's /dev/shm "
-        "size; retry with NCCL_P2P_DISABLE=1 to confirm; in the investigated setup a Proxmox VM broke P2P "
-        "and an LXC container worked",
-    ),
-    "health_check": (
-        "server stopped answering (watchdog)",
-        "the scheduler hung: look at the log just before the watchdog line; raise {flag:watchdog_timeout} only "
-        "if start-up or a very long batch explains it",
-    ),
-    "scheduler_exception": (
-        "server crashed: scheduler exception",
-        "read the traceback in the log; re-run with the same flags and {flag:log_level} debug to reproduce",
-    ),
-    "sigquit": (
-        "a server child process died",
-        "the parent received SIGQUIT from a failed child: the traceback before it names the cause",
-    ),
-    "other": ("server logged a fatal error", "read the quoted log line"),
+# what each fatal kind is called; the advice is a remedy by intent (remedies.json: crash_<kind>), in
+# the engine's own flags
+_CRASH_TITLES = {
+    "nan": "server crashed: NaN in the logits",
+    "oom_pool": "server failed: not enough memory for the KV pool",
+    "oom": "server crashed: CUDA out of memory",
+    "nccl": "server crashed: NCCL error",
+    "health_check": "server stopped answering (watchdog)",
+    "scheduler_exception": "server crashed: scheduler exception",
+    "sigquit": "a server child process died",
+    "other": "server logged a fatal error",
 }
 
 
@@ -67,8 +40,8 @@ def rule_crashes(ev: Evidence) -> list[Finding]:
         for key, group in kinds.groupby("key", sort=False):
             if key in ("sigquit", "scheduler_exception", "other") and specific:
                 continue
-            title, advice = _CRASH_ADVICE.get(key, _CRASH_ADVICE["other"])
-            fmt = {f: ev.arg(f) for f in ("attention_backend", "mem_fraction_static")}
+            kind = key if key in _CRASH_TITLES else "other"
+            title = _CRASH_TITLES[kind]
             first = group.iloc[0]
             ranks = group["rank"].dropna().nunique() if "rank" in group else 0
             when = f" at {first['time']}" if "time" in group and pd.notna(first.get("time")) else ""
@@ -80,7 +53,8 @@ def rule_crashes(ev: Evidence) -> list[Finding]:
                 Finding(
                     finding=title,
                     evidence=evidence,
-                    suggestion=fill_remedy(advice, ev.release, **fmt),
+                    suggestion=str(remedy(f"crash_{kind}", ev.engine, release=ev.release, lookup=ev.arg)
+                                   or remedy("crash_other", ev.engine)),
                     confidence=0.95,
                     rule=f"crash:{key}",
                     severity=1.0,

@@ -12,7 +12,6 @@ from test_diagnose import decode_frame, sweep_frame
 from glm5lib import diagnose as dg
 from glm5lib.config import catalogue
 from glm5lib.diagnose.model import PerfModel
-from glm5lib.diagnose.rules.crashes import _CRASH_ADVICE
 from glm5lib.logs import to_epoch
 
 
@@ -284,7 +283,7 @@ def test_capacity_fit_drops_the_ramp_lines_of_each_level():
 def test_sglang_remedies_name_only_flags_and_values_the_release_takes(release):
     cat = catalogue(release)
     texts = [dg.remedy(intent, "sglang", release=release) for intent in dg.load_remedies()]
-    texts += [dg.fill_remedy(advice, release) for _, advice in _CRASH_ADVICE.values()]
+    assert any(intent.startswith("crash_") for intent in dg.load_remedies())  # the crash advice is checked too
     for text in texts:
         for flag, value in re.findall(r"(--[a-z][a-z0-9-]+)(?: ([a-z0-9]+_[a-z0-9_]+))?", text):
             spec = cat.specs[cat.flag_to_field[flag]]  # KeyError: a flag the release does not know
