@@ -32,8 +32,7 @@ import pandas as pd
 
 from glm5lib.logs.access import access_frame, access_lines
 from glm5lib.logs.fields import Windows, split_lines
-from glm5lib.logs.scheduler import convert_column
-from glm5lib.logs.tables import to_timestamps
+from glm5lib.logs.tables import convert_column, to_timestamps
 from glm5lib.logs.text import PREFIX_RE, split_chunk
 
 __all__ = [
@@ -47,7 +46,7 @@ __all__ = [
 # What no line read here may hold: a line break (other than its final newline, which the
 # regexes look ahead to), an escape, a byte of a non-ASCII character, a "[" (so nothing is glued on).
 _NOT = rb"\n\r\x0b\x0c\x1c-\x1f\x1b\x80-\xff\["
-# One scheduler value, as glm5lib.logs.scheduler.FAST_VALUE but over ASCII bytes.
+# One scheduler value, as SGLang's scheduler FAST_VALUE but over ASCII bytes.
 _VALUE = rb"([^ \t," + _NOT + rb"()]*[^ \t,." + _NOT + rb"()])"
 _PREFIX = (
     rb"\n\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,6})?)(?: ([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*))?\] "

@@ -14,7 +14,7 @@ from glm5lib.logs.fatal import classify_fatal
 from glm5lib.logs.text import EXC_LINE_RE
 from glm5lib.masking import mask_text
 
-__all__ = ["ERROR_COLUMNS", "HTTP_COLUMNS", "block_row", "empty_frame", "errors_frame", "http_frame", "to_timestamps"]
+__all__ = ["ERROR_COLUMNS", "HTTP_COLUMNS", "block_row", "convert_column", "empty_frame", "errors_frame", "http_frame", "to_timestamps"]
 
 ERROR_COLUMNS = ("time", "rank", "kind", "message", "text")
 HTTP_COLUMNS = ("time", "client", "method", "path", "status")
@@ -109,3 +109,39 @@ def to_timestamps(values: Any) -> pd.Series:
     except (ValueError, TypeError):
         parsed = pd.to_datetime(series, errors="coerce", format="mixed")
     return parsed.astype("datetime64[ns]")
+
+
+_BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False}
+
+
+def convert_column(col: Any) -> Any:
+    """Raw string values of one column (an object array, None where absent) -> a typed array."""
+    col = np.asarray(col, dtype=object)
+    nulls = np.equal(col, None)
+    has_nulls = bool(nulls.any())
+    if has_nulls and nulls.all():
+        return col
+    sample = col[np.argmin(nulls)] if has_nulls else col[0]
+    if sample in _BOOL_VALUES:
+        if not has_nulls:
+            trues = col == "True"
+            if (trues | (col == "False")).all():
+                return trues
+        return pd.array([_BOOL_VALUES.get(v) if v is not None else None for v in col], dtype="boolean")
+    if isinstance(sample, str) and sample.endswith("%"):
+        cleaned = [v[:-1] if isinstance(v, str) and v.endswith("%") else v for v in col]
+        return pd.to_numeric(pd.Series(cleaned, dtype=object), errors="coerce").to_numpy(dtype=float) / 100.0
+    if not has_nulls:
+        if isinstance(sample, str) and "." not in sample and "e" not in sample:
+            try:
+                return col.astype(np.int64)
+            except (ValueError, TypeError, OverflowError):
+                pass
+        try:
+            return col.astype(np.float64)
+        except (ValueError, TypeError, OverflowError):
+            pass
+    converted = pd.to_numeric(pd.Series(col, dtype=object), errors="coerce")
+    if int(converted.isna().sum()) > int(nulls.sum()):
+        return col  # text values: keep them as text
+    return converted.to_numpy()

@@ -18,12 +18,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.engines.sglang.digest import IMPORTANT_ARGS, args_digest
-from glm5lib.logs.chunked import feed_chunk, typed_frame
-from glm5lib.logs.engine import LogEngine
-from glm5lib.logs.fatal import classify_fatal
-from glm5lib.logs.growing import GrowingTable
-from glm5lib.logs.model import ServerLog
-from glm5lib.logs.scheduler import (
+from glm5lib.engines.sglang.scheduler import (
     DECODE_COLUMNS,
     FAST_VALUE,
     PREFILL_COLUMNS,
@@ -36,8 +31,13 @@ from glm5lib.logs.scheduler import (
     parse_scheduler_msg,
     shape_regex,
 )
+from glm5lib.engines.sglang.startup import read_startup
+from glm5lib.logs.chunked import feed_chunk, typed_frame
+from glm5lib.logs.engine import LogEngine
+from glm5lib.logs.fatal import classify_fatal
+from glm5lib.logs.growing import GrowingTable
+from glm5lib.logs.model import ServerLog
 from glm5lib.logs.server_args import closes, parse_server_args
-from glm5lib.logs.startup import read_startup
 from glm5lib.logs.tables import (
     block_row,
     empty_frame,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 __all__ = [
@@ -24,7 +23,6 @@ __all__ = [
     "Shape",
     "bucket_key",
     "column_name",
-    "convert_column",
     "parse_scheduler_msg",
     "shape_regex",
 ]
@@ -79,7 +77,6 @@ _KEY_MAP = {
 DECODE_COLUMNS = ("running_req", "num_token", "token_usage", "cuda_graph", "gen_throughput", "queue_req")
 PREFILL_COLUMNS = ("new_seq", "new_token", "cached_token", "token_usage", "running_req", "queue_req")
 RETRACT_COLUMNS = ("retracted_reqs", "new_token_ratio_before", "new_token_ratio_after")
-_BOOL_VALUES = {"True": True, "False": False, "true": True, "false": False}
 
 
 def column_name(key: str, _cache: dict[str, str] = {}) -> str:  # noqa: B006 - a memo
@@ -204,36 +201,4 @@ def _parse_kv_body(body: str) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
         vals.append(val)
     return tuple(keys), tuple(vals)
 
-
-def convert_column(col: Any) -> Any:
-    """Raw string values of one column (an object array, None where absent) -> a typed array."""
-    col = np.asarray(col, dtype=object)
-    nulls = np.equal(col, None)
-    has_nulls = bool(nulls.any())
-    if has_nulls and nulls.all():
-        return col
-    sample = col[np.argmin(nulls)] if has_nulls else col[0]
-    if sample in _BOOL_VALUES:
-        if not has_nulls:
-            trues = col == "True"
-            if (trues | (col == "False")).all():
-                return trues
-        return pd.array([_BOOL_VALUES.get(v) if v is not None else None for v in col], dtype="boolean")
-    if isinstance(sample, str) and sample.endswith("%"):
-        cleaned = [v[:-1] if isinstance(v, str) and v.endswith("%") else v for v in col]
-        return pd.to_numeric(pd.Series(cleaned, dtype=object), errors="coerce").to_numpy(dtype=float) / 100.0
-    if not has_nulls:
-        if isinstance(sample, str) and "." not in sample and "e" not in sample:
-            try:
-                return col.astype(np.int64)
-            except (ValueError, TypeError, OverflowError):
-                pass
-        try:
-            return col.astype(np.float64)
-        except (ValueError, TypeError, OverflowError):
-            pass
-    converted = pd.to_numeric(pd.Series(col, dtype=object), errors="coerce")
-    if int(converted.isna().sum()) > int(nulls.sum()):
-        return col  # text values: keep them as text
-    return converted.to_numpy()
 
