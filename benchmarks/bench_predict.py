@@ -88,7 +88,7 @@ def _sets(items: list[str]) -> dict[str, Any]:
 
 
 def measure_standin(out: Path, levels: list[int], duration: float, output_len: int, fix_duration: float) -> Path:
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     base = ServerConfig.load("glm5-baseline")
     kw = {"concurrencies": levels, "input_len": 256, "output_len": output_len,

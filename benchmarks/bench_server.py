@@ -1,4 +1,4 @@
-"""Costs of glm5lib.server and glm5lib.config, measured against the stand-in.
+"""Costs of glm5lib.server and glm5lib.engines.sglang.config, measured against the stand-in.
 
 Prints, for ``--repeat`` launches of the stand-in (``glm5-baseline``, profile
 glm5-nvfp4-8x-rtxpro6000):
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from glm5lib import server as srv
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ServerLaunchError
 from glm5lib.logs import classify_fatal
 

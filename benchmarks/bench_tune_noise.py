@@ -124,7 +124,7 @@ def one_run_standin(land: Landscape, rng: np.random.Generator, sigma: float, mar
     baseline's cap (64) at a fixed limit in at most 4 launches, the grid of ``caps`` measured with
     its own draws, the pick's measured objective against the grid's best measured, the pick
     measured again."""
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     lever = "max_running_requests"
     workload = tune.Workload(concurrency=land.meta["concurrency"], input_len=128, output_len=32, duration=6.0,

@@ -311,7 +311,7 @@ def measure_phase(
 
     ``server`` is what to measure:
 
-    - a :class:`~glm5lib.config.ServerConfig` (or None with ``backend="command"`` or a URL):
+    - a :class:`~glm5lib.engines.sglang.config.ServerConfig` (or None with ``backend="command"`` or a URL):
       the server is started with :func:`start_server` on ``backend`` (``"sim"``, ``"sglang"``,
       ``"command"`` with ``command``, or an ``http(s)://`` URL to attach to, ``attach_log`` being
       its log if readable here), and stopped at the end unless ``keep_running=True``;

@@ -32,7 +32,7 @@ import ipywidgets as widgets
 import pandas as pd
 
 from glm5lib import engines, plots, rundir, workbook
-from glm5lib.config import ServerConfig, shipped_configs
+from glm5lib.engines.sglang.config import ServerConfig, shipped_configs
 from glm5lib.errors import ConfigError, Glm5Error
 from glm5lib.phase import measure_phase
 

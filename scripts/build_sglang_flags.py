@@ -2,7 +2,7 @@
 """Regenerate a release's catalogue of ``sglang.launch_server`` flags (JSON package data).
 
 The catalogues live in ``glm5lib/engines/sglang/flags/<release>.json`` and are read lazily by
-:func:`glm5lib.config.catalogue` (one file per release, loaded on first use).
+:func:`glm5lib.engines.sglang.config.catalogue` (one file per release, loaded on first use).
 
 The catalogue is read statically (with :mod:`ast`, nothing of SGLang is imported or run) from
 SGLang's ``python/sglang/srt/server_args.py``: the fields of the ``ServerArgs`` dataclass with
@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from glm5lib.config.sglang_parser import from_parser_dump
+from glm5lib.engines.sglang.config.sglang_parser import from_parser_dump
 
 FLAGS_DIR = Path(__file__).resolve().parent.parent / "glm5lib" / "engines" / "sglang" / "flags"
 _UNRESOLVED = object()

@@ -7,7 +7,7 @@ public API, prints, and returns an exit code. The library itself never prints. T
 assembles them.
 
 A command module imports at its top only what building its parser needs (argparse, the
-foundation modules, the light ``glm5lib.config``); its handlers import the library modules they
+foundation modules, the light ``glm5lib.engines.sglang.config``); its handlers import the library modules they
 call (pandas, aiohttp, matplotlib behind them), so ``glm5 --help`` and ``glm5 <command> --help``
 load none of them. ``tests/integration/test_cli.py`` checks it.
 

@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from glm5lib.config import (
+from glm5lib.engines.sglang.config import (
     DEFAULT_RELEASE,
     ServerConfig,
     catalogue,

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from glm5lib import engines
-from glm5lib.config import ServerConfig, parse_assignment
+from glm5lib.engines.sglang.config import ServerConfig, parse_assignment
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]

@@ -30,7 +30,6 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import engines
-from glm5lib.config import bundled_catalogue, version_key
 from glm5lib.diagnose.knowledge import IMPACT_ORDER, is_context_field, load_impact
 from glm5lib.diagnose.references import (
     arg,
@@ -41,6 +40,7 @@ from glm5lib.diagnose.references import (
     resolve_config,
     shown_as,
 )
+from glm5lib.engines.sglang.config import bundled_catalogue, version_key
 from glm5lib.masking import mask_value
 
 __all__ = ["CAPACITY_LIMITS", "DIFF_COLUMNS", "diff_configs", "resolve_automatic"]

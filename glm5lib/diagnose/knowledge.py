@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import engines as engines_pkg
-from glm5lib.config import intent_flags
+from glm5lib.engines.sglang.config import intent_flags
 from glm5lib.errors import DiagnosisError
 from glm5lib.paths import data_dir
 
@@ -176,7 +176,7 @@ class _Flags:
 def fill_remedy(text: str, release: str | None = None, *, lookup: Callable[[str], Any] | None = None,
                 **values: Any) -> str:
     """A remedy text with its placeholders filled: ``{flag:field}`` by the flags ``release``
-    (default: the default release) takes for that field (:func:`glm5lib.config.intent_flags`),
+    (default: the default release) takes for that field (:func:`glm5lib.engines.sglang.config.intent_flags`),
     the others from ``values``, else ``lookup(name)`` (unknown ones and None read "default")."""
     filled = {k: ("default" if v is None else v) for k, v in values.items()}
     return text.format_map(_Blank({**filled, "flag": _Flags(release)}, lookup))

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.config import (
+from glm5lib.engines.sglang.config import (
     ServerConfig,
     arg,
     config_defaults,

@@ -5,7 +5,7 @@
 launch, log adapter name, its ``/metrics`` names, the values it chooses at start-up, the
 capability facts rules read instead of its name, and its tuning levers. Registered engines:
 
-* ``sglang``: SGLang from a :class:`~glm5lib.config.ServerConfig`;
+* ``sglang``: SGLang from a :class:`~glm5lib.engines.sglang.config.ServerConfig`;
 * ``vllm``: vLLM from a :class:`~glm5lib.engines.vllm.VllmConfig`;
 * ``sim``: the stand-in server, launched and read as SGLang is;
 * ``command``: any engine from an argv template (:data:`ENGINES` has ready-made ones).
@@ -175,7 +175,7 @@ def load_config(name_or_path: Any, engine: str | None = None) -> Any:
 
     ``engine`` given: that engine's loader. Otherwise a configuration object is returned as is;
     a shipped ``vllm-*`` name or a JSON file whose ``"engine"`` is a registered engine goes to
-    that engine's loader; anything else is SGLang's (:class:`~glm5lib.config.ServerConfig`).
+    that engine's loader; anything else is SGLang's (:class:`~glm5lib.engines.sglang.config.ServerConfig`).
     """
     if engine is not None:
         return get(engine).load_config(name_or_path)

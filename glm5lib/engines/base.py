@@ -27,7 +27,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from glm5lib.errors import ConfigError
 
-__all__ = ["ACTS_ON", "LIMITS", "AutomaticValue", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever", "Limits"]
+__all__ = ["ACTS_ON", "LIMITS", "AutomaticValue", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever", "Limits", "Program"]
 
 #: what a lever may act on
 ACTS_ON = ("running", "prefill", "memory")
@@ -297,6 +297,22 @@ class Lever:
                 "description": self.description, "flag": self.flag, "step": self.step, "acts_on": self.acts_on}
 
 
+@dataclass(frozen=True)
+class Program:
+    """The server an engine runs as ``python -m <module>`` from a configuration, and what it
+    needs before it starts (:func:`glm5lib.server.launch` reads it)."""
+
+    module: str
+    #: the configuration must name a model (the stand-in models none)
+    requires_model: bool = True
+    #: the package the interpreter must have (None: glm5lib's own)
+    requires_package: str | None = None
+    #: what to do when it is missing
+    install_hint: str = ""
+    #: it parses the flags of the configuration's release when told which (``--sim-release``)
+    emulates_release: bool = False
+
+
 @dataclass
 class LaunchRequest:
     """Everything one phase's launch may pass an adapter (each adapter uses what it needs)."""
@@ -332,6 +348,8 @@ class EngineAdapter:
     config_loader: Callable[[Any], Any] | None = None
     #: (request) -> the started server object
     launcher: Callable[[LaunchRequest], Any] | None = None
+    #: the server :func:`glm5lib.server.launch` runs from this engine's configuration
+    program: Program | None = None
     #: (release) -> levers
     lever_maker: Callable[[str | None], list[Lever]] | None = None
     #: (field, args, startup, environment) -> an AutomaticValue-like object or None

@@ -24,10 +24,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm5lib.config import intent_flags
+from glm5lib.engines.sglang import PROGRAM as SGLANG_PROGRAM
+from glm5lib.engines.sglang.config import intent_flags
+from glm5lib.engines.sim import PROGRAM as STANDIN_PROGRAM
 from glm5lib.engines.vllm import VLLM_MODULE
 from glm5lib.errors import ConfigError
-from glm5lib.server import PROGRAMS, apply_flag_changes, flag_name
+from glm5lib.server import apply_flag_changes, flag_name
 
 __all__ = ["ENGINES", "Engine", "get_engine", "sglang_knobs"]
 
@@ -180,7 +182,7 @@ ENGINES: dict[str, Engine] = {
     ),
     "sglang": _module_server(
         "sglang",
-        PROGRAMS["sglang"].module,
+        SGLANG_PROGRAM.module,
         model_flag="--model-path",
         api="generate",
         knob="--max-running-requests",
@@ -189,7 +191,7 @@ ENGINES: dict[str, Engine] = {
     ),
     "glm5-sim": _module_server(
         "glm5-sim",
-        PROGRAMS["sim"].module,
+        STANDIN_PROGRAM.module,
         model_flag=None,
         api="completions",
         knob="--max-running-requests",

@@ -1,7 +1,7 @@
 """Launching, attaching to and stopping inference servers.
 
 :func:`launch` starts ``python -m sglang.launch_server`` (``backend="sglang"``) or the stand-in
-``python -m glm5lib.sim`` (``backend="sim"``) from a :class:`~glm5lib.config.ServerConfig`, as an
+``python -m glm5lib.sim`` (``backend="sim"``) from a :class:`~glm5lib.engines.sglang.config.ServerConfig`, as an
 argv list in its own process group, and returns a :class:`Server` once ``/health`` answers 200
 and the readiness line has been logged. Its output goes through a reader thread into the log
 file (secret values masked), and every line is checked for SGLang's fatal signatures, so a
@@ -35,7 +35,7 @@ from glm5lib.server.command import (
     flag_value,
     launch_command,
 )
-from glm5lib.server.launcher import PROGRAMS, Program, Server, launch
+from glm5lib.server.launcher import Program, Server, launch, programs
 from glm5lib.server.ports import LOOPBACK, find_free_port
 from glm5lib.server.process import READY_LINE, ServerProcess, live_servers, stop_all
 from glm5lib.server.standin import StandinProcess, run_standin
@@ -43,7 +43,6 @@ from glm5lib.server.standin import StandinProcess, run_standin
 __all__ = [
     "LOOPBACK",
     "PLACEHOLDERS",
-    "PROGRAMS",
     "READY_LINE",
     "AttachedServer",
     "CommandServer",
@@ -60,6 +59,7 @@ __all__ = [
     "launch",
     "launch_command",
     "live_servers",
+    "programs",
     "run_standin",
     "stop_all",
 ]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import http
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.logs import classify_fatal, follow_log
 from glm5lib.server.process import pick_cause

@@ -1,4 +1,4 @@
-"""Launching SGLang or the stand-in from a :class:`~glm5lib.config.ServerConfig`, and readiness.
+"""Launching SGLang or the stand-in from a :class:`~glm5lib.engines.sglang.config.ServerConfig`, and readiness.
 
 :func:`launch` starts ``python -m sglang.launch_server`` (``backend="sglang"``) or the stand-in
 ``python -m glm5lib.sim`` (``backend="sim"``) as an argv list and returns a :class:`Server` once
@@ -18,12 +18,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from glm5lib import http
-from glm5lib.config import DEFAULT_RELEASE, ServerConfig, nearest_bundled
+from glm5lib import engines, http
+from glm5lib.engines.base import Program
+from glm5lib.engines.sglang.config import DEFAULT_RELEASE, ServerConfig, nearest_bundled
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.masking import mask_argv
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
@@ -36,30 +36,10 @@ from glm5lib.server.process import (
     signals_deferred,
 )
 
-__all__ = ["PROGRAMS", "Program", "Server", "launch", "launch_error", "spawn_ready", "wait_ready"]
+__all__ = ["Program", "Server", "launch", "launch_error", "programs", "spawn_ready", "wait_ready"]
 
 logger = logging.getLogger(__name__)
 
-@dataclass(frozen=True)
-class Program:
-    """A server :func:`launch` starts from a ServerConfig: the module run with ``python -m``
-    and what it needs before it starts."""
-
-    module: str
-    #: the config must name a model (the stand-in models none)
-    requires_model: bool
-    #: the interpreter must have SGLang installed
-    requires_sglang: bool
-    #: it parses the flags of the config's SGLang release when told which (``--sim-release``)
-    emulates_release: bool
-
-
-#: ``backend`` of :func:`launch` -> the program it starts (the engine adapters of
-#: :mod:`glm5lib.engines` for SGLang and the stand-in launch through these)
-PROGRAMS: dict[str, Program] = {
-    "sglang": Program("sglang.launch_server", requires_model=True, requires_sglang=True, emulates_release=False),
-    "sim": Program("glm5lib.sim", requires_model=False, requires_sglang=False, emulates_release=True),
-}
 # After a fatal line, how long to keep reading before deciding: the traceback that names the
 # specific cause (and the process exit) usually follows within a second.
 _FATAL_SETTLE_S = 3.0
@@ -113,12 +93,18 @@ def _as_config(config: ServerConfig | str | os.PathLike[str] | Sequence[str]) ->
     )
 
 
-def sglang_installed(python: str) -> bool:
-    """Whether ``python`` can import SGLang."""
+def programs() -> dict[str, Program]:
+    """``backend`` of :func:`launch` -> the program it starts: the registered engines that run
+    from a ServerConfig (SGLang and the stand-in), each adapter holding its own."""
+    return {a.name: a.program for a in engines.adapters() if a.program is not None and a.config_type is ServerConfig}
+
+
+def package_installed(python: str, package: str) -> bool:
+    """Whether ``python`` can import ``package``."""
     if Path(python).resolve() == Path(sys.executable).resolve():
-        return importlib.util.find_spec("sglang") is not None
+        return importlib.util.find_spec(package) is not None
     done = subprocess.run(
-        [python, "-c", "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('sglang') else 3)"],
+        [python, "-c", f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({package!r}) else 3)"],
         capture_output=True,
         timeout=60,
     )
@@ -127,7 +113,7 @@ def sglang_installed(python: str) -> bool:
 
 def launch(
     config: ServerConfig | str | os.PathLike[str] | Sequence[str],
-    backend: str = "sglang",
+    backend: str = engines.DEFAULT_ENGINE,
     log_path: str | os.PathLike[str] | None = None,
     env: Mapping[str, str] | None = None,
     ready_timeout: float = 600.0,
@@ -152,19 +138,18 @@ def launch(
     Raises ConfigError for a bad config or backend, ServerLaunchError (``cause`` oom, nan, nccl,
     port_in_use, timeout, exited, sglang_not_installed, ...) when the server does not come up.
     """
-    if backend not in PROGRAMS:
-        raise ConfigError(f"unknown backend {backend!r}; valid: {', '.join(PROGRAMS)}", field="backend", valid=list(PROGRAMS))
-    program = PROGRAMS[backend]
+    known = programs()
+    if backend not in known:
+        raise ConfigError(f"unknown backend {backend!r}; valid: {', '.join(known)}", field="backend", valid=list(known))
+    program = known[backend]
     config = _as_config(config)
     config.validate(require_model=program.requires_model)
     python = python or sys.executable
 
-    if program.requires_sglang and not sglang_installed(python):
+    if program.requires_package and not package_installed(python, program.requires_package):
         raise ServerLaunchError(
-            f"SGLang is not installed for {python}: install it on a GPU host with "
-            "pip install 'glm5lib[sglang]', point python= at the interpreter that has it, "
-            "or use backend='sim' for the stand-in",
-            cause="sglang_not_installed",
+            f"{engines.get(backend).title} is not installed for {python}: {program.install_hint}",
+            cause=f"{program.requires_package}_not_installed",
         )
 
     if "enable_metrics" not in config.explicit:

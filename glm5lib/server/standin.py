@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from glm5lib.config import DEFAULT_RELEASE, ServerConfig
+from glm5lib.engines.sglang.config import DEFAULT_RELEASE, ServerConfig
 from glm5lib.server.launcher import Server, launch
 from glm5lib.server.ports import find_free_port
 

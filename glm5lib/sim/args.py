@@ -1,7 +1,7 @@
 """Command-line arguments of the stand-in: SGLang's launch flags plus its own ``--sim-*`` flags.
 
 The ``--sim-*`` flags are taken out first; the rest is parsed by
-:meth:`glm5lib.config.ServerConfig.from_argv`, so every flag ``sglang.launch_server`` accepts
+:meth:`glm5lib.engines.sglang.config.ServerConfig.from_argv`, so every flag ``sglang.launch_server`` accepts
 is accepted here and a misspelt one is rejected with the closest valid name. Flags that change
 nothing in the model are accepted and listed in the log as not modelled.
 """
@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any
 
-from glm5lib.config import (
+from glm5lib.engines.sglang.config import (
     BUNDLED_RELEASES,
     DEFAULT_RELEASE,
     ServerConfig,

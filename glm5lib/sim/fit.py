@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from glm5lib import logs
-from glm5lib.config import cuda_graphs_off
+from glm5lib.engines.sglang.config import cuda_graphs_off
 from glm5lib.errors import ConfigError
 from glm5lib.sim.profile import DEFAULT_PROFILE, Profile, StepContext, load_profile
 from glm5lib.stepmodel import nnls

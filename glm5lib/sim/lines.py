@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from glm5lib.config import graphs_off_for
+from glm5lib.engines.sglang.config import graphs_off_for
 
 __all__ = [
     "NOMINAL_ACCEPT_LENGTH",

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from glm5lib.config import DEFAULT_RELEASE
+from glm5lib.engines.sglang.config import DEFAULT_RELEASE
 from glm5lib.sim.lines import LineShape, decode_line, line_generation, prefill_line
 from glm5lib.sim.logwriter import LogWriter
 from glm5lib.sim.profile import Profile, StepContext

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from glm5lib import tune, workbook  # noqa: E402
-from glm5lib.config import ServerConfig  # noqa: E402
+from glm5lib.engines.sglang.config import ServerConfig  # noqa: E402
 from glm5lib.errors import NotebookFailedError  # noqa: E402
 
 log = logging.getLogger("run_sglang_h200")

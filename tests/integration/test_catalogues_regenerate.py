@@ -2,7 +2,7 @@
 
 These run processes (the generator, a release's own parser in its environment under ``.engines/``,
 a fresh interpreter), so they are integration tests; what the files hold is checked in
-``tests/unit/config/test_catalogues.py``.
+``tests/unit/engines/sglang/config/test_catalogues.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5lib.config import _releases as releases
+from glm5lib.engines.sglang.config import _releases as releases
 
 REPO = Path(__file__).resolve().parents[2]
 ENGINES = REPO / ".engines"
@@ -64,7 +64,7 @@ def test_regenerating_from_the_release_own_parser_reproduces_the_committed_file(
 
 def test_importing_the_config_package_reads_no_catalogue():
     code = (
-        "import glm5lib.config as c, glm5lib.config._releases as r\n"
+        "import glm5lib.engines.sglang.config as c, glm5lib.engines.sglang.config._releases as r\n"
         "assert r._bundled.cache_info().currsize == 0, 'a catalogue was read at import time'\n"
         "flags = c.SGLANG_FLAGS\n"
         "assert r._bundled.cache_info().currsize == 1 and len(flags) > 500\n"

@@ -1,4 +1,4 @@
-"""glm5lib.config from a fresh interpreter (a process: an integration test)."""
+"""glm5lib.engines.sglang.config from a fresh interpreter (a process: an integration test)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 def test_python_m_glm5lib_config_runs():
     done = subprocess.run(
-        [sys.executable, "-c", "from glm5lib.config import ServerConfig as S; print(S.load('glm5-fix').to_argv())"],
+        [sys.executable, "-c", "from glm5lib.engines.sglang.config import ServerConfig as S; print(S.load('glm5-fix').to_argv())"],
         capture_output=True, text=True, timeout=60,
     )
     assert done.returncode == 0, done.stderr

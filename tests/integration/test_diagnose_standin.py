@@ -46,7 +46,7 @@ def measure_standin(phase_dir, config):
 
 @pytest.mark.slow
 def test_standin_baseline_flags_top_finding_is_the_concurrency_cap(tmp_path):
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     baseline = ServerConfig.load("glm5-baseline").with_changes(max_running_requests=8)
     phase = measure_standin(tmp_path / "run" / "baseline", baseline)
@@ -66,7 +66,7 @@ def test_standin_baseline_flags_top_finding_is_the_concurrency_cap(tmp_path):
 
 @pytest.mark.slow
 def test_standin_fix_flags_remove_the_cap_finding(tmp_path):
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     phase = measure_standin(tmp_path / "fix", ServerConfig.load("glm5-fix"))
     frame = dg.diagnose(phase, reference="k2-thinking")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from glm5lib import engines, server
-from glm5lib.config import field_for
+from glm5lib.engines.sglang.config import field_for
 from glm5lib.errors import ConfigError
 
 
@@ -203,7 +203,7 @@ def test_capability_facts_say_what_the_rules_used_to_read_off_engine_names():
 
 
 def test_each_engine_names_its_config_type_and_log_adapter():
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.logs import available_engines
 
     assert engines.get("sglang").config_type is ServerConfig and engines.get("sim").config_type is ServerConfig
@@ -271,7 +271,7 @@ def test_one_metrics_map_gives_the_telemetry_aliases_and_the_evidence_gauges():
 
 
 def test_load_config_goes_to_the_engine_the_config_names(tmp_path):
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     assert isinstance(engines.load_config("vllm-capped"), engines.VllmConfig)
     assert isinstance(engines.load_config("glm5-baseline"), ServerConfig)

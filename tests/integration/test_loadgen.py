@@ -824,7 +824,7 @@ def test_256_streams_against_the_stand_in_are_not_client_bound(tmp_path):
     """The stand-in's baseline at 256 streams: about 880 tok/s over 64 running requests, so tokens
     come ~70 ms apart; the client reads them with room to spare and must not be blamed."""
     from glm5lib import server
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.loadgen import run_sweep
 
     srv = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "server.log",

@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from glm5lib import cpus, phase, rundir, server
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError, SweepAbortedError
 
 _OWN_THREADS = ("glm5-gpu", "glm5-simgpus", "glm5-metrics", "glm5-sweep")

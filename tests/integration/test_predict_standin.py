@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 
 from glm5lib import phase
-from glm5lib.config import ServerConfig
 from glm5lib.diagnose import prediction
+from glm5lib.engines.sglang.config import ServerConfig
 
 pytestmark = [pytest.mark.slow]
 

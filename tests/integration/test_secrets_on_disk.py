@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.phase import measure_phase
 from glm5lib.report import write_report
 

@@ -22,7 +22,7 @@ import pytest
 
 from glm5lib import http
 from glm5lib import server as srv
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.server.ports import port_in_use
 
@@ -224,7 +224,8 @@ def test_attach_without_server_info(fake_python, tmp_path):
 def test_atexit_stops_servers_at_interpreter_exit(fake_python, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(f"""
-        from glm5lib import server, config
+        from glm5lib import server
+        from glm5lib.engines.sglang import config
         s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake_python!r},
                           env={{"FAKE_MODE": "ready"}}, ready_timeout=20)
         print(s.pid, flush=True)

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from glm5lib import server as srv
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.server import launcher as launch_mod
 from glm5lib.server import process as process_mod
 
@@ -156,7 +156,8 @@ def test_ctrl_c_while_stopping_waits_until_the_server_is_gone(fake_python, tmp_p
 
 LAUNCHER = """
 import sys, threading
-from glm5lib import server, config
+from glm5lib import server
+from glm5lib.engines.sglang import config
 def start():
     s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake!r},
                       env={{"FAKE_MODE": "ready"}}, ready_timeout=120)
@@ -284,7 +285,8 @@ def test_glm5_launch_interrupted_while_launching(fake_python, tmp_path):
 # --------------------------------------------------------------------------- a Jupyter kernel
 
 KERNEL_CODE = """
-from glm5lib import server, config
+from glm5lib import server
+from glm5lib.engines.sglang import config
 s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake!r},
                   env={{"FAKE_MODE": "ready"}}, ready_timeout=120)
 print(s.pid)

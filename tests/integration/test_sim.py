@@ -557,7 +557,7 @@ def test_port_in_use_fails_fast_with_uvicorns_message():
 
 
 def test_sim_release_emulates_that_release_flags_and_server_args():
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.sim.args import parse_sim_argv
 
     argv = ["--sim-release", "0.5.23", "--cuda-graph-backend-decode", "disabled",
@@ -649,7 +649,7 @@ def test_the_configuration_picks_the_line_variant_of_its_release():
 
 def test_a_config_of_an_older_release_launches_the_stand_in_emulating_it(tmp_path):
     # --stream-output is 0.5.9's (0.5.23 renamed it): the stand-in must parse 0.5.9's flags
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.http import get
     from glm5lib.server import launch
 

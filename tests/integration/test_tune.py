@@ -17,7 +17,7 @@ import pytest
 
 from glm5lib import rundir, tune
 from glm5lib.cli import main
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError
 from glm5lib.tune.model import Landscape, Point
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from glm5lib import engines, server
-from glm5lib.config import ServerConfig, shipped_configs
 from glm5lib.engines import vllm as ev
+from glm5lib.engines.sglang.config import ServerConfig, shipped_configs
 from glm5lib.errors import ConfigError, ServerLaunchError
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "vllm"

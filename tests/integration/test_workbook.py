@@ -147,7 +147,7 @@ def test_phase_log_is_empty_not_an_error_when_the_log_is_missing(tmp_path):
 @pytest.mark.slow
 def test_attaching_records_server_info_and_copies_the_log(tmp_path):
     from glm5lib import server
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     own = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "own.log",
                         ready_timeout=60)

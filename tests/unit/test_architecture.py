@@ -25,7 +25,7 @@ MAX_LINES = 950
 LAYERS: list[tuple[str, ...]] = [
     ("glm5lib._version", "glm5lib.errors", "glm5lib.paths", "glm5lib.masking", "glm5lib.http",
      "glm5lib.rundir", "glm5lib.stepmodel", "glm5lib.cpus"),
-    ("glm5lib.config", "glm5lib.logs", "glm5lib._sglang_flags"),
+    ("glm5lib.engines.sglang.config", "glm5lib.logs", "glm5lib._sglang_flags"),
     ("glm5lib.engines", "glm5lib.server", "glm5lib.loadgen", "glm5lib.telemetry", "glm5lib.levels", "glm5lib.patching"),
     ("glm5lib.diagnose", "glm5lib.phase"),
     ("glm5lib.plots", "glm5lib.report", "glm5lib.progress", "glm5lib.widgets", "glm5lib.workbook", "glm5lib.tune"),
@@ -51,16 +51,21 @@ def _is_generated(name: str) -> bool:
     return any(mark in name.rsplit(".", 1)[-1] for mark in GENERATED)
 
 
-def _imports(name: str, path: Path) -> list[tuple[str, int, bool]]:
-    """(imported glm5lib module, line, at module top level) for every import in a file."""
+def _imports(name: str, path: Path, typing: bool = True) -> list[tuple[str, int, bool]]:
+    """(imported glm5lib module, line, at module top level) for every import in a file; without
+    ``typing``, leaving out those under ``if TYPE_CHECKING:`` (never run, so in no circle)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     top_level = set(map(id, tree.body))
+    type_only: set[int] = set()
     for node in tree.body:  # imports under ``if TYPE_CHECKING:`` are not run
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
             top_level.update(map(id, ast.walk(node)))
+            type_only.update(map(id, ast.walk(node)))
     found = []
     for node in ast.walk(tree):
+        if not typing and id(node) in type_only:
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
@@ -88,7 +93,7 @@ def _graph(top_level_only: bool) -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = defaultdict(set)
     for name, path in modules.items():
-        for target, _, top in _imports(name, path):
+        for target, _, top in _imports(name, path, typing=False):
             if top_level_only and not top:
                 continue
             resolved = _resolve(target, modules)
@@ -122,9 +127,8 @@ def test_no_import_cycle():
         state[node] = 1
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
-            # a package's __init__ importing its own submodules is how re-exports work
-            if nxt.startswith(node + "."):
-                continue
+            # a package's __init__ importing its own submodules counts too: a submodule that
+            # imports a module importing the package back closes a circle through it
             if state.get(nxt) == 1:
                 cycles.append([*stack[stack.index(nxt):], nxt])
             elif nxt not in state:
@@ -182,9 +186,9 @@ LAZY_ALLOWED = {
 
 # (module, imported module) pairs imported inside a function on purpose, with the reason.
 LAZY_PAIRS = {
-    ("glm5lib.config", "glm5lib.logs"): "the stand-in imports config and starts without pandas, "
+    ("glm5lib.engines.sglang.config", "glm5lib.logs"): "the stand-in imports config and starts without pandas, "
                                         "which the log parser needs",
-    ("glm5lib.config._sglang", "glm5lib.logs"): "the same import, where SGLangConfig now lives",
+    ("glm5lib.engines.sglang.config._sglang", "glm5lib.logs"): "the same import, where SGLangConfig now lives",
 }
 
 
@@ -301,3 +305,123 @@ def test_every_package_and_every_engine_is_on_the_page():
 
     missing += [f"engine {n}" for n in engines.names() if f"`engines.{n}`" not in text]
     assert not missing, f"{PAGE.name} does not name: {', '.join(missing)}"
+
+
+# --------------------------------------------------------------------------- one vocabulary of limits
+
+def _engine_field_names() -> dict[str, str]:
+    """Every registered engine's own spelling of a limit (field, alias, start-up fact, lever, flag)
+    -> the engine it belongs to."""
+    from glm5lib import engines
+
+    out: dict[str, str] = {}
+    for name in engines.names():
+        adapter = engines.get(name)
+        caps = adapter.capabilities
+        own = [*caps.fields.values(), *caps.field_aliases, *caps.startup_keys.values(), *caps.neutral_fields]
+        try:
+            own += [lever.field for lever in adapter.levers()]
+        except Exception:  # an engine whose catalogue is not bundled
+            pass
+        for field in own:
+            if field and field not in engines.LIMITS:
+                out.setdefault(field, name)
+                out.setdefault("--" + field.replace("_", "-"), name)
+    return out
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    ids = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+                ids.add(id(first.value))
+    return ids
+
+
+def _word(name: str):
+    import re
+
+    return re.compile(rf"(?<![A-Za-z0-9_-]){re.escape(name)}(?![A-Za-z0-9_])")
+
+
+def _field_uses(source: str, fields: dict[str, str]) -> list[tuple[int, str]]:
+    """(line, name) for each engine field spelt in code: string constants (not docstrings) that
+    hold it as a word, and identifiers (names, arguments, keywords, attributes) equal to it."""
+    tree = ast.parse(source)
+    skip = _docstrings(tree)
+    patterns = {name: _word(name) for name in fields}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            found += [(node.lineno, n) for n, pat in patterns.items() if pat.search(node.value)]
+        names = []
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.arg) or (isinstance(node, ast.keyword) and node.arg):
+            names = [node.arg]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names = [node.name]
+        found += [(node.lineno, n) for n in names if n in fields]
+    return sorted(set(found))
+
+
+# Modules outside glm5lib.engines that still spell an engine's fields, each with why; the
+# vocabulary's owner is the adapter, so this list only shrinks.
+FIELDS_PENDING: dict[str, str] = {}
+
+
+def _outside_engines(name: str) -> bool:
+    # the adapters themselves; the stand-in's own program, which speaks SGLang's flags
+    return not name.startswith(("glm5lib.engines", "glm5lib.sim"))
+
+
+def test_no_engine_field_is_spelt_outside_the_engines_package():
+    """``startup["max_running_requests"]``, ``"--max-num-seqs"``: read ``Evidence.limits()`` (the
+    neutral names of ``glm5lib.engines.LIMITS``) and render an engine's flag through its adapter."""
+    fields = _engine_field_names()
+    found = []
+    for name, path in _modules().items():
+        if not _outside_engines(name) or name in FIELDS_PENDING or _is_generated(name):
+            continue
+        for line, field in _field_uses(path.read_text(), fields):
+            found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {field} ({fields[field]}'s)")
+    assert not found, f"{len(found)} engine fields spelt outside glm5lib/engines:\n" + "\n".join(found)
+
+
+def test_the_check_for_engine_fields_can_fail():
+    fields = _engine_field_names()
+    assert {"max_running_requests", "max_num_seqs", "--max-num-seqs", "chunked_prefill_size"} <= set(fields)
+    source = ('''def f(ev, max_num_seqs=None):
+    """max_running_requests in a docstring is prose"""
+    cap = ev.startup.get("max_running_requests")
+    return f"--max-num-seqs {cap}", ev.chunked_prefill_size, "recommend_max_running_requests"
+''')
+    spelt = {name for _, name in _field_uses(source, fields)}
+    assert spelt == {"max_num_seqs", "max_running_requests", "--max-num-seqs", "chunked_prefill_size"}
+
+
+def _product_names() -> set[str]:
+    """The engines that are products of their own (not the stand-in, not a command template)."""
+    from glm5lib import engines
+
+    return set(engines.names()) - {engines.STANDIN, engines.COMMAND}
+
+
+def test_no_engine_product_is_named_in_code_outside_the_engines_package():
+    """A string constant ``"vllm"`` or ``"sglang"`` outside glm5lib/engines (prose excepted):
+    ``engines.DEFAULT_ENGINE`` and the adapters' facts say what the code needs."""
+    names = _product_names()
+    found = []
+    for name, path in _modules().items():
+        if not _outside_engines(name) or name in FIELDS_PENDING:
+            continue
+        tree = ast.parse(path.read_text())
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip:
+                found.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno}: {node.value!r}")
+    assert not found, "engine names in code outside glm5lib/engines:\n" + "\n".join(found)

@@ -36,7 +36,7 @@ def test_names_that_only_look_like_secrets(name):
 
 def test_every_flag_of_the_bundled_catalogue_is_judged_as_before():
     # The catalogue's only credentials are the two API keys; every other field stays readable.
-    from glm5lib.config import SGLANG_FLAGS, catalogue
+    from glm5lib.engines.sglang.config import SGLANG_FLAGS, catalogue
     assert sorted(f for f in catalogue("0.5.9").specs if is_secret_name(f)) == ["admin_api_key", "api_key"]
     # 0.5.23 (the default release) adds two real credentials, masked too
     assert sorted(f for f in SGLANG_FLAGS if is_secret_name(f)) == [

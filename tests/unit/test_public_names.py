@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import glm5lib
-from glm5lib import config, diagnose, logs, masking
+from glm5lib import diagnose, logs, masking
+from glm5lib.engines.sglang import config
 from glm5lib.diagnose import rules
 
 
@@ -22,7 +23,7 @@ def test_diagnose_re_exports_every_rule_by_name():
 
 def test_config_keeps_no_second_definition_of_a_secret():
     for name in ("SECRET_FIELDS", "is_secret", "mask_value", "MASK"):
-        assert not hasattr(config, name), f"glm5lib.config.{name}: secrets are glm5lib.masking's"
+        assert not hasattr(config, name), f"glm5lib.engines.sglang.config.{name}: secrets are glm5lib.masking's"
     assert not hasattr(logs, "mask_secrets") and not hasattr(logs, "mask_text")
     shown = repr(config.ServerConfig(model_path="m", api_key="sk-very-secret-key-123", admin_api_key="adminpw"))
     assert "sk-very" not in shown and "adminpw" not in shown and masking.MASK in shown

@@ -1,6 +1,6 @@
 """SGLang as one engine adapter: its config type, launch, capability facts, /metrics names, levers.
 
-SGLang's configuration is :class:`glm5lib.config.ServerConfig` (``ServerArgs`` fields checked
+SGLang's configuration is :class:`glm5lib.engines.sglang.config.ServerConfig` (``ServerArgs`` fields checked
 against the flag catalogue of the release in use); it is launched as ``python -m
 sglang.launch_server`` by :func:`glm5lib.server.launch`; its log is read by
 :mod:`glm5lib.engines.sglang.log`. Its scheduler reserves KV room for the tokens an admitted request
@@ -14,13 +14,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from glm5lib import server as server_mod
-from glm5lib.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
-from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever, Program
 from glm5lib.engines.sglang.automatic import sglang_automatic
+from glm5lib.engines.sglang.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 from glm5lib.errors import ConfigError
 
-__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "launch_from_server_config", "levers"]
+__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "launch_from_server_config", "levers"]
+
+#: SGLang's server, run from a ServerConfig
+PROGRAM = Program(
+    "sglang.launch_server", requires_model=True, requires_package="sglang",
+    install_hint="install it on a GPU host with pip install 'glm5lib[sglang]', point python= at the interpreter "
+                 "that has it, or use backend='sim' for the stand-in",
+)
 
 CAPABILITIES = Capabilities(
     reserves_future_tokens=True,
@@ -108,6 +115,7 @@ ADAPTER = EngineAdapter(
     launcher=lambda request: launch_from_server_config("sglang", request),
     lever_maker=levers,
     releases=_releases,
+    program=PROGRAM,
     limits_hook=limits_hook,
     automatic_resolver=sglang_automatic,
     defaults_reader=defaults,

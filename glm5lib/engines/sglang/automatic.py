@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from glm5lib.config import resolved_fallback
 from glm5lib.engines.base import AutomaticValue
+from glm5lib.engines.sglang.config import resolved_fallback
 
 __all__ = ["sglang_automatic"]
 

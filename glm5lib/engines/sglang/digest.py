@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from glm5lib.config import cuda_graphs_off
+from glm5lib.engines.sglang.config import cuda_graphs_off
 
 __all__ = ["IMPORTANT_ARGS", "args_digest"]
 

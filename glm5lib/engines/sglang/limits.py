@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from glm5lib.config import config_defaults, graphs_off_for, release_of
+from glm5lib.engines.sglang.config import config_defaults, graphs_off_for, release_of
 
 __all__ = ["change_hook", "defaults", "graph_ceiling", "limits_hook"]
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from glm5lib.config import ServerConfig, release_of
-from glm5lib.engines.base import EngineAdapter, LaunchRequest
+from glm5lib.engines.base import EngineAdapter, LaunchRequest, Program
 from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
 from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
 from glm5lib.engines.sglang import launch_from_server_config, levers
 from glm5lib.engines.sglang.automatic import sglang_automatic
+from glm5lib.engines.sglang.config import ServerConfig, release_of
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 
-__all__ = ["ADAPTER", "CAPABILITIES"]
+__all__ = ["ADAPTER", "CAPABILITIES", "PROGRAM"]
+
+#: the stand-in's server: SGLang's flags of the release it is told to emulate, no model
+PROGRAM = Program("glm5lib.sim", requires_model=False, emulates_release=True)
 
 CAPABILITIES = dataclasses.replace(SGLANG_CAPABILITIES, accepts_foreign_flags=True, is_standin=True)
 
@@ -39,6 +42,7 @@ ADAPTER = EngineAdapter(
     config_type=ServerConfig,
     config_loader=ServerConfig.load,
     launcher=_launch,
+    program=PROGRAM,
     lever_maker=levers,
     limits_hook=limits_hook,
     automatic_resolver=sglang_automatic,

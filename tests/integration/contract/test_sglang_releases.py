@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from glm5lib.config import BUNDLED_RELEASES, ServerConfig, catalogue, shipped_configs
+from glm5lib.engines.sglang.config import BUNDLED_RELEASES, ServerConfig, catalogue, shipped_configs
 
 pytestmark = pytest.mark.contract
 

@@ -804,7 +804,7 @@ def test_saturation_quiet_when_throughput_scales_or_cap_explains():
 
 
 def test_diff_accepts_server_config_and_server_log_objects():
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.logs import parse_log
 
     baseline = ServerConfig.load("glm5-baseline")

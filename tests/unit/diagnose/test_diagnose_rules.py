@@ -10,8 +10,8 @@ import pytest
 from test_diagnose import decode_frame, sweep_frame
 
 from glm5lib import diagnose as dg
-from glm5lib.config import catalogue
 from glm5lib.diagnose.model import PerfModel
+from glm5lib.engines.sglang.config import catalogue
 from glm5lib.logs import to_epoch
 
 

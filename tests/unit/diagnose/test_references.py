@@ -18,7 +18,7 @@ def _log_0_5_23() -> dict:
 
 
 def test_names_and_defaults_come_from_the_arguments_release(monkeypatch):
-    from glm5lib.config import _releases as releases
+    from glm5lib.engines.sglang.config import _releases as releases
 
     monkeypatch.setattr(releases, "installed_release", lambda: None)  # an SGLang installed here would be the default
     args = _log_0_5_23()
@@ -83,7 +83,7 @@ _RESOLVED_AT_START = ("enable_tf32_matmul", "swa_full_tokens_ratio", "mamba_full
 def test_values_sglang_resolves_at_start_are_not_differences_from_a_reference():
     # 0.5.23 logs the resolved value of fields it declares resolvable (their input default None):
     # the fallback it falls back to is no user choice, so glm5-fix's own log matches glm5-fix
-    from glm5lib.config import ServerConfig
+    from glm5lib.engines.sglang.config import ServerConfig
 
     spec = ServerConfig(release="0.5.23").catalogue.specs["swa_full_tokens_ratio"]
     assert (spec.default, spec.resolvable, spec.fallback) == (None, True, 0.8)

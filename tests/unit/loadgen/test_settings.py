@@ -7,7 +7,7 @@ import inspect
 
 import pytest
 
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen import run_sweep, run_sweep_async
 from glm5lib.loadgen.settings import SweepSettings, settings_from

@@ -27,7 +27,7 @@ import pandas as pd
 import pytest
 
 from glm5lib import rundir, tune
-from glm5lib.config import ServerConfig
+from glm5lib.engines.sglang.config import ServerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h200-sglang"
 GRID = pd.read_csv(EXAMPLE / "grid" / rundir.TUNE_CSV).sort_values("value")

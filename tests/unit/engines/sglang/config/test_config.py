@@ -1,4 +1,4 @@
-"""Tests for glm5lib.config: the SGLang flag catalogue and ServerConfig."""
+"""Tests for glm5lib.engines.sglang.config: the SGLang flag catalogue and ServerConfig."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from glm5lib import config as cfgmod
+from glm5lib.engines.sglang import config as cfgmod
 from glm5lib.cli import config as cli_config
-from glm5lib.config import (
+from glm5lib.engines.sglang.config import (
     SGLANG_FLAGS,
     SGLANG_SOURCE,
     ServerConfig,
@@ -17,7 +17,7 @@ from glm5lib.config import (
     flag_for,
     shipped_configs,
 )
-from glm5lib.config import _values as cfgvalues
+from glm5lib.engines.sglang.config import _values as cfgvalues
 from glm5lib.errors import ConfigError
 
 # --------------------------------------------------------------------------- catalogue
@@ -25,7 +25,7 @@ from glm5lib.errors import ConfigError
 
 def test_catalogue_records_its_sglang_source():
     # the default release is the newest bundled one, in one constant
-    from glm5lib.config import BUNDLED_RELEASES, DEFAULT_RELEASE, NEWEST_RELEASE
+    from glm5lib.engines.sglang.config import BUNDLED_RELEASES, DEFAULT_RELEASE, NEWEST_RELEASE
 
     assert DEFAULT_RELEASE == NEWEST_RELEASE == "0.5.23" and set(BUNDLED_RELEASES) == {"0.5.8", "0.5.9", "0.5.23"}
     assert SGLANG_SOURCE["version"] == "0.5.23"
@@ -501,7 +501,7 @@ def test_explicit_graph_backend_wins_over_the_legacy_switch_as_in_sglang():
 def test_cuda_graphs_off_resolves_each_phase_like_sglang_and_reads_logged_text():
     """What ``glm5 logs``, the report and diff say about graphs agrees with the config: the
     per-phase backend beats the legacy switch, and a boolean logged as text reads as it says."""
-    from glm5lib.config import cuda_graphs_off, graphs_off_for
+    from glm5lib.engines.sglang.config import cuda_graphs_off, graphs_off_for
 
     decode_on = ServerConfig(model_path="m", cuda_graph_backend_decode="full", disable_cuda_graph=True).to_dict()
     assert cuda_graphs_off(decode_on) is False
@@ -567,7 +567,7 @@ def test_0_5_23_dict_form_server_args_line_reads_as_a_0_5_23_config():
     from glm5lib.logs import parse_log, parse_server_args
     from glm5lib.logs.server_args import closes
 
-    path = Path(__file__).parents[2] / "fixtures" / "logs" / "sglang-0.5.23-server-args.log"
+    path = Path(__file__).parents[4] / "fixtures" / "logs" / "sglang-0.5.23-server-args.log"
     line = path.read_text().strip()
     args = parse_server_args(line)
     assert not args.incomplete and len(args) == 546
@@ -593,7 +593,7 @@ def test_logs_summary_says_graphs_off_for_a_0_5_23_log_that_turns_them_off_per_p
     from glm5lib.cli import main
     from glm5lib.logs import parse_log, summarize
 
-    fixtures = Path(__file__).parents[2] / "fixtures" / "logs"
+    fixtures = Path(__file__).parents[4] / "fixtures" / "logs"
     new = summarize(parse_log(fixtures / "sglang-0.5.23-server-args.log"))["server_args"]
     assert new["disable_cuda_graph"] is True
     old = summarize(parse_log(fixtures / "glm5-rocm-server-args.log"))["server_args"]

@@ -1,7 +1,7 @@
 """Checking one SGLang flag's value: its type, choices and the bounds SGLang enforces late.
 
-:func:`check_value` is the one check of a value against a :class:`~glm5lib.config.FlagSpec`
-(re-exported as :func:`glm5lib.config.check_value`); :func:`type_name` says in words what a flag
+:func:`check_value` is the one check of a value against a :class:`~glm5lib.engines.sglang.config.FlagSpec`
+(re-exported as :func:`glm5lib.engines.sglang.config.check_value`); :func:`type_name` says in words what a flag
 takes. Every error is a :class:`~glm5lib.errors.ConfigError` naming the field and what is valid.
 """
 
@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from glm5lib.config._releases import FlagSpec
+from glm5lib.engines.sglang.config._releases import FlagSpec
 from glm5lib.errors import ConfigError
 
 __all__ = ["check_value", "type_name"]

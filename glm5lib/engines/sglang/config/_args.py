@@ -8,8 +8,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from glm5lib.config._graphs import cuda_graphs_off
-from glm5lib.config._releases import (
+from glm5lib.engines.sglang.config._graphs import cuda_graphs_off
+from glm5lib.engines.sglang.config._releases import (
     FALLBACK_DEFAULTS,
     RENAMED,
     config_defaults,
@@ -17,7 +17,7 @@ from glm5lib.config._releases import (
     nearest_bundled,
     release_of,
 )
-from glm5lib.config._sglang import intent_flags
+from glm5lib.engines.sglang.config._sglang import intent_flags
 from glm5lib.errors import ConfigError
 
 __all__ = ["arg", "flag_of", "norm", "shown_as"]

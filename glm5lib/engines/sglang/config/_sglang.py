@@ -14,10 +14,21 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from glm5lib.config._flags import _unknown_field_error, field_for
-from glm5lib.config._graphs import cuda_graphs_off
-from glm5lib.config._releases import Catalogue, catalogue, default_release, guess_release
-from glm5lib.config._values import _closest, _convert_token, _same, check_value, type_name
+from glm5lib.engines.sglang.config._flags import _unknown_field_error, field_for
+from glm5lib.engines.sglang.config._graphs import cuda_graphs_off
+from glm5lib.engines.sglang.config._releases import (
+    Catalogue,
+    catalogue,
+    default_release,
+    guess_release,
+)
+from glm5lib.engines.sglang.config._values import (
+    _closest,
+    _convert_token,
+    _same,
+    check_value,
+    type_name,
+)
 from glm5lib.errors import ConfigError
 from glm5lib.masking import MASK, is_secret_name, mask_value
 from glm5lib.paths import data_dir

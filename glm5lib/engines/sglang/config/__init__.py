@@ -29,10 +29,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from glm5lib.config._args import arg, flag_of, norm, shown_as
-from glm5lib.config._flags import field_for, flag_for
-from glm5lib.config._graphs import cuda_graphs_off, graphs_off_for
-from glm5lib.config._releases import (
+from glm5lib.engines.sglang.config._args import arg, flag_of, norm, shown_as
+from glm5lib.engines.sglang.config._flags import field_for, flag_for
+from glm5lib.engines.sglang.config._graphs import cuda_graphs_off, graphs_off_for
+from glm5lib.engines.sglang.config._releases import (
     BUNDLED_RELEASES,
     CATALOGUE_DIR,
     CATALOGUE_FORMAT,
@@ -55,7 +55,7 @@ from glm5lib.config._releases import (
     resolved_fallback,
     version_key,
 )
-from glm5lib.config._sglang import (
+from glm5lib.engines.sglang.config._sglang import (
     CONFIG_FORMAT,
     ServerConfig,
     SGLangConfig,
@@ -63,7 +63,7 @@ from glm5lib.config._sglang import (
     parse_assignment,
     shipped_configs,
 )
-from glm5lib.config._values import check_value, type_name
+from glm5lib.engines.sglang.config._values import check_value, type_name
 
 __all__ = [
     "BUNDLED_RELEASES",
@@ -117,6 +117,6 @@ def __getattr__(name: str) -> Any:
     elif name == "SGLANG_SOURCE":
         value = bundled_catalogue(DEFAULT_RELEASE).source
     else:
-        raise AttributeError(f"module 'glm5lib.config' has no attribute {name!r}")
+        raise AttributeError(f"module 'glm5lib.engines.sglang.config' has no attribute {name!r}")
     globals()[name] = value
     return value

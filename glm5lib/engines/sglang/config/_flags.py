@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from glm5lib.config._releases import RENAMED, Catalogue, catalogue
-from glm5lib.config._values import _closest
+from glm5lib.engines.sglang.config._releases import RENAMED, Catalogue, catalogue
+from glm5lib.engines.sglang.config._values import _closest
 from glm5lib.errors import ConfigError
 
 __all__ = ["field_for", "flag_for"]
@@ -17,7 +17,7 @@ def _unknown_field_error(
     hint = f"; did you mean {close[0]!r}?" if close else ""
     return ConfigError(
         f"unknown {what} {name!r}{hint} (SGLang {cat.release} knows "
-        f"{len(cat.specs)} fields; see glm5lib.config.catalogue({cat.release!r}))",
+        f"{len(cat.specs)} fields; see glm5lib.engines.sglang.config.catalogue({cat.release!r}))",
         field=name,
         valid=close or sorted(cat.specs),
     )

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from glm5lib.config import _releases as releases
+from glm5lib.engines.sglang.config import _releases as releases
 from glm5lib.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[5]
 RELEASES = sorted(releases.BUNDLED_RELEASES, key=releases.version_key)
 
 #: sha256 of each catalogue's content (source, flags, fields_without_flag; canonical JSON) as the

@@ -3,14 +3,14 @@
 Each supported release has a catalogue generated from its PyPI wheel by
 ``scripts/build_sglang_flags.py``: JSON package data, ``glm5lib/engines/sglang/flags/<release>.json``
 (recorded with the wheel's sha256), read with :mod:`importlib.resources` the first time that
-release is asked for and cached; importing :mod:`glm5lib.config` reads none of them. When SGLang
+release is asked for and cached; importing :mod:`glm5lib.engines.sglang.config` reads none of them. When SGLang
 is importable in this interpreter its own parser is the truth (:func:`installed_catalogue`); the
 bundled catalogues are the fallback.
 
 Releases rename flags: 0.5.23 split ``cuda_graph_max_bs`` into ``cuda_graph_max_bs_decode``
 and ``..._prefill`` and deprecated ``--disable-cuda-graph`` for
 ``--cuda-graph-backend-{decode,prefill} disabled``. :data:`RENAMED` lines fields up across
-releases; :class:`glm5lib.config.SGLangConfig` keeps such settings as intent and writes the
+releases; :class:`glm5lib.engines.sglang.config.SGLangConfig` keeps such settings as intent and writes the
 flags the target release takes.
 """
 
@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import glm5lib.config.sglang_parser as sglang_parser
+import glm5lib.engines.sglang.config.sglang_parser as sglang_parser
 from glm5lib.errors import ConfigError
 
 __all__ = [
