@@ -46,7 +46,7 @@ from pathlib import Path
 
 import psutil
 
-from glm5lib import rundir
+from glm5lib import engines, rundir
 from glm5lib.errors import ConfigError, PatchError
 from glm5lib.paths import data_dir
 from glm5lib.server.process import at_termination
@@ -91,6 +91,15 @@ class PatchRecord:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def default_package() -> str:
+    """The package a patch edits where none is named: the default engine's server package."""
+    program = engines.get(engines.DEFAULT_ENGINE).program
+    if program is None or not program.requires_package:
+        raise ConfigError(f"engine {engines.DEFAULT_ENGINE!r} runs no installed package to patch; name one",
+                          field="package")
+    return program.requires_package
 
 
 def _now() -> str:
@@ -187,7 +196,7 @@ def _best_window(lines: list[str], wanted: list[str], absent: list[str], span: i
     return best
 
 
-def locate(diff: str, root: Path, package: str = "sglang") -> dict[str, tuple[str, int]]:
+def locate(diff: str, root: Path, package: str | None = None) -> dict[str, tuple[str, int]]:
     """Where a diff's change already is (``"upstream"``) or its original code went (``"moved"``).
 
     Searches every ``.py`` of ``package`` under ``root`` for each hunk: ``upstream`` needs the
@@ -197,6 +206,7 @@ def locate(diff: str, root: Path, package: str = "sglang") -> dict[str, tuple[st
     hunks = _hunks(diff)
     if not hunks:
         return {}
+    package = package or default_package()
     files = sorted((root / package.split(".")[0]).rglob("*.py"))
     found: dict[str, tuple[str, int]] = {}
     for kind in ("upstream", "moved"):
@@ -226,9 +236,9 @@ def locate(diff: str, root: Path, package: str = "sglang") -> dict[str, tuple[st
     return found
 
 
-def installed_version(root: Path, package: str = "sglang") -> str | None:
+def installed_version(root: Path, package: str | None = None) -> str | None:
     """The version of ``package`` installed in the site-packages folder ``root`` (from its dist-info)."""
-    top = package.split(".")[0]
+    top = (package or default_package()).split(".")[0]
     for info in sorted(root.glob(f"{top}-*.dist-info")):
         return info.name[len(top) + 1 : -len(".dist-info")]
     return None
@@ -252,7 +262,7 @@ class SourcePatch:
     def __init__(
         self,
         diff: str | Path,
-        package: str = "sglang",
+        package: str | None = None,
         *,
         root: str | Path | None = None,
         record_dir: str | Path | None = None,
@@ -265,6 +275,7 @@ class SourcePatch:
         else:
             self.diff = diff
             self.name = name or "patch"
+        package = package or default_package()
         self.package = package
         self.files = patched_files(self.diff)
         self.root = Path(root).resolve() if root is not None else package_root(package)
@@ -489,7 +500,7 @@ def write_record(
 
 
 def record_modelled(
-    diff: str | Path, record_dir: str | Path, *, package: str = "sglang", note: str = ""
+    diff: str | Path, record_dir: str | Path, *, package: str | None = None, note: str = ""
 ) -> PatchRecord:
     """Record a patch that the stand-in models instead of applying it (status ``"modelled"``)."""
     if isinstance(diff, Path) or (isinstance(diff, str) and "\n" not in diff):
@@ -499,7 +510,7 @@ def record_modelled(
         text, name = diff, "patch"
     record = PatchRecord(
         name=name,
-        package=package,
+        package=package or default_package(),
         package_version=None,
         root=None,
         files=patched_files(text),

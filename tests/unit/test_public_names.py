@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import glm5lib
 from glm5lib import diagnose, logs, masking
-from glm5lib.engines.sglang import config
 from glm5lib.diagnose import rules
+from glm5lib.engines.sglang import config
 
 
 def test_the_top_level_exports_are_one_list():

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from glm5lib.engines.sglang import config as cfgmod
 from glm5lib.cli import config as cli_config
+from glm5lib.engines.sglang import config as cfgmod
 from glm5lib.engines.sglang.config import (
     SGLANG_FLAGS,
     SGLANG_SOURCE,
