@@ -386,7 +386,7 @@ def write_catalogue(out: Path | None, source: dict[str, Any], flags: list[dict[s
 
 
 def main_from_parser(args: argparse.Namespace) -> int:
-    dumper = Path(__file__).resolve().parent.parent / "glm5lib" / "config" / "sglang_parser.py"
+    dumper = Path(__file__).resolve().parent.parent / "glm5lib" / "engines" / "sglang" / "config" / "sglang_parser.py"
     done = subprocess.run([args.python, str(dumper)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         sys.exit(f"{args.python} {dumper} failed:\n{done.stderr[-3000:]}")
