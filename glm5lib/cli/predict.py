@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from glm5lib import rundir
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["parse_concurrency", "parse_value", "register_cli"]
@@ -77,7 +78,7 @@ def _cli_predict(args: argparse.Namespace) -> int:
         raise ConfigError(f"run folder {run} does not exist", field="RUN_DIR")
     phase = run / args.phase
     if not phase.is_dir():
-        phases = sorted(p.name for p in run.iterdir() if (p / "sweep.csv").is_file())
+        phases = sorted(p.name for p in run.iterdir() if (p / rundir.SWEEP).is_file())
         raise ConfigError(
             f"phase {args.phase!r} not found in {run}; phases there: {', '.join(phases) or 'none'}",
             field="--phase",

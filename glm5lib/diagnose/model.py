@@ -819,7 +819,7 @@ def predict(
     if not Path(run_dir).is_dir():
         raise ConfigError(f"run folder {run_dir} does not exist", field="run_dir")
     if not path.is_dir():
-        phases = sorted(p.name for p in Path(run_dir).iterdir() if (p / "sweep.csv").is_file())
+        phases = sorted(p.name for p in Path(run_dir).iterdir() if (p / rundir.SWEEP).is_file())
         raise ConfigError(
             f"phase {phase!r} not found in {run_dir}; phases there: {', '.join(phases) or 'none'}",
             field="phase",

@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib import rundir
+from glm5lib import engines, rundir
 from glm5lib.engines.sglang.config import (
     ServerConfig,
     arg,
@@ -117,7 +117,7 @@ def _config_names() -> list[str]:
 
 def _args_from_json_file(path: Path) -> dict[str, Any]:
     try:
-        if '"engine": "vllm"' not in path.read_text():  # another engine's config: its own names
+        if not _another_engines(path):
             return dict(ServerConfig.load(path).to_dict())
     except (ConfigError, ValueError, TypeError) as exc:
         # Fields of another SGLang release, say: a diff should still show them.
@@ -131,6 +131,19 @@ def _args_from_json_file(path: Path) -> dict[str, Any]:
     if isinstance(data, dict):
         return {k: v for k, v in data.items() if not k.startswith("_")}
     raise ConfigError(f"{path} does not hold a JSON object of server arguments", field="config")
+
+
+def _another_engines(path: Path) -> bool:
+    """Whether a configuration file names an engine whose configuration is not the default
+    engine's (its fields are then its own names, read as plain JSON)."""
+    try:
+        named = json.loads(path.read_text()).get("engine")
+    except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
+        return False
+    if not named:
+        return False
+    own = engines.get(engines.DEFAULT_ENGINE).config_type
+    return engines.get(str(named), default=engines.COMMAND).config_type is not own
 
 
 def _args_from_folder(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

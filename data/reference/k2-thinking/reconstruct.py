@@ -43,7 +43,7 @@ def step_ms(batch: int, tokens: int) -> float:
 
 def server_args_repr() -> str:
     """The ServerArgs repr: every field of the catalogue, in field order, values as resolved."""
-    from glm5lib.config import read_catalogue_file
+    from glm5lib.engines.sglang.config import read_catalogue_file
 
     FLAGS = read_catalogue_file("0.5.9")["flags"]
 
