@@ -179,6 +179,41 @@ def _running(folder: Path, concurrency: int | None = None) -> float:
     return float(busy.median()) if not busy.empty else math.nan
 
 
+# A level counts once the running batch reaches this share of what the load and the cap allow, or
+# holds a smaller batch steadily (its 10th percentile at least this share of its 90th: a limit the
+# cap does not show, such as the KV pool or a busy front end, holds it there).
+HELD_SHARE = 0.85
+
+
+def batch_held(folder: Path, concurrency: int) -> tuple[bool, str]:
+    """Whether ``folder``'s level at ``concurrency`` ran the batch the load and the running cap
+    allow, or held a smaller one steadily, and why. A batch that swung (cohorts of requests that
+    start and end together: the H200's cap 160 at 256 offered alternated 160 and 96 running) or was
+    still filling when the level ended is no steady level: its figures are not the configuration's.
+    True where the evidence has no scheduler lines in the level (nothing to judge it by)."""
+    try:
+        ev = load_evidence(folder.parent, phase=folder.name)
+        cap = ev.cap()[0]
+        lines = next((d for c, d in ev.level_decode() if c is not None and int(c) == int(concurrency)), None)
+    except Exception:  # evidence only: what cannot be read is not judged
+        return True, "no scheduler figures to judge the level by"
+    if lines is None or "running_req" not in lines:
+        return True, "no scheduler figures to judge the level by"
+    running = pd.to_numeric(lines["running_req"], errors="coerce").dropna()
+    if len(running) < 3:
+        return True, "no scheduler figures to judge the level by"
+    allowed = min(int(concurrency), int(cap)) if cap else int(concurrency)
+    median, low, high = (float(running.quantile(q)) for q in (0.5, 0.1, 0.9))
+    if median >= HELD_SHARE * allowed:
+        return True, f"held {median:.0f} running of the {allowed} the load and the cap allow"
+    if low >= HELD_SHARE * high:
+        return True, (f"held {median:.0f} running steadily ({low:.0f}-{high:.0f}) below the {allowed} the load and "
+                      "the cap allow: a limit the cap does not show holds the batch there")
+    return False, (f"its batch swung between {low:.0f} and {high:.0f} running (median {median:.0f}) below the "
+                   f"{allowed} the load and the cap allow: requests started and ended in cohorts, or the level "
+                   "ended before the batch settled, so its figures are not this configuration's steady ones")
+
+
 def _startup(folder: Path) -> dict[str, Any]:
     try:
         return dict(phase_log(folder).startup or {})
@@ -230,6 +265,7 @@ def _evaluate(folder: Path, goal: Goal, workload: Workload) -> dict[str, Any]:
     out["binding_ratio"] = binding.ratio(out) if binding else math.nan
     out["running"] = _running(folder, workload.concurrency)
     out["completed"] = int(row.get("completed", 0) or 0)
+    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency)
     return out
 
 
@@ -514,6 +550,11 @@ def _ratio(row: Mapping[str, Any]) -> float:
     return value if math.isfinite(value) else 0.0
 
 
+def _held(row: Mapping[str, Any]) -> bool:
+    value = row.get("batch_held", True)  # tune.csv written before the column: counted
+    return not (value is False or (isinstance(value, str) and value.lower() == "false"))
+
+
 def _pick(rows: Sequence[dict[str, Any]], noise: float, margin: float = 0.0) -> dict[str, Any] | None:
     """The winner: the most objective measured under every limit with the room the margin asks
     for (:func:`_room`); where no candidate has that room, the most objective measured under the
@@ -526,13 +567,15 @@ def _pick(rows: Sequence[dict[str, Any]], noise: float, margin: float = 0.0) -> 
     feasible = [r for r in rows if r["slo_met"] and math.isfinite(float(r["objective"]))]
     if not feasible:
         return None
+    # a level that never held the batch its load and cap allow is no winner while a steady one is
+    feasible = [r for r in feasible if _held(r)] or feasible
     feasible = [r for r in feasible if _ratio(r) <= _room(margin, noise)] or feasible
     top = max(float(r["objective"]) for r in feasible)
     # within half the noise of the top, the one with the most room under its limits measures again
     near = [r for r in feasible if float(r["objective"]) >= top * (1.0 - noise / 2)]
     best = min(near, key=lambda r: (_ratio(r), -float(r["objective"])))
     out = {k: best.get(k) for k in ("phase", "objective", "output_throughput", "goodput", "slo_met",
-                                    "binding_limit", "binding_ratio", "running")}
+                                    "binding_limit", "binding_ratio", "running", "batch_held", "held_note")}
     out["changes"] = json.loads(best["changes"])
     for key, value in best.items():
         if key.endswith("_ms"):
@@ -597,8 +640,14 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
         result = _evaluate(folder, goal, workload)
         x = lever.clamp(changes.get(lever.field)) if changes.get(lever.field) is not None else None
         result["x"] = x
+        if not result["batch_held"]:
+            log.info("%s: %s; not a point of the landscape while a steady one exists, and no winner", folder.name,
+                     result["held_note"])
+            reason = f"{reason}; not counted: {result['held_note']}"
         if x is not None:
-            land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name))
+            # an unsteady level shapes the landscape only until a steady one exists
+            if result["batch_held"] or not any(m.get("batch_held", True) for m in measured):
+                land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name))
             measured.append(result)
         rows.append(_record(run, kind, step, folder.name, lever, changes, result, proposal, reason))
 

@@ -1,0 +1,43 @@
+"""A level counts only once the running batch reaches what the load and the cap allow, or holds a
+smaller one steadily: judged on the real H200 grid (SGLang 0.5.16, 256 concurrent, 25-s levels)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from glm5lib.tune.search import _pick, batch_held
+
+RUN = Path(__file__).resolve().parents[3] / "data" / "examples" / "h200-sglang"
+
+
+@pytest.mark.parametrize(("phase", "held"), [("grid-1", True), ("grid-3", True), ("grid-4", False), ("grid-5", False)])
+def test_a_level_whose_batch_swung_in_cohorts_is_not_steady(phase, held):
+    ok, why = batch_held(RUN / "grid" / phase, 256)
+    assert ok is held, why
+    assert ("swung" in why) is (not held)
+
+
+def test_a_level_at_its_cap_with_a_queue_is_steady():
+    ok, why = batch_held(RUN / "baseline", 1024)
+    assert ok and "of the 64" in why
+
+
+def test_a_level_without_scheduler_lines_is_not_judged(tmp_path):
+    (tmp_path / "p").mkdir()
+    assert batch_held(tmp_path / "p", 8) == (True, "no scheduler figures to judge the level by")
+
+
+def _row(phase: str, objective: float, held: bool) -> dict:
+    return {"phase": phase, "objective": objective, "output_throughput": objective, "slo_met": True,
+            "binding_limit": "", "binding_ratio": 0.5, "running": math.nan, "changes": "{}",
+            "batch_held": held, "held_note": ""}
+
+
+def test_the_winner_is_a_steady_level_while_one_meets_the_limits():
+    rows = [_row("tune-1", 14_076.0, True), _row("tune-2", 15_000.0, False)]
+    assert _pick(rows, 0.03)["phase"] == "tune-1"
+    # no steady candidate at all: the best measured still wins, and says it was not steady
+    assert _pick([_row("tune-2", 15_000.0, False)], 0.03)["batch_held"] is False
