@@ -641,13 +641,10 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
         x = lever.clamp(changes.get(lever.field)) if changes.get(lever.field) is not None else None
         result["x"] = x
         if not result["batch_held"]:
-            log.info("%s: %s; not a point of the landscape while a steady one exists, and no winner", folder.name,
-                     result["held_note"])
-            reason = f"{reason}; not counted: {result['held_note']}"
+            log.info("%s: %s; no winner while a steady candidate meets the limits", folder.name, result["held_note"])
+            reason = f"{reason}; not a winner: {result['held_note']}"
         if x is not None:
-            # an unsteady level shapes the landscape only until a steady one exists
-            if result["batch_held"] or not any(m.get("batch_held", True) for m in measured):
-                land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name))
+            land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name))
             measured.append(result)
         rows.append(_record(run, kind, step, folder.name, lever, changes, result, proposal, reason))
 
