@@ -16,8 +16,7 @@ every coefficient at 0 or above (a step cannot get faster with a bigger batch).
 from __future__ import annotations
 
 import dataclasses
-
-import numpy as np
+from typing import Any
 
 __all__ = ["StepParams", "nnls", "step_time_ms"]
 
@@ -63,7 +62,7 @@ def step_time_ms(
     return max(t, floor_ms)
 
 
-def nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+def nnls(x: Any, y: Any, w: Any = None) -> Any:
     """Coefficients ``c >= 0`` that fit ``x @ c`` to ``y`` by least squares (weights ``w`` per row).
 
     A small active-set method for the few columns of a step model: it solves the unconstrained
@@ -71,6 +70,8 @@ def nnls(x: np.ndarray, y: np.ndarray, w: np.ndarray | None = None) -> np.ndarra
     most negative column and solves again; dropped columns get 0 and are not taken back (all
     dropped: all zeros).
     """
+    import numpy as np  # here, not at the top: the stand-in and `glm5 --help` load this module without numpy
+
     if w is not None:
         x, y = x * w[:, None], y * w
     active = list(range(x.shape[1]))

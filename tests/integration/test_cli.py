@@ -85,7 +85,7 @@ def test_engine_and_backend_names_are_checked_by_the_handlers(tmp_path, capsys):
     assert main(["logs", str(log), "--engine", "tgi"]) == 2
     assert "--engine 'tgi': valid values are auto, " in capsys.readouterr().err
     assert main(["launch", "--backend", "tgi", "glm5-baseline"]) == 2
-    assert "--backend 'tgi': valid values are sim, sglang, vllm, command" in capsys.readouterr().err
+    assert "--backend 'tgi': valid values are sim, sglang, vllm, transformers, command" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- conventions every command keeps

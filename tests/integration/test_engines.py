@@ -166,7 +166,7 @@ def test_sglang_preset_knobs_are_the_release_own_flags():
 
 
 def test_registry_names_every_engine_and_gets_its_adapter():
-    assert engines.names() == ["sim", "sglang", "vllm", "command"]
+    assert engines.names() == ["sim", "sglang", "vllm", "transformers", "command"]
     for name in engines.names():
         adapter = engines.get(name)
         assert isinstance(adapter, engines.EngineAdapter) and adapter.name == name
@@ -209,8 +209,11 @@ def test_each_engine_names_its_config_type_and_log_adapter():
     assert engines.get("sglang").config_type is ServerConfig and engines.get("sim").config_type is ServerConfig
     assert engines.get("vllm").config_type is engines.VllmConfig
     assert engines.get("command").config_type is None
-    assert set(engines.config_types()) == {ServerConfig, engines.VllmConfig}
-    for name in ("sglang", "vllm", "sim"):
+    from glm5lib.engines.transformers import TransformersConfig
+
+    assert engines.get("transformers").config_type is TransformersConfig
+    assert set(engines.config_types()) == {ServerConfig, engines.VllmConfig, TransformersConfig}
+    for name in ("sglang", "vllm", "sim", "transformers"):
         assert engines.get(name).log_engine in available_engines()
 
 
@@ -307,7 +310,7 @@ def test_importing_the_registry_loads_no_adapter():
     probe = ("import sys; from glm5lib import engines; names = engines.names(); "
              "print(names, 'pandas' in sys.modules, 'glm5lib.engines.vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['sim', 'sglang', 'vllm', 'command'] False False"
+    assert out.strip() == "['sim', 'sglang', 'vllm', 'transformers', 'command'] False False"
 
 
 def test_vllm_catalogue_is_package_data_per_release():

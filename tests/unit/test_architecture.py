@@ -189,6 +189,8 @@ LAZY_PAIRS = {
     ("glm5lib.engines.sglang.config", "glm5lib.logs"): "the stand-in imports config and starts without pandas, "
                                         "which the log parser needs",
     ("glm5lib.engines.sglang.config._sglang", "glm5lib.logs"): "the same import, where SGLangConfig now lives",
+    ("glm5lib.engines.sglang", "glm5lib.server"): "importing SGLang's configuration runs its engine package: "
+                                                  "the launcher (pandas) is loaded when a server is launched",
 }
 
 

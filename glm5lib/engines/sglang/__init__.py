@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from glm5lib import server as server_mod
 from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever, Program
 from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
@@ -95,6 +94,10 @@ def launch_from_server_config(backend: str, request: LaunchRequest, extra_args: 
     configured by a ServerConfig), ``extra_args`` before the request's own."""
     if request.config is None:
         raise ConfigError(f"BACKEND {backend!r} needs a server configuration (CONFIG)", field="CONFIG")
+    # imported here: SGLang's configuration (this package's ``config``) stays readable without
+    # the launcher's dependencies (pandas), for ``glm5 --help`` and the stand-in
+    from glm5lib import server as server_mod
+
     return server_mod.launch(request.config, backend=backend, log_path=request.log_path,
                              ready_timeout=request.ready_timeout, extra_args=[*extra_args, *request.extra_args])
 
