@@ -435,41 +435,50 @@ class PerfModel:
         for key, value in changes.items():
             k = str(key)
             found, _ = engines.limit_changes({k: value}, adapter, context)
-            limit, v = next(iter(found.items())) if found else (None, None)
-            if limit == "running_cap":
-                lim.running_cap = _int(v) if v is not None else None
-            elif limit in ("token_budget", "prefill_chunk"):
-                lim.token_budget = _int(v) if v is not None else None
-                if not lim.mixed_steps:
-                    unseen.append(
-                        f"{k}={value}: this engine prefills in batches of their own; the model folds "
-                        "prefill into the step at the phase's mix and does not count those batches"
-                    )
-            elif limit == "kv_tokens":
-                lim.kv_pool = _int(v) if v is not None else self.limits.kv_pool
-            elif limit == "graphs_off":
-                off = bool(v)
-                if off and lim.graphs:
-                    lim.graphs = False
-                    if not self.graph_saving_fitted:
-                        unseen.append(
-                            f"{k}={value}: every decode step of this phase ran with CUDA graphs, so the "
-                            f"time graphs save is not in its evidence; the model takes the shipped profiles' "
-                            f"prior ({GRAPH_PRIOR_SHARE:.0%} of the fixed step time, {params.graph_saving_ms:.1f} ms)"
-                        )
-                elif not off and not lim.graphs:
-                    unseen.append(f"{k}={value}: graphs did not run in this phase, their saving is unknown")
-            elif limit == "graph_max_batch":
-                lim.graph_max_bs = _int(v)
-                if lim.graphs and not self.graph_saving_fitted:
-                    unseen.append(f"{k}={value}: the saving of a CUDA graph is a prior, not in this phase's evidence")
-            elif engines.neutral_field(k, adapter):
+            for limit, v in found.items():
+                self._apply(limit, v, k, value, lim, params, unseen)
+            if found:
+                continue
+            if engines.neutral_field(k, adapter):
                 unseen.append(f"{k}={value}: not modelled ({engines.neutral_field(k, adapter)})")
             elif adapter.capabilities.limit_of(k) is None and _is_companion(k, changes, adapter, context):
                 continue
             else:
                 unseen.append(f"{k}={value}: the step model has no term for this field")
         return lim, params, unseen
+
+    def _apply(self, limit: str, v: Any, k: str, value: Any, lim: Limits, params: StepParams,
+               unseen: list[str]) -> None:
+        """One neutral limit's change (``limit`` = ``v``, asked as ``k`` = ``value``) into ``lim``,
+        with what the evidence cannot show of it in ``unseen``."""
+        if limit == "running_cap":
+            lim.running_cap = _int(v) if v is not None else None
+        elif limit in ("token_budget", "prefill_chunk"):
+            lim.token_budget = _int(v) if v is not None else None
+            note = (f"{k}={value}: this engine prefills in batches of their own; the model folds "
+                    "prefill into the step at the phase's mix and does not count those batches")
+            if not lim.mixed_steps and note not in unseen:
+                unseen.append(note)
+        elif limit == "kv_tokens":
+            lim.kv_pool = _int(v) if v is not None else self.limits.kv_pool
+        elif limit == "graphs_off":
+            off = bool(v)
+            if off and lim.graphs:
+                lim.graphs = False
+                if not self.graph_saving_fitted:
+                    unseen.append(
+                        f"{k}={value}: every decode step of this phase ran with CUDA graphs, so the "
+                        f"time graphs save is not in its evidence; the model takes the shipped profiles' "
+                        f"prior ({GRAPH_PRIOR_SHARE:.0%} of the fixed step time, {params.graph_saving_ms:.1f} ms)"
+                    )
+            elif not off and not lim.graphs:
+                unseen.append(f"{k}={value}: graphs did not run in this phase, their saving is unknown")
+        elif limit == "graph_max_batch":
+            lim.graph_max_bs = _int(v)
+            if lim.graphs and not self.graph_saving_fitted:
+                unseen.append(f"{k}={value}: the saving of a CUDA graph is a prior, not in this phase's evidence")
+        elif limit == "kv_fraction":
+            unseen.append(f"{k}={value}: the step model has no term for this field")
 
     def running(self, concurrency: int, limits: Limits, workload: Workload) -> tuple[float, str]:
         """The batch the engine runs at ``concurrency`` under ``limits``, and what binds it."""

@@ -161,6 +161,16 @@ class Capabilities:
         name = self.field(limit)
         return "--" + name.replace("_", "-") if name else None
 
+    def limits_set_by(self, name: str) -> list[str]:
+        """Every neutral limit an engine field or flag sets (one field may set two: transformers
+        serve's ``cb_max_batch_tokens`` is its token budget and bounds its running batch)."""
+        key = str(name).lstrip("-").replace("-", "_")
+        if key in LIMITS:
+            return [key]
+        found = [limit for limit, own in self.fields.items() if own == key]
+        alias = self.field_aliases.get(key)
+        return found or ([alias] if alias else [])
+
     def limit_of(self, name: str) -> str | None:
         """The neutral limit an engine field or flag sets (``"--max-num-seqs"`` -> ``"running_cap"``);
         a neutral name is returned as it is; None for a field outside the vocabulary."""
@@ -407,7 +417,9 @@ class EngineAdapter:
         """The :class:`Limits` in force: the value the log wrote at start-up, else the argument
         given, else (an engine that chooses values at start-up) what it chose, else the engine's
         default running cap; each with its source."""
-        caps, args, startup = self.capabilities, args or {}, startup or {}
+        caps, startup = self.capabilities, startup or {}
+        # arguments under their field names or as flags (an argv read back: "--max-num-seqs")
+        args = {**{str(k).lstrip("-").replace("-", "_"): v for k, v in (args or {}).items()}, **(args or {})}
         values: dict[str, Any] = {}
         sources: dict[str, str] = {}
         names: dict[str, str] = {}
@@ -450,14 +462,14 @@ class EngineAdapter:
         limits: dict[str, Any] = {}
         others: dict[str, Any] = {}
         for name, value in changes.items():
-            limit = self.capabilities.limit_of(name)
-            if limit is None and self.change_hook is not None:
+            found = self.capabilities.limits_set_by(name)
+            if not found and self.change_hook is not None:
                 hooked = self.change_hook(str(name).lstrip("-").replace("-", "_"), value, changes, args or {})
                 if hooked is not None:
-                    limit, value = hooked
-            if limit is None:
+                    found, value = [hooked[0]], hooked[1]
+            if not found:
                 others[name] = value
-            else:
+            for limit in found:
                 limits[limit] = None if value is None else (_as_limit(limit, value) if limit != "graphs_off"
                                                             else _as_limit(limit, value) is True)
         return limits, others
