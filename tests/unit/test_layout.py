@@ -36,3 +36,11 @@ def test_every_test_file_is_in_one_of_the_two_trees():
     loose = sorted(p.name for p in TESTS.glob("test_*.py"))
     assert not loose, (f"{loose} at tests/: a test that starts no process or server goes in "
                        "tests/unit/<package>/ (mirroring glm5lib), any other in tests/integration/")
+
+
+def test_every_test_file_has_a_basename_of_its_own():
+    # the test folders are not packages: pytest refuses to collect two files of one name in one run
+    names: dict[str, list[str]] = {}
+    for path in TESTS.rglob("test_*.py"):
+        names.setdefault(path.name, []).append(str(path.relative_to(TESTS)))
+    assert not {n: p for n, p in names.items() if len(p) > 1}
