@@ -110,6 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=int, default=256, help="the grid's and the tuner's load")
     ap.add_argument("--grid", default="64,96,128,160,192,256")
     ap.add_argument("--grid-duration", type=float, default=30.0)
+    ap.add_argument("--range-ratio", type=float, default=0.5,
+                    help="the grid's and the tuner's lengths drawn in [len x RATIO, len]: lengths that differ "
+                         "break the cohorts a closed loop of equal requests forms (1: all equal)")
     ap.add_argument("--slo", default="median_tpot_ms<=20")
     ap.add_argument("--max-launches", type=int, default=4)
     ap.add_argument("--steps", default=",".join(STEPS))
@@ -153,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         print(done.stdout[-3000:] or done.stderr[-3000:])
 
     goal = tune.Goal.parse([args.slo])
-    load = tune.Workload(args.target, args.input_len, args.output_len, args.grid_duration, warmup=4)
+    load = tune.Workload(args.target, args.input_len, args.output_len, args.grid_duration, warmup=4,
+                         sweep_options={"range_ratio": args.range_ratio} if args.range_ratio < 1 else {})
     base_cfg = ServerConfig.load(cfg_path)
 
     def timed_measure(folder: Path):
