@@ -95,7 +95,8 @@ def resolve_automatic(
         if key and _positive(startup.get(key)) is not None:
             v = int(_positive(startup.get(key)))
             return v, f"{v:,} resolved at start (its log's {key}= line)"
-    for adapter in adapters:
+    resolvers = {id(a.automatic_resolver): a for a in adapters if a.automatic_resolver is not None}
+    for adapter in resolvers.values():  # the stand-in shares SGLang's rule: asked once
         auto = adapter.automatic(field, args, startup, environment)
         if auto is not None:
             value = auto.value if auto.value is not None else (auto.candidates[0] if auto.candidates else None)

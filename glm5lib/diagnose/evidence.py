@@ -65,6 +65,11 @@ FINDING_COLUMNS = [
 ]
 
 
+# A level is steady once its running batch reaches this share of what the load and the cap allow,
+# or holds a smaller batch steadily (its 10th percentile at least this share of its 90th: a limit
+# the cap does not show, such as the KV pool or a busy front end, holds it there).
+HELD_SHARE = 0.85
+
 _DECODE_COLS = [
     "time",
     "rank",
@@ -439,10 +444,39 @@ class Evidence:
                 )
             steps = self.steps_in_level(level)
             row["tokens_per_step"] = steps["mean"] if steps else np.nan
+            row["batch_held"], row["held_note"] = self._held(lines, int(level["concurrency"]))
             rows.append(row)
         cols = ["concurrency", "source", "samples", "running_median", "running_max", "queued_mean",
-                "queued_max", "kv_max", "tokens_per_step"]
+                "queued_max", "kv_max", "tokens_per_step", "batch_held", "held_note"]
         return pd.DataFrame(rows, columns=cols)
+
+    def level_held(self, concurrency: int) -> tuple[bool | None, str]:
+        """Whether the level at ``concurrency`` ran the batch the load and the running cap allow,
+        or held a smaller one steadily, and why (None: no scheduler figures in the level to judge
+        it by). A batch that swung (cohorts of requests that start and end together: the H200's
+        cap 160 at 256 offered alternated 160 and 96 running) or was still filling when the level
+        ended is no steady level: its figures are not the configuration's."""
+        s = self.sweep_sorted()
+        rows = s[s["concurrency"] == int(concurrency)] if not s.empty else s
+        if rows.empty:
+            return None, f"no level at concurrency {int(concurrency)}"
+        return self._held(self.decode_in_level(rows.iloc[-1]), int(concurrency))
+
+    def _held(self, lines: pd.DataFrame, concurrency: int) -> tuple[bool | None, str]:
+        running = _col(lines, "running_req").dropna() if len(lines) else pd.Series(dtype=float)
+        if len(running) < 3:
+            return None, "no scheduler figures to judge the level by"
+        cap = self.cap()[0]
+        allowed = min(concurrency, int(cap)) if cap else concurrency
+        median, low, high = (float(running.quantile(q)) for q in (0.5, 0.1, 0.9))
+        if median >= HELD_SHARE * allowed:
+            return True, f"held {median:.0f} running of the {allowed} the load and the cap allow"
+        if low >= HELD_SHARE * high:
+            return True, (f"held {median:.0f} running steadily ({low:.0f}-{high:.0f}) below the {allowed} the load "
+                          "and the cap allow: a limit the cap does not show holds the batch there")
+        return False, (f"its batch swung between {low:.0f} and {high:.0f} running (median {median:.0f}) below the "
+                       f"{allowed} the load and the cap allow: requests started and ended in cohorts, or the level "
+                       "ended before the batch settled, so its figures are not this configuration's steady ones")
 
     def requested_max_tokens(self) -> tuple[float | None, str]:
         """The max_tokens requests asked for (what SGLang reserves against), and where from."""

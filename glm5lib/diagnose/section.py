@@ -78,6 +78,9 @@ def section_markdown(run_dir: str | Path) -> str | None:
                 f"{_cell(r.get('queued_mean'), 1)} | {_cell(r.get('queued_max'))} | {_cell(r.get('kv_max'), 2)} | "
                 f"{_cell(r.get('tokens_per_step'))} |")
         lines.append("")
+        for r in table.to_dict(orient="records"):
+            if r.get("batch_held") is False:
+                lines += [f"Not steady at concurrency {r['concurrency']:,}: {r['held_note']}.", ""]
         findings = _findings(phase)
         if findings is not None and not findings.empty and "rule" in findings:
             causes = findings[~findings["rule"].isin(CAVEAT_RULES)]

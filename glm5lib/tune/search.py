@@ -179,39 +179,15 @@ def _running(folder: Path, concurrency: int | None = None) -> float:
     return float(busy.median()) if not busy.empty else math.nan
 
 
-# A level counts once the running batch reaches this share of what the load and the cap allow, or
-# holds a smaller batch steadily (its 10th percentile at least this share of its 90th: a limit the
-# cap does not show, such as the KV pool or a busy front end, holds it there).
-HELD_SHARE = 0.85
-
-
 def batch_held(folder: Path, concurrency: int) -> tuple[bool, str]:
-    """Whether ``folder``'s level at ``concurrency`` ran the batch the load and the running cap
-    allow, or held a smaller one steadily, and why. A batch that swung (cohorts of requests that
-    start and end together: the H200's cap 160 at 256 offered alternated 160 and 96 running) or was
-    still filling when the level ended is no steady level: its figures are not the configuration's.
-    True where the evidence has no scheduler lines in the level (nothing to judge it by)."""
+    """Whether ``folder``'s level at ``concurrency`` held the batch its load and cap allow
+    (:meth:`~glm5lib.diagnose.evidence.Evidence.level_held`), and why; True where the evidence has
+    nothing to judge it by."""
     try:
-        ev = load_evidence(folder.parent, phase=folder.name)
-        cap = ev.cap()[0]
-        lines = next((d for c, d in ev.level_decode() if c is not None and int(c) == int(concurrency)), None)
+        held, why = load_evidence(folder.parent, phase=folder.name).level_held(concurrency)
     except Exception:  # evidence only: what cannot be read is not judged
         return True, "no scheduler figures to judge the level by"
-    if lines is None or "running_req" not in lines:
-        return True, "no scheduler figures to judge the level by"
-    running = pd.to_numeric(lines["running_req"], errors="coerce").dropna()
-    if len(running) < 3:
-        return True, "no scheduler figures to judge the level by"
-    allowed = min(int(concurrency), int(cap)) if cap else int(concurrency)
-    median, low, high = (float(running.quantile(q)) for q in (0.5, 0.1, 0.9))
-    if median >= HELD_SHARE * allowed:
-        return True, f"held {median:.0f} running of the {allowed} the load and the cap allow"
-    if low >= HELD_SHARE * high:
-        return True, (f"held {median:.0f} running steadily ({low:.0f}-{high:.0f}) below the {allowed} the load and "
-                      "the cap allow: a limit the cap does not show holds the batch there")
-    return False, (f"its batch swung between {low:.0f} and {high:.0f} running (median {median:.0f}) below the "
-                   f"{allowed} the load and the cap allow: requests started and ended in cohorts, or the level "
-                   "ended before the batch settled, so its figures are not this configuration's steady ones")
+    return held is not False, why
 
 
 def _startup(folder: Path) -> dict[str, Any]:

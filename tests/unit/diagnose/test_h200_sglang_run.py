@@ -139,3 +139,13 @@ def test_the_gpu_runs_diagnosis_leads_with_the_cap_then_the_serving_process(run)
     assert fix.iloc[0]["rule"] == "underfed" and "sglang.launch_server" in fix.iloc[0]["evidence"]
     assert "cuda_graph" in set(fix["rule"])
     assert not fix["rule"].astype(str).str.startswith(("crash", "client_bound")).any()
+
+
+def test_the_scheduler_section_says_which_levels_never_held_their_batch():
+    from glm5lib.diagnose.section import section_markdown
+
+    text = section_markdown(EXAMPLE / "grid")
+    parts = {p.split("`")[1]: p for p in text.split("### Phase ")[1:]}
+    assert "Not steady at concurrency 256: its batch swung between 65 and 160" in parts["grid-4"]
+    assert "Not steady" in parts["grid-5"]
+    assert all("Not steady" not in parts[p] for p in ("grid-1", "grid-2", "grid-3"))
