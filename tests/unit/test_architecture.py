@@ -8,6 +8,7 @@ next engine, rule or log format land in one place.
 from __future__ import annotations
 
 import ast
+import functools
 from collections import defaultdict
 from pathlib import Path
 
@@ -37,6 +38,12 @@ ROOT_LAYER = len(LAYERS) - 1
 SIM_ALLOWED = LAYERS[0] + LAYERS[1]
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for every check that reads it."""
+    return ast.parse(path.read_text(), filename=str(path))
+
+
 def _modules() -> dict[str, Path]:
     out = {}
     for path in sorted(PACKAGE.rglob("*.py")):
@@ -54,7 +61,7 @@ def _is_generated(name: str) -> bool:
 def _imports(name: str, path: Path, typing: bool = True) -> list[tuple[str, int, bool]]:
     """(imported glm5lib module, line, at module top level) for every import in a file; without
     ``typing``, leaving out those under ``if TYPE_CHECKING:`` (never run, so in no circle)."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = _parsed(path)
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     top_level = set(map(id, tree.body))
     type_only: set[int] = set()
@@ -213,7 +220,7 @@ def test_the_library_does_not_print_or_define_commands():
     for name, path in _modules().items():
         if name.startswith(("glm5lib.cli", "glm5lib.sim")) or name == "glm5lib.__main__":
             continue
-        tree = ast.parse(path.read_text())
+        tree = _parsed(path)
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
                 offenders.append(f"{name}:{node.lineno} calls print")
@@ -273,7 +280,7 @@ def test_no_engine_name_is_compared_outside_the_engines_package():
             continue
         if name in ENGINE_NAMES_PENDING:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_parsed(path)):
             if not isinstance(node, ast.Compare):
                 continue
             sides = [node.left, *node.comparators]
@@ -425,7 +432,7 @@ def test_no_engine_product_is_named_in_code_outside_the_engines_package():
     for name, path in _modules().items():
         if not _outside_engines(name) or name in PRODUCT_NAMES_ALLOWED:
             continue
-        tree = ast.parse(path.read_text())
+        tree = _parsed(path)
         skip = _docstrings(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in names and id(node) not in skip:
