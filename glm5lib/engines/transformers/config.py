@@ -24,22 +24,19 @@ cache was sized to and when requests were offloaded; everything else is the engi
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib.util
 import json
 import os
 import re
-import sys
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from glm5lib import server as server_mod
+from glm5lib.engines.flagconfig import FlagConfig, engine_python, local_model
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.logs import parse_log
-from glm5lib.masking import mask_mapping
 
 __all__ = [
     "BUNDLED_RELEASES",
@@ -138,33 +135,26 @@ def _check_value(field: str, spec: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
-class TransformersConfig:
+class TransformersConfig(FlagConfig):
     """``transformers serve`` options under their own names; immutable (``with_changes`` copies)."""
 
     engine = "transformers"
-
-    def __init__(self, args: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
-                 meta: Mapping[str, Any] | None = None):
-        self.meta = dict(meta or {})
-        flags, release = self._flags()
-        checked: dict[str, Any] = {}
-        for key, value in dict(args or {}).items():
-            field = ALIASES.get(key, key)
-            spec = flags.get(field)
-            if spec is None:
-                close = difflib.get_close_matches(field, list(flags), n=3)
-                hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-                raise ConfigError(f"{key!r} is not a `transformers serve` option{hint}; names are its own "
-                                  f"(--cb-max-batch-tokens is cb_max_batch_tokens), checked against the catalogue "
-                                  f"of transformers {release}", field=key, valid=close or sorted(flags))
-            if field in _LAUNCH_FIELDS:
-                continue  # the launcher picks the address
-            checked[field] = _check_value(field, spec, value)
-        self._args = checked
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+    config_format = CONFIG_FORMAT
+    noun = "a `transformers serve` option"
+    naming = "names are its own (--cb-max-batch-tokens is cb_max_batch_tokens)"
+    aliases = ALIASES
+    launch_fields = frozenset(_LAUNCH_FIELDS)
+    _check_value = staticmethod(_check_value)
 
     def _flags(self) -> tuple[dict[str, dict[str, Any]], str]:
         return transformers_flags(self.__dict__.get("meta", {}).get("transformers_version"))
+
+    def _catalogue_text(self, source: str) -> str:
+        return f"the catalogue of transformers {source}"
+
+    @classmethod
+    def _field(cls, key: str) -> str:  # flags' spellings too: cb-max-batch-tokens
+        return ALIASES.get(key, key.lstrip("-").replace("-", "_"))
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -204,17 +194,6 @@ class TransformersConfig:
         config.meta.setdefault("name", file.stem)
         return config
 
-    @property
-    def name(self) -> str | None:
-        return self.meta.get("name")
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return dict(self._args)
-
-    def get(self, field: str, default: Any = None) -> Any:
-        return self._args.get(ALIASES.get(field, field), default)
-
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
@@ -224,82 +203,16 @@ class TransformersConfig:
             return self._args.get(field, flags[field].get("default"))
         raise AttributeError(f"{name!r} is not a `transformers serve` option")
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, TransformersConfig) and self._args == other._args and self.env == other.env
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(self._args, sort_keys=True, default=str))
-
-    def __repr__(self) -> str:
-        return f"TransformersConfig({mask_mapping(self._args)!r})"
-
-    def to_dict(self, *, mask: bool = False) -> dict[str, Any]:
-        return mask_mapping(self._args) if mask else dict(self._args)
-
-    def diff(self, other: TransformersConfig) -> dict[str, tuple[Any, Any]]:
-        """Fields whose values differ: ``{field: (self's, other's)}`` (unset reads as the default)."""
-        flags, _ = self._flags()
-        out = {}
-        for key in sorted(set(self._args) | set(other._args)):
-            default = flags.get(key, {}).get("default")
-            a, b = self._args.get(key, default), other._args.get(key, default)
-            if a != b:
-                out[key] = (a, b)
-        return out
-
-    # -- changing ----------------------------------------------------------------------------------
-
-    def with_changes(self, **fields: Any) -> TransformersConfig:
-        """A copy with ``fields`` set (its own names, or flags' spellings: ``cb-max-batch-tokens``);
-        ``None`` removes a field (back to the engine's default: sized from free memory)."""
-        args = dict(self._args)
-        for key, value in fields.items():
-            field = ALIASES.get(key, key.lstrip("-").replace("-", "_"))
-            if value is None:
-                args.pop(field, None)
-            else:
-                args[field] = value
-        return TransformersConfig(args, env=self.env, meta=self.meta)
-
-    def without(self, *fields: str) -> TransformersConfig:
-        return self.with_changes(**{f: None for f in fields})
-
-    # -- writing -----------------------------------------------------------------------------------
-
     def to_argv(self) -> list[str]:
         """The options as ``transformers serve`` arguments: the model first (positional), then
         ``--continuous-batching`` unless turned off, then the flags (``--no-cb-use-cuda-graph``)."""
-        flags, _ = self._flags()
         argv: list[str] = []
         model = self._args.get(MODEL_FIELD)
         if model:
             argv.append(str(model))
         if self._args.get("continuous_batching", True):
             argv.append("--continuous-batching")
-        for key, value in self._args.items():
-            spec = flags[key]
-            if value is None or key in (MODEL_FIELD, "continuous_batching"):
-                continue
-            flag = spec["flags"][0]
-            if spec.get("kind") == "bool":
-                if value:
-                    argv.append(flag)
-                elif spec.get("negatable"):
-                    argv.append("--no-" + flag[2:])
-            elif isinstance(value, Mapping):
-                argv += [flag, json.dumps(value)]
-            else:
-                argv += [flag, str(value)]
-        return argv
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write this config as a ``glm5lib.transformers_config/1`` file (secrets masked)."""
-        path = Path(path)
-        meta = {k: v for k, v in self.meta.items() if k not in ("path", "format", "engine")}
-        data = {"format": CONFIG_FORMAT, "engine": "transformers", **meta, "env": self.env,
-                "server_args": self.to_dict(mask=True)}
-        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        return path
+        return argv + self._flag_argv(skip=(MODEL_FIELD, "continuous_batching"))
 
     def model_path(self) -> str:
         """The model to serve: a local folder (absolute, or relative to here or to the repository)
@@ -309,36 +222,16 @@ class TransformersConfig:
             raise ConfigError("the transformers config names no model: set server_args.force_model "
                               "(or model / MODEL_PATH)", field="force_model")
         model = str(model)
-        for candidate in (Path(model).expanduser(), _REPO / model):
-            if candidate.exists():
-                return str(candidate.resolve())
-        if model.startswith(("/", ".", "~")):
-            raise ConfigError(f"model path {model!r} does not exist", field="force_model")
-        return model
+        return local_model(model, "force_model", model.startswith(("/", ".", "~")))
 
 
 def transformers_python() -> str:
     """The interpreter that runs ``transformers serve``: ``GLM5_TRANSFORMERS_PYTHON``, else
     ``$ENGINES/transformers`` (``.engines/transformers`` by default) where it has transformers, else
     this one when it imports transformers."""
-    override = os.environ.get("GLM5_TRANSFORMERS_PYTHON")
-    if override:
-        if not Path(override).exists():
-            raise ServerLaunchError(f"GLM5_TRANSFORMERS_PYTHON={override!r} does not exist", cause="not_found")
-        return override
-    engines = Path(os.environ.get("ENGINES") or _REPO / ".engines")
-    if not engines.is_absolute():
-        engines = _REPO / engines
-    venv = engines / "transformers"
-    if (venv / "bin" / "python").exists() and any(venv.glob("lib/python3*/site-packages/transformers/__init__.py")):
-        return str(venv / "bin" / "python")
-    if importlib.util.find_spec("transformers") is not None:
-        return sys.executable
-    raise ServerLaunchError(
+    return engine_python("transformers", "GLM5_TRANSFORMERS_PYTHON", (
         "transformers is not installed: install `transformers[serving]` (5.x) and torch into this "
-        "environment or into $ENGINES/transformers, or point GLM5_TRANSFORMERS_PYTHON at an interpreter that has them",
-        cause="not_found",
-    )
+        "environment or into $ENGINES/transformers, or point GLM5_TRANSFORMERS_PYTHON at an interpreter that has them"))
 
 
 def serve_argv(config: TransformersConfig, python: str, extra_args: list[str] | tuple[str, ...] = ()) -> list[str]:

@@ -29,17 +29,16 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from glm5lib import cpus
 from glm5lib import server as server_mod
+from glm5lib.engines.flagconfig import FlagConfig, engine_python, local_model
 from glm5lib.engines.vllm.releases import bundled_flags
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.logs import parse_log
-from glm5lib.masking import mask_mapping
 from glm5lib.paths import data_dir
 
 __all__ = [
@@ -133,30 +132,16 @@ def _check_value(field: str, spec: Mapping[str, Any], value: Any) -> Any:
     return value
 
 
-class VllmConfig:
+class VllmConfig(FlagConfig):
     """``vllm serve`` arguments under vLLM's own names; immutable (``with_changes`` copies)."""
 
     engine = "vllm"
-
-    def __init__(self, args: Mapping[str, Any] | None = None, *, env: Mapping[str, str] | None = None,
-                 meta: Mapping[str, Any] | None = None):
-        flags, source = vllm_flags((meta or {}).get("vllm_version"))
-        checked: dict[str, Any] = {}
-        for key, value in dict(args or {}).items():
-            field = ALIASES.get(key, key)
-            spec = flags.get(field)
-            if spec is None:
-                close = difflib.get_close_matches(field, list(flags), n=3)
-                hint = f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
-                raise ConfigError(f"{key!r} is not a vLLM server argument{hint}; names are vLLM's own "
-                                  f"(--max-num-seqs is max_num_seqs), checked against the {source}",
-                                  field=key, valid=close or sorted(flags))
-            if field in _LAUNCH_FIELDS:
-                continue  # the launcher picks the address
-            checked[field] = _check_value(field, spec, value)
-        self._args = checked
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
-        self.meta = dict(meta or {})
+    config_format = CONFIG_FORMAT
+    noun = "a vLLM server argument"
+    naming = "names are vLLM's own (--max-num-seqs is max_num_seqs)"
+    aliases = ALIASES
+    launch_fields = frozenset(_LAUNCH_FIELDS)
+    _check_value = staticmethod(_check_value)
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -190,17 +175,6 @@ class VllmConfig:
         config.meta.setdefault("name", path.stem)
         return config
 
-    @property
-    def name(self) -> str | None:
-        return self.meta.get("name")
-
-    @property
-    def args(self) -> dict[str, Any]:
-        return dict(self._args)
-
-    def get(self, field: str, default: Any = None) -> Any:
-        return self._args.get(ALIASES.get(field, field), default)
-
     def _flags(self) -> tuple[dict[str, dict[str, Any]], str]:
         return vllm_flags(self.__dict__.get("meta", {}).get("vllm_version"))
 
@@ -214,20 +188,6 @@ class VllmConfig:
             return self._args.get(name, flags[name].get("default"))
         raise AttributeError(f"{name!r} is not a vLLM server argument")
 
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, VllmConfig) and self._args == other._args and self.env == other.env
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(self._args, sort_keys=True, default=str))
-
-    def __repr__(self) -> str:
-        return f"VllmConfig({mask_mapping(self._args)!r})"
-
-    def to_dict(self, *, mask: bool = False) -> dict[str, Any]:
-        if mask:
-            return mask_mapping(self._args)
-        return dict(self._args)
-
     def to_frame(self):
         """The arguments as a table: field, flag, value."""
         import pandas as pd
@@ -235,67 +195,6 @@ class VllmConfig:
         flags, _ = self._flags()
         rows = [{"field": k, "flag": flags[k]["flags"][0], "value": v} for k, v in self.to_dict(mask=True).items()]
         return pd.DataFrame(rows, columns=["field", "flag", "value"])
-
-    def diff(self, other: VllmConfig) -> dict[str, tuple[Any, Any]]:
-        """Fields whose values differ: ``{field: (self's, other's)}`` (unset reads as vLLM's default)."""
-        flags, _ = self._flags()
-        out = {}
-        for key in sorted(set(self._args) | set(other._args)):
-            default = flags.get(key, {}).get("default")
-            a, b = self._args.get(key, default), other._args.get(key, default)
-            if a != b:
-                out[key] = (a, b)
-        return out
-
-    # -- changing ----------------------------------------------------------------------------------
-
-    def with_changes(self, **fields: Any) -> VllmConfig:
-        """A copy with ``fields`` set (vLLM names; ``model_path``/``tp_size`` are accepted for the
-        notebooks' MODEL_PATH/TP_SIZE); ``None`` removes a field (back to vLLM's default)."""
-        args = dict(self._args)
-        for key, value in fields.items():
-            field = ALIASES.get(key, key)
-            if value is None:
-                args.pop(field, None)
-            else:
-                args[field] = value
-        return VllmConfig(args, env=self.env, meta=self.meta)
-
-    def without(self, *fields: str) -> VllmConfig:
-        return self.with_changes(**{f: None for f in fields})
-
-    # -- writing -----------------------------------------------------------------------------------
-
-    def to_argv(self) -> list[str]:
-        """The arguments as vLLM flags (``--max-num-seqs 4``; ``--no-enable-prefix-caching``)."""
-        flags, _ = self._flags()
-        argv: list[str] = []
-        for key, value in self._args.items():
-            spec = flags[key]
-            flag = spec["flags"][0]
-            if value is None:
-                continue
-            if spec.get("kind") == "bool":
-                if value:
-                    argv.append(flag)
-                elif spec.get("negatable"):
-                    argv.append("--no-" + flag[2:])
-                continue
-            if isinstance(value, list):
-                argv += [flag, *map(str, value)]
-            elif isinstance(value, dict):
-                argv += [flag, json.dumps(value)]
-            else:
-                argv += [flag, str(value)]
-        return argv
-
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write this config as a ``glm5lib.vllm_config/1`` file (secrets masked)."""
-        path = Path(path)
-        meta = {k: v for k, v in self.meta.items() if k not in ("path", "format", "engine")}
-        data = {"format": CONFIG_FORMAT, "engine": "vllm", **meta, "env": self.env, "server_args": self.to_dict(mask=True)}
-        path.write_text(json.dumps(data, indent=2, default=str) + "\n")
-        return path
 
     def model_path(self) -> str:
         """The model to serve; a local path (absolute, or relative to here or to the repository,
@@ -305,38 +204,17 @@ class VllmConfig:
             raise ConfigError("the vLLM config names no model: set server_args.model (or MODEL_PATH)", field="model")
         model = str(model)
         looks_local = model.startswith(("/", ".", "~")) or Path(model).parts[0] in (".engines", "data")
-        for candidate in (Path(model).expanduser(), _REPO / model):
-            if candidate.exists():
-                return str(candidate.resolve())
-        if looks_local:
-            hint = " (run `make vllm` to build the tiny test model there)" if "tiny-qwen3-moe" in model else ""
-            raise ConfigError(f"model path {model!r} does not exist{hint}", field="model")
-        return model  # a model id vLLM fetches itself
+        hint = " (run `make vllm` to build the tiny test model there)" if "tiny-qwen3-moe" in model else ""
+        return local_model(model, "model", looks_local, hint)
 
 
 def vllm_python() -> str:
     """The interpreter that runs vLLM: ``GLM5_VLLM_PYTHON``, else the one ``make vllm`` installs
     (``.engines/vllm``, or ``$ENGINES/vllm``), else this one when it imports vLLM."""
-    override = os.environ.get("GLM5_VLLM_PYTHON")
-    if override:
-        if not Path(override).exists():
-            raise ServerLaunchError(f"GLM5_VLLM_PYTHON={override!r} does not exist", cause="not_found")
-        return override
-    engines = Path(os.environ.get("ENGINES") or _REPO / ".engines")
-    if not engines.is_absolute():
-        engines = _REPO / engines
-    venv = engines / "vllm"
-    # a half-finished install has the interpreter but not the package
-    if (venv / "bin" / "python").exists() and any(venv.glob("lib/python3*/site-packages/vllm/__init__.py")):
-        return str(venv / "bin" / "python")
-    if importlib.util.find_spec("vllm") is not None:
-        return sys.executable
-    raise ServerLaunchError(
+    return engine_python("vllm", "GLM5_VLLM_PYTHON", (
         "vLLM is not installed: run `make vllm` in the repository (vLLM for CPU and a tiny test model "
         "in .engines/, about 3.5 GB), install vLLM into this environment, or point GLM5_VLLM_PYTHON at an "
-        "interpreter that has it",
-        cause="not_found",
-    )
+        "interpreter that has it"))
 
 
 _MODULE_PROBE = (
