@@ -156,16 +156,23 @@ def _level_row(folder: Path, concurrency: int) -> dict[str, Any] | None:
     return rows.iloc[-1].to_dict() if not rows.empty else None
 
 
-def _running(folder: Path, concurrency: int | None = None) -> float:
-    """The median running batch of ``folder``'s level at ``concurrency``, from the level's densest
-    source (log lines or /metrics samples in its window); the whole log's where no level has one."""
+def _scheduler_row(folder: Path, concurrency: int) -> dict[str, Any] | None:
+    """``folder``'s level at ``concurrency`` as the evidence's level table has it (running, queued,
+    whether the batch held, from the level's densest source); None where it cannot be read."""
+    try:
+        table = load_evidence(folder.parent, phase=folder.name).level_table()
+    except Exception:  # evidence only: what cannot be read is left out
+        return None
+    rows = table[table["concurrency"] == int(concurrency)]
+    return rows.iloc[-1].to_dict() if not rows.empty else None
+
+
+def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any] | None = None) -> float:
+    """The median running batch of ``folder``'s level at ``concurrency`` (``row``: its level-table
+    row, read here when not given); the whole log's where no level has one."""
     if concurrency is not None:
-        try:
-            table = load_evidence(folder.parent, phase=folder.name).level_table()
-            rows = table[table["concurrency"] == int(concurrency)]
-            value = float(rows["running_median"].iloc[-1]) if not rows.empty else math.nan
-        except Exception:  # evidence only: what cannot be read leaves the whole log's figure
-            value = math.nan
+        row = row if row is not None else _scheduler_row(folder, concurrency)
+        value = float(row.get("running_median", math.nan)) if row else math.nan
         if math.isfinite(value) and value > 0:
             return value
     try:
@@ -179,15 +186,15 @@ def _running(folder: Path, concurrency: int | None = None) -> float:
     return float(busy.median()) if not busy.empty else math.nan
 
 
-def batch_held(folder: Path, concurrency: int) -> tuple[bool, str]:
+def batch_held(folder: Path, concurrency: int, row: Mapping[str, Any] | None = None) -> tuple[bool, str]:
     """Whether ``folder``'s level at ``concurrency`` held the batch its load and cap allow
-    (:meth:`~glm5lib.diagnose.evidence.Evidence.level_held`), and why; True where the evidence has
-    nothing to judge it by."""
-    try:
-        held, why = load_evidence(folder.parent, phase=folder.name).level_held(concurrency)
-    except Exception:  # evidence only: what cannot be read is not judged
+    (:meth:`~glm5lib.diagnose.evidence.Evidence.level_held`; ``row``: its level-table row, read
+    here when not given), and why; True where the evidence has nothing to judge it by."""
+    row = row if row is not None else _scheduler_row(folder, concurrency)
+    if not row or row.get("batch_held") is None or (isinstance(row.get("batch_held"), float)
+                                                     and math.isnan(row["batch_held"])):
         return True, "no scheduler figures to judge the level by"
-    return held is not False, why
+    return bool(row["batch_held"]), str(row.get("held_note") or "")
 
 
 def _startup(folder: Path) -> dict[str, Any]:
@@ -239,9 +246,10 @@ def _evaluate(folder: Path, goal: Goal, workload: Workload) -> dict[str, Any]:
     binding = goal.binding(out)
     out["binding_limit"] = str(binding) if binding else ""
     out["binding_ratio"] = binding.ratio(out) if binding else math.nan
-    out["running"] = _running(folder, workload.concurrency)
+    row = _scheduler_row(folder, workload.concurrency)  # the evidence read once for both
+    out["running"] = _running(folder, workload.concurrency, row)
     out["completed"] = int(row.get("completed", 0) or 0)
-    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency)
+    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, row)
     return out
 
 
