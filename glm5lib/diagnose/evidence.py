@@ -450,19 +450,12 @@ class Evidence:
                 "queued_max", "kv_max", "tokens_per_step", "batch_held", "held_note"]
         return pd.DataFrame(rows, columns=cols)
 
-    def level_held(self, concurrency: int) -> tuple[bool | None, str]:
-        """Whether the level at ``concurrency`` ran the batch the load and the running cap allow,
-        or held a smaller one steadily, and why (None: no scheduler figures in the level to judge
-        it by). A batch that swung (cohorts of requests that start and end together: the H200's
-        cap 160 at 256 offered alternated 160 and 96 running) or was still filling when the level
-        ended is no steady level: its figures are not the configuration's."""
-        s = self.sweep_sorted()
-        rows = s[s["concurrency"] == int(concurrency)] if not s.empty else s
-        if rows.empty:
-            return None, f"no level at concurrency {int(concurrency)}"
-        return self._held(self.decode_in_level(rows.iloc[-1]), int(concurrency))
-
     def _held(self, lines: pd.DataFrame, concurrency: int) -> tuple[bool | None, str]:
+        """Whether a level's lines show the batch its load and the running cap allow, or a smaller
+        one held steadily, and why (None: too few figures to judge). A batch that swung (cohorts of
+        requests that start and end together: the H200's cap 160 at 256 offered alternated 160 and
+        96 running) or was still filling when the level ended is no steady level: its figures are
+        not the configuration's."""
         running = _col(lines, "running_req").dropna() if len(lines) else pd.Series(dtype=float)
         if len(running) < 3:
             return None, "no scheduler figures to judge the level by"

@@ -173,14 +173,10 @@ class Capabilities:
 
     def limit_of(self, name: str) -> str | None:
         """The neutral limit an engine field or flag sets (``"--max-num-seqs"`` -> ``"running_cap"``);
-        a neutral name is returned as it is; None for a field outside the vocabulary."""
-        key = str(name).lstrip("-").replace("-", "_")
-        if key in LIMITS:
-            return key
-        for limit, own in self.fields.items():
-            if own == key:
-                return limit
-        return self.field_aliases.get(key)
+        a neutral name is returned as it is; None for a field outside the vocabulary; the first
+        of :meth:`limits_set_by` for a field that sets two."""
+        found = self.limits_set_by(name)
+        return found[0] if found else None
 
     def to_dict(self) -> dict[str, Any]:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}

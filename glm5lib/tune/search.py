@@ -188,8 +188,8 @@ def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any
 
 def batch_held(folder: Path, concurrency: int, row: Mapping[str, Any] | None = None) -> tuple[bool, str]:
     """Whether ``folder``'s level at ``concurrency`` held the batch its load and cap allow
-    (:meth:`~glm5lib.diagnose.evidence.Evidence.level_held`; ``row``: its level-table row, read
-    here when not given), and why; True where the evidence has nothing to judge it by."""
+    (the evidence's level table: ``batch_held``; ``row``: its level-table row, read here when
+    not given), and why; True where the evidence has nothing to judge it by."""
     row = row if row is not None else _scheduler_row(folder, concurrency)
     if not row or row.get("batch_held") is None or (isinstance(row.get("batch_held"), float)
                                                      and math.isnan(row["batch_held"])):
