@@ -29,6 +29,8 @@ rerun alone from what earlier ones left::
             patch.json            the source patch applied for this phase (patching)
             findings.csv          diagnosis findings (diagnose.diagnose)
             prediction.csv        forecast of the change beside its measurement (diagnose.prediction)
+            step-profile.csv      the engine's offline step benchmark at chosen batch sizes (stepbench)
+            step-profile.log      that benchmark's own output
 
 Every file name lives here; code and notebooks use these constants, never the literals.
 """
@@ -64,6 +66,8 @@ __all__ = [
     "REQUESTS",
     "SERVER_INFO",
     "SERVER_LOG",
+    "STEP_PROFILE",
+    "STEP_PROFILE_LOG",
     "SUMMARY",
     "SWEEP",
     "TUNE_BEST",
@@ -78,6 +82,8 @@ COMMAND = "command.json"
 SERVER_INFO = "server_info.json"
 SERVER_LOG = "server.log"
 SWEEP = "sweep.csv"
+STEP_PROFILE = "step-profile.csv"
+STEP_PROFILE_LOG = "step-profile.log"
 REQUESTS = "requests.jsonl"
 GPU = "gpu.csv"
 METRICS = "metrics.csv"

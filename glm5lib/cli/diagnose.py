@@ -8,7 +8,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any
 
 from glm5lib import rundir
-from glm5lib.errors import DiagnosisError, UsageError
+from glm5lib.errors import ConfigError, DiagnosisError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +41,7 @@ def _print_findings(frame: pd.DataFrame) -> None:
 
 
 def _cli_diagnose(args: argparse.Namespace) -> int:
-    from glm5lib.diagnose import CapacityModel, diagnose, load_evidence
+    from glm5lib.diagnose import PerfModel, diagnose, load_evidence, recommend_running_cap
 
     # RUN_DIR or --run-dir, the spelling of a run folder every other command takes
     if args.run_dir and args.run_dir_option and args.run_dir != args.run_dir_option:
@@ -78,23 +78,30 @@ def _cli_diagnose(args: argparse.Namespace) -> int:
     if args.capacity:
         ev = load_evidence(args.run_dir, phase=args.phase)
         try:
-            model = CapacityModel.fit(ev.decode)
-        except DiagnosisError as exc:
-            print(f"\nCapacity model: not fitted ({exc})")
+            model = PerfModel.from_evidence(ev)
+        except (DiagnosisError, ConfigError) as exc:
+            print(f"\nPerformance model: not fitted ({exc})")
             return 0
-        print("\nCapacity model: " + model.describe())
+        print("\nPerformance model: " + model.describe())
         pool, _ = ev.kv_pool_tokens()
         ctx, _ = ev.context_tokens()
         cap, _ = ev.cap()
         s = ev.sweep_sorted()
         levels = sorted({int(c) for c in s["concurrency"]}) if not s.empty else [64, 256, 1024]
-        table = model.predict(levels, cap=cap, kv_tokens=pool, context_tokens=ctx)
-        print(table.round(1).to_string(index=False))
-        rec = model.recommend_max_running_requests(
-            pool, ctx, target_concurrency=max(levels), current_cap=cap
-        )
-        print(f"recommended {ev.adapter().capabilities.flag('running_cap')}: {rec.value} ({rec.reason})")
+        rec = recommend_running_cap(pool, ctx, target_concurrency=max(levels), current_cap=cap, model=model)
+        flag = ev.adapter().capabilities.flag("running_cap")
+        if rec.value:
+            print(f"\nForecast with {flag} {rec.value} (the most the KV pool holds within the load offered):")
+            _print_forecasts(model.forecast({"running_cap": rec.value}, levels))
+        print(f"recommended {flag}: {rec.value} ({rec.reason})")
     return 0
+
+
+def _print_forecasts(forecasts) -> None:
+    for f in forecasts:
+        figure = f"{f.predicted_tok_s:>9,.0f}" if f.given else f"{'not forecast':>12} ({f.predicted_tok_s:,.0f})"
+        print(f"  {f.concurrency:>6,}  {figure}  {f.low_tok_s:>8,.0f}-{f.high_tok_s:<8,.0f} "
+              f"running {f.running:>7,.0f}  {f.binding_limit}")
 
 
 def _cli_diff(args: argparse.Namespace) -> int:
@@ -156,7 +163,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument(
         "--capacity",
         action="store_true",
-        help="also fit the capacity model and recommend a running cap (the engine's flag for it)",
+        help="also fit the performance model, recommend a running cap (the engine's flag for it) and forecast it",
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-write", action="store_true", help=f"do not write {rundir.FINDINGS}")

@@ -85,6 +85,7 @@ def _cli_predict(args: argparse.Namespace) -> int:
             valid=phases,
         )
     model = PerfModel.fit_phase(phase)
+    _check_names(changes, model.engine)
     out = model.forecast(changes, levels, input_len=args.input_len, output_len=args.output_len)
     if args.json:
         print(json.dumps([f.to_dict() for f in out], indent=2))
@@ -94,18 +95,47 @@ def _cli_predict(args: argparse.Namespace) -> int:
     print(f"{'concurrency':>11} {'tok/s':>9} {'band':>17} {'running':>8} {'binds':>12} {'TTFT ms':>9} {'TPOT ms':>8}")
     for f in out:
         band = f"{_fmt(f.low_tok_s)}-{_fmt(f.high_tok_s)}"
+        figure = _fmt(f.predicted_tok_s) if f.given else f"({_fmt(f.predicted_tok_s)})"
         print(
-            f"{f.concurrency:>11} {_fmt(f.predicted_tok_s):>9} {band:>17} {f.running:>8.0f} "
+            f"{f.concurrency:>11} {figure:>9} {band:>17} {f.running:>8.0f} "
             f"{f.binding_limit:>12} {_fmt(f.ttft_ms):>9} {(f'{f.tpot_ms:.1f}' if f.tpot_ms else '-'):>8}"
-            + ("  (extrapolated)" if f.extrapolated else "")
+            + ("" if f.given else "  not forecast") + ("  (extrapolated)" if f.extrapolated else "")
         )
     for note in out[0].unseen_changes if out else []:
-        print(f"not seen by the model: {note}")
+        print(f"no term for: {note}")
+    for note in out[0].notes if out else []:
+        print(f"note: {note}")
+    for f in out:
+        if not f.given:
+            print(f"not forecast at {f.concurrency} (the band passes +/-30%): to settle it, measure {f.needs}")
     return 0
 
 
+def _check_names(changes: dict[str, Any], engine: str) -> None:
+    """Refuse a name that is neither a limit, a field the engine's adapter translates, nor unlike a
+    limit's name (``runing_cap``: did you mean ``running_cap``?), before anything is forecast."""
+    import difflib
+
+    from glm5lib import engines
+
+    adapter = engines.get(engine, default=engines.COMMAND)
+    roles = {r.workers_field for r in adapter.capabilities.serving_roles if r.workers_field}
+    for name in changes:
+        key = str(name).lstrip("-").replace("-", "_")
+        found, _ = engines.limit_changes({name: changes[name]}, adapter)
+        if found or key in roles:
+            continue
+        close = difflib.get_close_matches(key, [*engines.LIMITS, *adapter.capabilities.fields.values(), *roles],
+                                          n=3, cutoff=0.8)
+        if close and key not in close:
+            raise UsageError(f"--set {name}: not a limit or a field of {adapter.title}; did you mean "
+                             f"{' or '.join(close)}? (limits: {', '.join(engines.LIMITS)})", field="--set",
+                             valid=list(engines.LIMITS))
+
+
 def register_cli(subparsers: Any) -> None:
-    """Add ``glm5 predict``."""
+    """Add ``glm5 predict`` and ``glm5 profile``."""
+    register_profile_cli(subparsers)
     p = subparsers.add_parser(
         "predict",
         help="forecast throughput, TTFT and TPOT after a config change, from one measured phase",
@@ -121,10 +151,49 @@ def register_cli(subparsers: Any) -> None:
         action="append",
         metavar="FIELD=VALUE",
         help="a limit to change by its neutral name (running_cap=256, token_budget=8192, kv_tokens, "
-             "kv_fraction, graph_max_batch, graphs_off, prefill_chunk) or the engine's own field (repeatable)",
+             "kv_fraction, graph_max_batch, graphs_off, prefill_chunk, frontend_workers, stream_interval) or the "
+             "engine's own field (repeatable)",
     )
     p.add_argument("--concurrency", required=True, metavar="N[,M...]", help="offered concurrency levels")
     p.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")
     p.add_argument("--output-len", type=int, help="output tokens per request (default: the phase's)")
     p.add_argument("--json", action="store_true", help="print a list of forecast objects as JSON")
     p.set_defaults(func=_cli_predict)
+
+
+def _cli_profile(args: argparse.Namespace) -> int:
+    from glm5lib.stepbench import take_step_profile
+
+    graphs = {"as-run": None, "off": True, "on": False}[args.graphs]
+    path = take_step_profile(args.run_dir, args.phase, [int(b) for b in args.batch_size or []], graphs_off=graphs,
+                             input_len=args.input_len, output_len=args.output_len, timeout=args.timeout)
+    import pandas as pd
+
+    frame = pd.read_csv(path)
+    print(f"wrote {path} (the benchmark's own output beside it: {path.with_name(rundir.STEP_PROFILE_LOG)})")
+    print(frame[["batch", "step_ms", "prefill_ms", "graphs"]].to_string(index=False))
+    print(f"the performance model of {args.phase} now reads it: glm5 predict {args.run_dir} --phase {args.phase} ...")
+    return 0
+
+
+def register_profile_cli(subparsers: Any) -> None:
+    """Add ``glm5 profile``."""
+    p = subparsers.add_parser(
+        "profile",
+        help="time one engine step at chosen batch sizes with the engine's offline benchmark (one launch, no HTTP)",
+        description=(
+            "Run the phase's engine's own offline step benchmark (SGLang's bench_one_batch, vLLM's offline engine, "
+            "the stand-in's imitation) with the phase's configuration, at the phase's own batch sizes and those "
+            "given, and write step-profile.csv into the phase folder: the evidence a forecast beyond the phase's "
+            "batches, or of CUDA graphs switched off, needs."
+        ),
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    p.add_argument("--phase", required=True, help="the phase whose configuration to benchmark")
+    p.add_argument("--batch-size", type=int, nargs="+", metavar="B", help="batch sizes beyond the phase's own")
+    p.add_argument("--graphs", choices=("as-run", "off", "on"), default="as-run",
+                   help="CUDA graphs as the phase ran them (default), switched off, or on")
+    p.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")
+    p.add_argument("--output-len", type=int, help="output tokens per request (default: the phase's)")
+    p.add_argument("--timeout", type=float, default=900.0, help="seconds before the benchmark is stopped")
+    p.set_defaults(func=_cli_profile)

@@ -1,4 +1,4 @@
-"""Diagnosis: config diff against a reference run, bottleneck rules with evidence, capacity model.
+"""Diagnosis: config diff against a reference run, bottleneck rules with evidence, performance model.
 
 Three tools, used in this order by the workbook:
 
@@ -10,9 +10,10 @@ Three tools, used in this order by the workbook:
   telemetry, environment snapshot) and applies rules, each a function of an :class:`Evidence`
   bundle of tidy DataFrames, so every rule can be checked on frames built by hand. Findings
   carry evidence strings that quote the numbers they rest on.
-* :class:`CapacityModel` fits decode step time against batch size and KV tokens from a run's
-  decode lines, predicts throughput at other caps and concurrencies (with the fit's error), and
-  recommends a ``--max-running-requests`` the KV pool supports.
+* :class:`PerfModel` (:mod:`.model`) is the one performance model: fitted on one phase, it
+  forecasts a change's throughput and latencies with a band, names the limit that binds (the
+  batch, the step with its CUDA-graph ceiling, the serving front end), gives the running cap the KV
+  pool supports (:func:`recommend_running_cap`) and what every finding's remedy should give.
 
 Known flag/hardware incompatibilities live in ``data/knowledge/incompatibilities.json`` and are
 checked against the environment snapshot; users can add their own entries there.
@@ -21,13 +22,12 @@ Modules: :mod:`.knowledge` (the data files), :mod:`.references` (resolving confi
 :mod:`.diff`, :mod:`.evidence` (Evidence, Finding, load_evidence; each level's scheduler figures
 from the denser of the log and ``/metrics``), :mod:`.rules` (one module per theme: the running
 batch, admission, per-step limits, throughput and the client, trade-offs between phases, ...),
-:mod:`.capacity`, :mod:`.runs` (diagnose a run folder), :mod:`.section` (the report's scheduler
+:mod:`.model`, :mod:`.prediction` (forecast beside measurement), :mod:`.runs` (diagnose a run folder), :mod:`.section` (the report's scheduler
 limits section).
 """
 
 from __future__ import annotations
 
-from glm5lib.diagnose.capacity import CapacityModel, Recommendation, recommend_max_running_requests
 from glm5lib.diagnose.diff import DIFF_COLUMNS, diff_configs, resolve_automatic
 from glm5lib.diagnose.evidence import FINDING_COLUMNS, Evidence, Finding, Prediction, load_evidence
 from glm5lib.diagnose.knowledge import (
@@ -37,7 +37,14 @@ from glm5lib.diagnose.knowledge import (
     load_remedies,
     remedy,
 )
-from glm5lib.diagnose.model import predict_remedy
+from glm5lib.diagnose.model import (
+    Forecast,
+    PerfModel,
+    Recommendation,
+    predict,
+    predict_remedy,
+    recommend_running_cap,
+)
 from glm5lib.diagnose.references import (
     list_references,
     reference_dir,
@@ -74,9 +81,10 @@ __all__ = [
     "DIFF_COLUMNS",
     "FINDING_COLUMNS",
     "RULES",
-    "CapacityModel",
     "Evidence",
     "Finding",
+    "Forecast",
+    "PerfModel",
     "Prediction",
     "Recommendation",
     "diagnose",
@@ -88,8 +96,9 @@ __all__ = [
     "load_impact",
     "load_incompatibilities",
     "load_remedies",
+    "predict",
     "predict_remedy",
-    "recommend_max_running_requests",
+    "recommend_running_cap",
     "reference_dir",
     "remedy",
     "resolve_automatic",

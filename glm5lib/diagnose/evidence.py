@@ -35,6 +35,7 @@ __all__ = [
     "Evidence",
     "Finding",
     "Prediction",
+    "command_flags",
     "decode_from_metrics",
     "level_throughput",
     "load_evidence",
@@ -125,6 +126,14 @@ class Evidence:
     # Cumulative per-step token counters from /metrics (vLLM's iteration-token histogram):
     # ``epoch``, ``steps``, ``tokens``; empty: not exported.
     step_tokens: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # The engine's offline step benchmark of this phase's configuration (``step-profile.csv``:
+    # batch, step_ms, graphs, ...); empty: none taken.
+    step_profile: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
+    # The command a "command" backend ran (``command.json``); None: launched from a configuration.
+    command: dict[str, Any] | None = None
+    # The configuration the phase was launched from (its adapter's config object, the user's own
+    # fields and release); None: none recorded or unreadable.
+    config: Any = None
     # The sweep of the phase this one changed (the run's baseline when this is a later phase).
     before_sweep: pd.DataFrame | None = None
     before_label: str | None = None
@@ -490,8 +499,8 @@ class Evidence:
 
 @dataclasses.dataclass
 class Prediction:
-    """What a remedy should give at the offered load: the capacity model's throughput with its
-    error band, beside what was measured there."""
+    """What a remedy should give at the offered load: the performance model's throughput with its
+    band, beside what was measured there."""
 
     concurrency: int
     batch_now: int
@@ -502,6 +511,10 @@ class Prediction:
     measured: float | None
     extrapolated: bool
     text: str
+    # the band is narrow enough to act on (else ``needs`` names what would settle it)
+    given: bool = True
+    needs: str = ""
+    binding: str = ""
 
 
 @dataclasses.dataclass
@@ -515,7 +528,7 @@ class Finding:
     rule: str
     severity: float
     covers: tuple[str, ...] = ()
-    # The remedy's predicted effect at the offered load (capacity model), when it can be predicted.
+    # The remedy's forecast at the offered load (the performance model's), when it can be made.
     prediction: Prediction | None = None
 
     @property
@@ -721,6 +734,33 @@ def step_tokens_from_metrics(metrics: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index()
 
 
+def _read_json(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def command_flags(argv: Iterable[Any]) -> dict[str, Any]:
+    """``--flag value`` and bare ``--switch`` pairs of a command line, by flag (``--cb-max-batch-tokens``)."""
+    out: dict[str, Any] = {}
+    items = [str(a) for a in argv]
+    for n, item in enumerate(items):
+        if not item.startswith("--"):
+            continue
+        name, eq, value = item.partition("=")
+        if eq:
+            out[name] = value
+        elif n + 1 < len(items) and not items[n + 1].startswith("--"):
+            out[name] = items[n + 1]
+        else:
+            out[name] = True
+    return out
+
+
 def load_evidence(
     run_dir: str | Path,
     reference: Any = None,
@@ -749,6 +789,20 @@ def load_evidence(
         ev.log_text = log_path.read_text(errors="replace")
     else:
         ev.skipped.append("server.log missing: log-based rules skipped")
+    if (path / rundir.CONFIG).is_file():
+        try:
+            ev.config = engines.get(ev.engine, default=engines.DEFAULT_ENGINE).load_config(path / rundir.CONFIG)
+        except (ConfigError, OSError, ValueError, json.JSONDecodeError) as exc:
+            ev.skipped.append(f"config.json not read as {ev.engine}'s configuration: {exc}")
+    command = _read_json(path / rundir.COMMAND)
+    if command is not None:
+        # an engine launched from a command line: its limits are the flags it ran with, and it is
+        # the engine the command names where its log does not say
+        ev.command = command
+        args = {**command_flags(command.get("argv") or []), **args}
+        if not ev.startup.get("engine"):
+            named = str(command.get("engine") or "")
+            ev.startup["engine"] = named if named in engines.names() else engines.COMMAND
     ev.server_args = args
     metrics_path = path / rundir.METRICS
     if metrics_path.is_file() and metrics_path.stat().st_size:
@@ -779,6 +833,11 @@ def load_evidence(
         ev.requests = pd.read_json(path / rundir.REQUESTS, lines=True)
     if (path / rundir.GPU).is_file() and (path / rundir.GPU).stat().st_size:
         ev.gpu = pd.read_csv(path / rundir.GPU)
+    if (path / rundir.STEP_PROFILE).is_file() and (path / rundir.STEP_PROFILE).stat().st_size:
+        try:
+            ev.step_profile = pd.read_csv(path / rundir.STEP_PROFILE)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+            ev.skipped.append(f"{rundir.STEP_PROFILE} unreadable: {exc}")
     ev.environment = _read_environment(environment, path)
     if reference is not None:
         resolved = resolve_config(reference)

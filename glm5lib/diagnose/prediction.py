@@ -41,17 +41,21 @@ PREDICTION_COLUMNS = [
     "predicted",
     "low",
     "high",
+    "given",
     "measured",
     "error",
     "inside_band",
+    "held",
     "running",
     "binding_limit",
     "extrapolated",
+    "needs",
     "ttft_predicted_ms",
     "ttft_measured_ms",
     "tpot_predicted_ms",
     "tpot_measured_ms",
     "unseen_changes",
+    "notes",
     "changes",
     "drift",
     "error_net_of_drift",
@@ -59,11 +63,12 @@ PREDICTION_COLUMNS = [
 
 
 def forecast_frame(forecasts: Sequence[Forecast]) -> pd.DataFrame:
-    """One row per forecast (the :meth:`Forecast.to_dict` fields; unseen changes joined by '; ')."""
+    """One row per forecast (the :meth:`Forecast.to_dict` fields; lists joined by '; ')."""
     rows = []
     for f in forecasts:
         d = f.to_dict()
-        d["unseen_changes"] = "; ".join(d["unseen_changes"])
+        for key in ("unseen_changes", "notes", "sources"):
+            d[key] = "; ".join(d[key])
         rows.append(d)
     return pd.DataFrame(rows)
 
@@ -125,6 +130,7 @@ def record_prediction(
     except DiagnosisError as exc:  # no forecast: the measurement is still recorded, with why
         model, why = None, str(exc)
     drift, shared = launch_drift(run / baseline, fix, model, changes) if model is not None else (None, [])
+    held = _held_levels(run, phase)
     rows = []
     for f in model.forecast(changes, levels) if model is not None else []:
         at = sweep[pd.to_numeric(sweep["concurrency"], errors="coerce") == f.concurrency]
@@ -136,17 +142,21 @@ def record_prediction(
             "predicted": f.predicted_tok_s,
             "low": f.low_tok_s,
             "high": f.high_tok_s,
+            "given": f.given,
             "measured": measured,
             "error": None if not measured else (f.predicted_tok_s - measured) / measured,
             "inside_band": None if measured is None else bool(f.low_tok_s <= measured <= f.high_tok_s),
+            "held": held.get(f.concurrency),
             "running": f.running,
             "binding_limit": f.binding_limit,
             "extrapolated": f.extrapolated,
+            "needs": f.needs,
             "ttft_predicted_ms": f.ttft_ms,
             "ttft_measured_ms": ttft,
             "tpot_predicted_ms": f.tpot_ms,
             "tpot_measured_ms": tpot,
             "unseen_changes": "; ".join(f.unseen_changes),
+            "notes": "; ".join(f.notes),
             "changes": repr(dict(changes)),
             "drift": drift,
             "error_net_of_drift": None if not measured or drift is None
@@ -163,6 +173,22 @@ def record_prediction(
     if write:
         frame.to_csv(fix / rundir.PREDICTION_CSV, index=False)
     return frame
+
+
+def _held_levels(run: Path, phase: str) -> dict[int, bool | None]:
+    """Whether each level of ``phase`` held the batch its load and cap allow (the evidence's judgement)."""
+    from glm5lib.diagnose.evidence import load_evidence
+
+    try:
+        table = load_evidence(run, phase=phase).level_table()
+    except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:
+        log.info("no level table for %s: %s", phase, exc)
+        return {}
+    out: dict[int, bool | None] = {}
+    for r in table.itertuples():
+        v = r.batch_held
+        out[int(r.concurrency)] = None if v is None or (isinstance(v, float) and math.isnan(v)) else bool(v)
+    return out
 
 
 def launch_drift(
@@ -188,7 +214,7 @@ def launch_drift(
         if a.empty or b.empty:
             continue
         [g] = model.forecast(changes, [c])
-        if g.unseen_changes and any("not modelled" not in u for u in g.unseen_changes):
+        if g.unseen_changes:
             return None, []  # a change the model cannot see may move any level: none is a control
         if abs(g.running - f.running) > 0.01 * max(f.running, 1.0) or \
                 abs(g.predicted_tok_s - f.predicted_tok_s) > 0.01 * f.predicted_tok_s:
@@ -258,6 +284,13 @@ def _f(v: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def _given(row: Any) -> bool:
+    v = row.get("given")
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return True  # a file written before forecasts said whether they were given
+    return str(v).strip().lower() in ("true", "1") if isinstance(v, str) else bool(v)
+
+
 def _n(v: Any) -> str:
     x = _f(v)
     return "-" if x is None else f"{x:,.0f}"
@@ -282,17 +315,27 @@ def section_markdown(run_dir: str | Path) -> str | None:
             "| concurrency | predicted tok/s | band | measured tok/s | error | inside band | running | binds |",
             "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
+        needs = []
         for _, r in frame.iterrows():
             err = _f(r.get("error"))
             inside = r.get("inside_band")
+            given = _given(r)
+            held = r.get("held")
+            measured = _n(r.get("measured")) + ("" if held is None or pd.isna(held) or bool(held) else " (batch did not hold)")
+            figure = _n(r["predicted"]) if given else f"not forecast ({_n(r['predicted'])})"
             lines.append(
-                f"| {int(r['concurrency']):,} | {_n(r['predicted'])} | {_n(r['low'])}-{_n(r['high'])} | "
-                f"{_n(r.get('measured'))} | {'-' if err is None else f'{err:+.0%}'} | "
+                f"| {int(r['concurrency']):,} | {figure} | {_n(r['low'])}-{_n(r['high'])} | "
+                f"{measured} | {'-' if err is None else f'{err:+.0%}'} | "
                 f"{'-' if pd.isna(inside) else ('yes' if bool(inside) else 'no')} | {_n(r.get('running'))} | "
-                f"{r.get('binding_limit', '')}{' (extrapolated)' if bool(r.get('extrapolated')) else ''} |"
+                f"{str(r.get('binding_limit', '')).replace('frontend:', 'front end: ')}"
+                f"{' (extrapolated)' if bool(r.get('extrapolated')) else ''} |"
             )
+            if not given and isinstance(r.get("needs"), str) and r.get("needs"):
+                needs.append(f"- at {int(r['concurrency']):,}: {r['needs']}")
         unseen = str(frame["unseen_changes"].dropna().iloc[0]) if frame["unseen_changes"].notna().any() else ""
         lines.append("")
+        if needs:
+            lines += ["Not forecast where the band would pass +/-30%; what would settle each:", "", *needs, ""]
         drift = _f(frame["drift"].dropna().iloc[0]) if "drift" in frame and frame["drift"].notna().any() else None
         if drift is not None:
             top = frame.dropna(subset=["measured"]).sort_values("concurrency")

@@ -27,7 +27,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from glm5lib.errors import ConfigError
 
-__all__ = ["ACTS_ON", "LIMITS", "AutomaticValue", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever", "Limits", "Program"]
+__all__ = ["ACTS_ON", "LIMITS", "AutomaticValue", "Capabilities", "EngineAdapter", "EngineConfig", "LaunchRequest", "Lever",
+           "Limits", "Program", "ServingRole", "StepBenchmark"]
 
 #: what a lever may act on
 ACTS_ON = ("running", "prefill", "memory")
@@ -44,9 +45,32 @@ LIMITS: dict[str, str] = {
     "kv_fraction": "the GPU-memory fraction for weights and the KV pool",
     "graph_max_batch": "the largest batch captured as a CUDA graph",
     "graphs_off": "CUDA graphs switched off",
+    "frontend_workers": "the serving processes that receive requests and stream tokens back (one core each)",
+    "stream_interval": "the tokens a streamed chunk carries",
 }
 #: the limits that are whole numbers of requests or tokens (the others: a fraction, a switch)
-_COUNT_LIMITS = ("running_cap", "token_budget", "prefill_chunk", "kv_tokens", "graph_max_batch")
+_COUNT_LIMITS = ("running_cap", "token_budget", "prefill_chunk", "kv_tokens", "graph_max_batch", "frontend_workers",
+                 "stream_interval")
+
+
+@dataclass(frozen=True)
+class ServingRole:
+    """One kind of serving process of an engine's front end (HTTP, tokenizer, detokenizer): the
+    work it does grows with the tokens it streams, and it runs on one core per process, so it sets
+    a ceiling on the tokens the clients receive however fast the engine steps.
+
+    ``patterns`` pick its processes out of a level's per-process CPU (``name[pid] 99%``);
+    ``workers_field`` is the engine's field that sets how many processes share its work;
+    ``per_chunk`` says its work is per streamed chunk (a larger stream interval divides it)."""
+
+    name: str
+    patterns: tuple[str, ...]
+    workers_field: str | None = None
+    per_chunk: bool = True
+    description: str = ""
+
+    def matches(self, process: str) -> bool:
+        return any(p in process for p in self.patterns)
 
 
 @runtime_checkable
@@ -140,6 +164,9 @@ class Capabilities:
     #: field -> the start-up fact its log writes with the value the engine resolved for it
     #: (a diff compares that where the field was left unset)
     resolved_facts: Mapping[str, str] = field(default_factory=dict)
+    #: the processes of its serving front end, by role (the first is the one ``frontend_workers``
+    #: counts); () where the front end cannot be told apart from the engine
+    serving_roles: tuple[ServingRole, ...] = ()
 
     @property
     def fields(self) -> dict[str, str]:
@@ -182,6 +209,7 @@ class Capabilities:
         out = {k: getattr(self, k) for k in self.__dataclass_fields__}
         for k in ("neutral_fields", "more_fields", "field_aliases", "startup_keys", "resolved_facts"):
             out[k] = dict(out[k])
+        out["serving_roles"] = [dict(r.__dict__) for r in self.serving_roles]
         out["cap_flag"] = self.cap_flag
         out["fields"] = self.fields
         return out
@@ -319,6 +347,26 @@ class Program:
     emulates_release: bool = False
 
 
+@dataclass(frozen=True)
+class StepBenchmark:
+    """The engine's own offline benchmark of one decode step at chosen batch sizes, in one process
+    launch without its HTTP server (SGLang's ``bench_one_batch``, vLLM's offline engine).
+
+    ``command(args, batches, input_len, output_len, graphs_off=None, python=None)`` is its argv for a
+    phase's server arguments (graphs as they are, or switched off/on); ``parse(text)`` reads its
+    output into rows of ``batch``, ``step_ms`` (one decode step), ``prefill_ms``, ``graphs`` (the step
+    replayed a CUDA graph: True/False, None for an engine without graphs); ``parse(text,
+    graphs_off=True)`` marks every step eager."""
+
+    title: str
+    command: Callable[..., list[str]]
+    parse: Callable[..., list[dict[str, Any]]]
+    #: what to install or where it runs, for an error when the command cannot start
+    hint: str = ""
+    #: () -> the interpreter that runs it (None: this one)
+    python: Callable[[], str] | None = None
+
+
 @dataclass
 class LaunchRequest:
     """Everything one phase's launch may pass an adapter (each adapter uses what it needs)."""
@@ -372,6 +420,11 @@ class EngineAdapter:
     #: (field, value, changes, args) -> (limit, value) for a change the field map cannot translate
     #: (vLLM's pool in blocks), None where the engine has no such field
     change_hook: Callable[..., tuple[str, Any] | None] | None = None
+    #: (largest captured batch) -> the decode batch sizes the engine captures as CUDA graphs up to
+    #: it (a batch between two runs padded to the next); None: every batch size, no padding
+    graph_schedule: Callable[[int], list[int]] | None = None
+    #: the engine's offline step benchmark; None where it has none
+    step_benchmark: StepBenchmark | None = None
 
     def launch(self, request: LaunchRequest) -> Any:
         """Start this engine's server for ``request``; ConfigError when it cannot be launched."""
@@ -469,6 +522,17 @@ class EngineAdapter:
                 limits[limit] = None if value is None else (_as_limit(limit, value) if limit != "graphs_off"
                                                             else _as_limit(limit, value) is True)
         return limits, others
+
+    def graph_sizes(self, largest: int | None, running_cap: int | None = None) -> tuple[int, ...]:
+        """The decode batch sizes captured as CUDA graphs when ``largest`` is the ceiling and at
+        most ``running_cap`` requests run (the engine trims capture to its request pool and
+        captures the pool's size itself); () where the engine's schedule is not known."""
+        if not largest or self.graph_schedule is None:
+            return ()
+        sizes = [int(b) for b in self.graph_schedule(int(largest)) if b <= largest]
+        if running_cap and sizes and max(sizes) > running_cap:
+            sizes = [b for b in sizes if b <= running_cap] + [int(running_cap)]
+        return tuple(sorted(set(sizes)))
 
     def gauges(self) -> list[str]:
         """Every /metrics gauge name this engine's map knows."""

@@ -812,11 +812,7 @@ class StandinServer:
         after -= kv_gb
         log.all_ranks(f"Memory pool end. avail mem={after:.2f} GB")
         if args.step.cuda_graph:
-            bs = args.step.cuda_graph_max_bs
-            sizes = [b for b in (1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 96, 112, 128, 160,
-                                 192, 224, 256, 320, 384, 448, 512, 640, 768, 896, 1024) if b <= bs]
-            if bs not in sizes:
-                sizes.append(bs)
+            sizes = list(args.step.graph_sizes)
             capture_s = float(prof["startup"]["cuda_graph_capture_seconds"])
             g_gb = float(mem["cuda_graph_reserve_bytes"]) / _GB
             before, done = capture_lines(args.release, sizes=sizes, avail_before=after, elapsed=capture_s,

@@ -19,6 +19,7 @@ from glm5lib.engines.sglang.config import (
     cuda_graphs_off,
     graphs_off_for,
 )
+from glm5lib.engines.sglang.stepbench import decode_graph_sizes
 from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_value
 from glm5lib.sim.faults import Faults, parse_faults
@@ -258,10 +259,17 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         if name not in MODELLED_FIELDS:
             not_modelled.append(specs[name].flag)
 
+    graph_top = int(values[max_bs])
+    running = int(values.get("max_running_requests") or graph_top)
+    # SGLang captures its schedule up to the ceiling, trimmed to the request pool (the cap)
+    sizes = [b for b in decode_graph_sizes(graph_top) if b <= running]
+    if sizes and graph_top > running and running not in sizes:
+        sizes.append(running)
     step = StepContext(
         attention_backend=str(values["attention_backend"]),
         cuda_graph=cuda_graph,
         cuda_graph_max_bs=int(values[max_bs]),
+        graph_sizes=tuple(sorted(sizes)) if cuda_graph else (),
         allreduce_fusion=bool(values["enable_flashinfer_allreduce_fusion"]),
         moe_runner_backend=str(values["moe_runner_backend"]),
         fp4_gemm_backend=str(values["fp4_gemm_runner_backend"]),

@@ -11,6 +11,7 @@ Profiles ship in ``data/profiles/`` and are selected by name (the file stem) or 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,9 @@ class StepContext:
     moe_runner_backend: str
     fp4_gemm_backend: str
     moe_autotune: bool
+    #: the decode batch sizes captured as graphs, as SGLang captures them (a batch pads to the next);
+    #: () reads as every batch up to cuda_graph_max_bs
+    graph_sizes: tuple[int, ...] = ()
 
 
 @dataclass
@@ -171,7 +175,16 @@ class Profile:
         return factor
 
     def graph_used(self, ctx: StepContext, batch: int) -> bool:
-        return ctx.cuda_graph and batch <= ctx.cuda_graph_max_bs
+        top = max(ctx.graph_sizes) if ctx.graph_sizes else ctx.cuda_graph_max_bs
+        return ctx.cuda_graph and batch <= top
+
+    @staticmethod
+    def graph_rows(ctx: StepContext, batch: int) -> int:
+        """The rows a graph step of ``batch`` computes: the next captured size."""
+        for size in ctx.graph_sizes:
+            if size >= batch:
+                return size
+        return batch
 
     def step_params(self) -> StepParams:
         """The decode section as the step formula's coefficients (:mod:`glm5lib.stepmodel`)."""
@@ -186,11 +199,16 @@ class Profile:
 
     def decode_ms(self, batch: int, kv_tokens: int, ctx: StepContext) -> float:
         """Modelled wall time of one decode step, in milliseconds (no jitter): the step formula
-        the diagnosis's performance model fits, with this profile's coefficients."""
-        return step_time_ms(
-            self.step_params(), batch, kv_tokens=kv_tokens, graph=self.graph_used(ctx, batch),
-            factor=self.flag_factor(ctx), floor_ms=0.5,
-        )
+        the diagnosis's performance model fits, with this profile's coefficients; a graph step
+        computes the rows of the captured size it pads to, an eager one its own batch."""
+        graph = self.graph_used(ctx, batch)
+        params = self.step_params()
+        if graph and ctx.graph_sizes:
+            rows = self.graph_rows(ctx, batch)
+            # the padded rows pay the per-request part; the KV tokens are the batch's own
+            extra = params.per_seq_ms * (rows ** params.exponent - batch ** params.exponent)
+            params = dataclasses.replace(params, fixed_ms=params.fixed_ms + extra)
+        return step_time_ms(params, batch, kv_tokens=kv_tokens, graph=graph, factor=self.flag_factor(ctx), floor_ms=0.5)
 
     def prefill_ms(self, new_tokens: int, cached_tokens: int, ctx: StepContext) -> float:
         """Modelled wall time of one prefill (extend) batch, in milliseconds."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -34,6 +36,7 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
+from glm5lib.diagnose.model.queries import model_of
 
 __all__ = [
     "rule_admission_reserve",
@@ -311,7 +314,7 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         limit = min(c for c in (cap, conc) if c)
         if queue != 0 or usage >= _KV_FULL:
             continue
-        front = _frontend_at(s, conc, lines)
+        front = _frontend_at(s, conc, lines, ev.adapter().capabilities.serving_roles)
         if running < 0.75 * limit or (front is not None and running < 0.95 * limit):
             hits.append((conc, running, limit))
             if front is not None:
@@ -338,33 +341,68 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
     else:
         text += "; the load generator did not flag itself, so the HTTP front end or the tokenizer is the likelier limit"
         confidence = 0.6
+    suggestion = str(remedy("unload_the_frontend", ev.engine, release=ev.release))
+    prediction = None
+    if busy_frontend:
+        remedies = _frontend_remedies(ev)
+        if remedies:
+            suggestion += "; forecast at the highest offered level: " + "; ".join(p.text for p in remedies)
+            prediction = max(remedies, key=lambda p: (p.given, p.throughput))
+    if prediction is None:
+        prediction = predict_remedy(ev, ev.cap()[0], "with the offered load reaching the scheduler")
     return [
         Finding(
             finding="the server was fed less than the offered load: requests did not reach the scheduler",
             evidence=text,
-            suggestion=str(remedy("unload_the_frontend", ev.engine, release=ev.release)),
+            suggestion=suggestion,
             confidence=confidence,
             rule="underfed",
-            prediction=predict_remedy(ev, ev.cap()[0], "with the offered load reaching the scheduler"),
+            prediction=prediction,
             severity=0.7,
-            covers=("stream_interval", "tokenizer_worker_num"),
+            covers=("stream_interval", "frontend_workers"),
         )
     ]
 
 
-# A server process that parses, tokenizes and streams requests (not the scheduler, which polls a
-# core whether busy or not): SGLang's launch_server / tokenizer manager, vLLM's API server.
-_FRONTEND_NAMES = ("launch_server", "sglang serve", "tokenizer", "api_server", "entrypoints")
+# what the front-end remedies are forecast at: twice the processes, and chunks of this many tokens
+_STREAM_CHUNK = 4
+
+
+def _frontend_remedies(ev: Evidence) -> list[Any]:
+    """The performance model's forecasts of taking work off the front end: twice the processes of
+    the role that binds, and streamed chunks of :data:`_STREAM_CHUNK` tokens."""
+    model = model_of(ev)
+    if model is None or not model.frontend:
+        return []
+    role = model.frontend.binding(model.bounds.workers)
+    caps = ev.adapter().capabilities
+    out = []
+    if role is not None and role.workers_field:
+        n = 2 * max(model.bounds.workers.get(role.name, 1), 1)
+        p = predict_remedy(ev, None, f"with {n} {role.name} processes", changes={role.workers_field: n})
+        if p is not None:
+            out.append(p)
+    field = caps.field("stream_interval")
+    if field and model.bounds.stream_interval < _STREAM_CHUNK:
+        p = predict_remedy(ev, None, f"streaming {_STREAM_CHUNK} tokens a chunk", changes={field: _STREAM_CHUNK})
+        if p is not None:
+            out.append(p)
+    return out
+
+
 _FRONTEND_BUSY_PCT = 90.0
 # the engine made tokens this much faster than the client received them
 _FRONTEND_GAP = 1.25
 _PROCESS_RE = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
 
 
-def _frontend_at(s: pd.DataFrame, conc: float, lines: pd.DataFrame) -> tuple[str, float, float, float] | None:
+def _frontend_at(s: pd.DataFrame, conc: float, lines: pd.DataFrame,
+                 roles: Sequence[Any] = ()) -> tuple[str, float, float, float] | None:
     """``(process, % of a core, decode lines' tok/s, client tok/s)`` where a level's serving process
-    was busy on its core and the engine generated tokens faster than they reached the client."""
-    if s.empty or "other_processes" not in s or "gen_throughput" not in lines:
+    (one that parses, tokenizes and streams: the engine adapter's first serving role, not the
+    scheduler, which polls a core whether busy or not) was busy on its core and the engine generated
+    tokens faster than they reached the client."""
+    if s.empty or "other_processes" not in s or "gen_throughput" not in lines or not roles:
         return None
     row = s[_col(s, "concurrency") == conc]
     if row.empty:
@@ -376,7 +414,7 @@ def _frontend_at(s: pd.DataFrame, conc: float, lines: pd.DataFrame) -> tuple[str
         if m is None:
             continue
         who = m.group("who")
-        if "detokenizer" in who or "scheduler" in who or not any(n in who for n in _FRONTEND_NAMES):
+        if not roles[0].matches(who):
             continue
         pct = float(m.group("pct"))
         if best is None or pct > best[1]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from glm5lib import engines
-from glm5lib.diagnose.capacity import fitted_model, recommend_max_running_requests
 from glm5lib.diagnose.evidence import (
     Evidence,
     Finding,
@@ -18,7 +17,8 @@ from glm5lib.diagnose.evidence import (
     samples_text,
 )
 from glm5lib.diagnose.knowledge import remedy
-from glm5lib.diagnose.model import predict_remedy
+from glm5lib.diagnose.model import predict_remedy, recommend_running_cap
+from glm5lib.diagnose.model.queries import model_of
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -116,12 +116,10 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     ctx, _ = ev.context_tokens()
     target = int(s["concurrency"].max()) if not s.empty else None
     if pool and ctx:
-        model = fitted_model(ev)
-        rec = recommend_max_running_requests(
+        rec = recommend_running_cap(
             pool,
             ctx,
             target_concurrency=target,
-            model=model,
             current_cap=cap,
             ran_batch=int(running.max()),
             say_throughput=False,  # the forecast below is the performance model's, as glm5 predict's
@@ -144,8 +142,19 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     if isinstance(ref_cap, int) and ref_cap > cap:
         suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
     raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
+    changes: dict[str, int] = {}
+    model = model_of(ev)
+    ceiling = model.bounds.graph_max_batch if model is not None and model.bounds.graphs else None
+    if raised and ceiling and raised > ceiling and ev.adapter().capabilities.field("graph_max_batch"):
+        # above the graph ceiling every step runs eagerly (SGLang issue 33483): raise it with the cap
+        changes["graph_max_batch"] = raised
+        suggestion += (
+            f"; with graphs kept, also {remedy('cover_batch_with_graphs', ev.engine, release=ev.release, value=raised)}: "
+            f"the engine captures decode graphs only up to {ceiling}, and a batch above that runs eagerly"
+        )
     prediction = predict_remedy(
-        ev, raised, f"raising the cap to {raised}" if raised else "without the cap"
+        ev, raised, f"raising the cap to {raised}" + (" and the graph ceiling with it" if changes else "")
+        if raised else "without the cap", changes=changes or None,
     )
     if prediction is not None:
         suggestion += f"; {prediction.text}"
@@ -279,8 +288,15 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
             cost = (f"; from the decode lines' own rates an eager step at {e_run:.0f} running took {e_ms:.1f} ms, "
                     f"a graph step at {g_run:.0f} running {g_ms:.1f} ms ({e_ms / g_ms:.1f}x the time for "
                     f"{e_run / g_run:.1f}x the batch)")
+    changes = {"graph_max_batch": target}
+    what = f"capturing graphs up to {target}"
+    took = (ev.startup or {}).get("cuda_graph_capture_time_s")
+    cost_text = (f"; capture took {float(took):.0f} s of this start-up for sizes up to {int(max_bs)}, and more sizes "
+                 "take longer and hold more memory" if took else "")
+    prediction = predict_remedy(ev, None, what, changes=changes)
     return [
         Finding(
+            prediction=prediction,
             finding=f"CUDA graphs not used for batches above {int(max_bs)}",
             evidence=(
                 f"cuda graph: False on {int(over.sum())} of the {int(big.sum())} decode lines with #running-req above "
@@ -289,7 +305,8 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
             suggestion=(
                 str(remedy("cover_batch_with_graphs", ev.engine, release=ev.release, value=target))
                 + "; capture costs start-up time and memory, and a batch above the largest captured one "
-                "runs eagerly, paying every layer's kernel launches"
+                "runs eagerly, paying every layer's kernel launches" + cost_text
+                + (f"; {prediction.text}" if prediction is not None else "")
             ),
             confidence=0.8,
             rule="cuda_graph",

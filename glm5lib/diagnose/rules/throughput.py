@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from glm5lib.diagnose.capacity import fitted_model
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
+from glm5lib.diagnose.model.queries import model_of
 from glm5lib.errors import ConfigError
 from glm5lib.levels import level_windows
 
@@ -76,14 +76,23 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
         "profile one decode step (torch profiler / nsys) to split it into attention, MoE GEMMs, "
         "all-reduce and scheduling"
     )
-    model = fitted_model(ev)
-    if model is not None and model.per_request_ms > 0:
+    eager_top = _eager_at_top(ev)
+    model = model_of(ev) if not d.empty else None
+    if eager_top is not None:
+        # the steps at the top ran eagerly above the graph ceiling: the kernels are not what limits
+        # them, and the cuda_graph finding says what does
+        parts.append(eager_top)
+        suggestion = ("the steps at the highest load ran eagerly (no CUDA graph replayed), paying every layer's "
+                      "kernel launches: cover those batches with graphs (the cuda_graph finding) before judging "
+                      "the kernels; " + suggestion.split(": ", 1)[1])
+    elif model is not None and model.params.per_seq_ms > 0:
         b = int(_col(d, "running_req").max())
-        step = float(model.step_ms(b))
-        fixed = model.intercept_ms / step if step > 0 else 0.0
+        p = model.params
+        step = model.curve.step(b, model.workload.input_len, model.workload.output_len)
+        fixed = p.fixed_ms / step if step > 0 else 0.0
         parts.append(
-            f"{model.describe()}: at {b} running the fixed part is {_pct(fixed)} of a {step:.1f} ms step, "
-            f"and throughput cannot pass ~{_num(1000.0 / model.per_request_ms)} tok/s however many run"
+            f"the performance model ({model.curve.describe()}): at {b} running the fixed part is {_pct(fixed)} "
+            f"of a {step:.1f} ms step"
         )
         if fixed >= 0.5:
             suggestion = (
@@ -108,6 +117,26 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
             severity=0.5,
         )
     ]
+
+
+def _eager_at_top(ev: Evidence) -> str | None:
+    """What says the highest level's decode steps ran eagerly while CUDA graphs were on, or None."""
+    if ev.limits().graphs_off:
+        return None
+    levels = ev.level_decode()
+    if not levels or levels[0][0] is None:
+        return None
+    conc, lines = levels[0]
+    if "cuda_graph" not in lines:
+        return None
+    flags = lines["cuda_graph"].dropna()
+    if flags.empty:
+        return None
+    eager = flags.astype(str).str.strip().str.lower().isin(("false", "0"))
+    if float(eager.mean()) < 0.5:
+        return None
+    return (f"at concurrency {int(conc)} {_pct(float(eager.mean()))} of the decode lines ran without a CUDA graph "
+            f"(#running-req median {_num(float(_col(lines, 'running_req').median()))})")
 
 
 def _admission_held(ev: Evidence) -> bool:

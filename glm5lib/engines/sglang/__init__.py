@@ -13,13 +13,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever, Program
+from glm5lib.engines.base import (
+    Capabilities,
+    EngineAdapter,
+    LaunchRequest,
+    Lever,
+    Program,
+    ServingRole,
+)
 from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
+from glm5lib.engines.sglang.stepbench import BENCHMARK, decode_graph_sizes
 from glm5lib.errors import ConfigError
 
-__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "launch_from_server_config", "levers"]
+__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "SERVING_ROLES", "launch_from_server_config", "levers"]
+
+#: SGLang's serving front end: the HTTP server with its tokenizer manager (one process per
+#: ``--tokenizer-worker-num``, since 0.5.2; issue 6553) and the detokenizer (``--detokenizer-worker-num``,
+#: 0.5.12 on); both handle every streamed chunk (``--stream-interval`` tokens each)
+SERVING_ROLES = (
+    ServingRole("tokenizer", ("sglang.launch_server", "sglang serve", "sglang::tokenizer", "sglang::http"),
+                workers_field="tokenizer_worker_num", description="HTTP server and tokenizer manager"),
+    ServingRole("detokenizer", ("sglang::detokenizer",), workers_field="detokenizer_worker_num",
+                description="detokenizer manager"),
+)
 
 #: SGLang's server, run from a ServerConfig
 PROGRAM = Program(
@@ -37,7 +55,8 @@ CAPABILITIES = Capabilities(
     kv_fraction_field="mem_fraction_static",
     cuda_graph_bs_field="cuda_graph_max_bs",
     cuda_graph_off_field="disable_cuda_graph",
-    more_fields={"kv_tokens": "max_total_tokens", "prefill_chunk": "chunked_prefill_size"},
+    more_fields={"kv_tokens": "max_total_tokens", "prefill_chunk": "chunked_prefill_size",
+                 "frontend_workers": "tokenizer_worker_num", "stream_interval": "stream_interval"},
     field_aliases={"cuda_graph_max_bs_decode": "graph_max_batch", "max_prefill_tokens": "token_budget"},
     resolved_facts={"max_running_requests": "max_running_requests", "max_total_tokens": "max_total_num_tokens",
                     "chunked_prefill_size": "chunked_prefill_size", "max_prefill_tokens": "max_prefill_tokens",
@@ -52,6 +71,7 @@ CAPABILITIES = Capabilities(
     requeue_word="retraction",
     has_releases=True,
     standin_backend="sim",  # SGLang needs GPUs: a config is rehearsed on the stand-in unless told otherwise
+    serving_roles=SERVING_ROLES,
 )
 
 #: evidence-schema column -> SGLang's /metrics gauges (these are the canonical names the
@@ -124,4 +144,6 @@ ADAPTER = EngineAdapter(
     defaults_reader=defaults,
     release_reader=release_of,
     change_hook=change_hook,
+    graph_schedule=decode_graph_sizes,
+    step_benchmark=BENCHMARK,
 )

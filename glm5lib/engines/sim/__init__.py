@@ -8,22 +8,31 @@ it is launched, read and tuned as SGLang is; it also accepts its own ``--sim-*``
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
-from glm5lib.engines.base import EngineAdapter, LaunchRequest, Program
+from glm5lib.engines.base import EngineAdapter, LaunchRequest, Program, StepBenchmark
 from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
 from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
 from glm5lib.engines.sglang import launch_from_server_config, levers
 from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.config import ServerConfig, release_of
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
+from glm5lib.engines.sglang.stepbench import bench_command, decode_graph_sizes, parse_bench_output
 
-__all__ = ["ADAPTER", "CAPABILITIES", "PROGRAM"]
+__all__ = ["ADAPTER", "BENCHMARK", "CAPABILITIES", "PROGRAM"]
 
 #: the stand-in's server: SGLang's flags of the release it is told to emulate, no model
 PROGRAM = Program("glm5lib.sim", requires_model=False, emulates_release=True)
 
 CAPABILITIES = dataclasses.replace(SGLANG_CAPABILITIES, accepts_foreign_flags=True, is_standin=True)
+
+#: the stand-in's bench_one_batch: SGLang's flags and output format, times from its profile
+BENCHMARK = StepBenchmark(
+    title="the stand-in's bench_one_batch (not SGLang)",
+    command=functools.partial(bench_command, module="glm5lib.sim.bench"),
+    parse=parse_bench_output,
+)
 
 
 
@@ -49,4 +58,6 @@ ADAPTER = EngineAdapter(
     defaults_reader=defaults,
     release_reader=release_of,
     change_hook=change_hook,
+    graph_schedule=decode_graph_sizes,
+    step_benchmark=BENCHMARK,
 )

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever, ServingRole
 from glm5lib.engines.vllm._config import (
     CONFIG_FORMAT,
     VLLM_MODULE,
@@ -28,6 +28,7 @@ from glm5lib.engines.vllm._config import (
 )
 from glm5lib.engines.vllm.defaults import VLLM_AUTOMATIC_FIELDS, AutomaticValue, vllm_automatic
 from glm5lib.engines.vllm.releases import BUNDLED_RELEASES, bundled_flags, bundled_release
+from glm5lib.engines.vllm.stepbench import BENCHMARK
 from glm5lib.errors import ConfigError
 
 __all__ = [
@@ -64,6 +65,19 @@ def _change_hook(name: str, value: Any, changes: Any, args: Any) -> tuple[str, A
         return None
 
 
+def graph_sizes(max_size: int) -> list[int]:
+    """The decode batch sizes vLLM captures up to ``max_size``: 1, 2, 4, every 8 to 256, every 16
+    above (``vllm/config/compilation.py``)."""
+    sizes = [1, 2, 4, *range(8, 256, 8), *range(256, int(max_size) + 1, 16)]
+    return sorted({b for b in sizes if b <= max_size} | {int(max_size)})
+
+
+#: vLLM's API server: HTTP, tokenizing and detokenizing, one process per ``--api-server-count``
+SERVING_ROLES = (
+    ServingRole("api_server", ("vllm.entrypoints", "vllm serve", "api_server", "APIServer"),
+                workers_field="api_server_count", description="API server (HTTP, tokenizer, detokenizer)"),
+)
+
 # one public path per name (the class is defined in a private module)
 VllmConfig.__module__ = __name__
 
@@ -90,6 +104,8 @@ CAPABILITIES = Capabilities(
     default_running_cap=256,
     default_api="completions",
     token_id_prompts=False,  # text prompts: the CPU test model's vocabulary is small
+    more_fields={"frontend_workers": "api_server_count", "stream_interval": "stream_interval"},
+    serving_roles=SERVING_ROLES,
 )
 
 #: evidence-schema column -> vLLM's /metrics gauges (its KV usage gauges are 0-1 fractions
@@ -141,4 +157,6 @@ ADAPTER = EngineAdapter(
     automatic_resolver=vllm_automatic,
     releases=lambda: list(BUNDLED_RELEASES),
     change_hook=_change_hook,
+    graph_schedule=graph_sizes,
+    step_benchmark=BENCHMARK,
 )

@@ -1,0 +1,143 @@
+"""The serving front end as a ceiling on the tokens clients receive.
+
+An engine's front end (SGLang's HTTP server and tokenizer manager, its detokenizer; vLLM's API
+server) does work for every token it streams: it receives the step's output, detokenizes, builds
+and writes a chunk. Each of its processes runs on one core, so however fast the engine steps, the
+clients cannot receive more than those cores turn out: on one H200 SGLang 0.5.16's serving process
+used 99% of its core at 256 running while the engine generated 16.5 k tok/s and the client received
+11.6 k (``data/examples/h200-sglang``; SGLang issue 6553 names the single-threaded tokenizer
+manager).
+
+Per serving role, a level's CPU (% of one core, summed over the role's processes) is fitted as
+``idle + per_token x received tok/s`` over the phase's levels (least squares, coefficients kept at
+0 or above; a one-level phase takes the line through the origin, the cautious reading). The
+ceiling is where that line reaches one core per process: ``(100 x workers - idle) / per_token``.
+More processes (``--tokenizer-worker-num``, ``--api-server-count``) multiply it, by the engines'
+own design (each process serves its share on its own core); a stream interval of ``k`` tokens
+divides a per-chunk role's work by ``k`` (the engine sends and the front end writes one chunk per
+``k`` tokens), which no level has measured, so its forecast says so.
+
+What a capped phase cannot show: the per-token cost at more running streams than it ran. The
+band of a ceiling reached at a batch beyond the phase's widens downward by
+:data:`BEYOND_PER_DOUBLING` per doubling (more live streams cost the serving process more, never
+less; on the H200 its per-token CPU rose about a third from 64 to 256 running).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["FrontEnd", "RoleFit", "fit_frontend"]
+
+# Levels whose role used less than this (% of a core) say too little about its per-token cost.
+MIN_PCT = 5.0
+# A role this busy (% of one core per process) at a level paced that level.
+BUSY_PCT = 90.0
+# The band's widening below the ceiling per doubling of the running streams beyond the phase's.
+BEYOND_PER_DOUBLING = 0.12
+# ... and per doubling of the load the line is extrapolated to, beyond the busiest level.
+EXTRAPOLATION_PER_DOUBLING = 0.05
+# A front end's CPU per token moves from launch to launch of one configuration more than the engine's
+# step does: on the H200 the tokenizer used 63% of its core at 9.8 k tok/s and 64 running in one
+# launch, 77% in the next and 88% in a launch of another sitting (data/examples/h200-sglang, baseline,
+# fix and grid/grid-1): a ceiling read off one launch carries this spread.
+LAUNCH_SPREAD = 0.2
+
+
+@dataclasses.dataclass
+class RoleFit:
+    """One serving role's CPU line: ``idle + per_token x tok/s`` (% of one core)."""
+
+    name: str
+    idle_pct: float
+    per_token_pct: float  # % of one core per received token per second
+    workers: int
+    per_chunk: bool
+    fit_error: float
+    levels: int
+    busiest_pct: float  # the highest share of its cores any level used
+    running_seen: float  # the largest batch among the levels it was fitted on
+    workers_field: str | None = None
+
+    def ceiling(self, workers: int | None = None, chunk_gain: float = 1.0) -> float:
+        """Received tok/s at which its processes reach one core each."""
+        n = workers or self.workers
+        if self.per_token_pct <= 0:
+            return math.inf
+        return max(100.0 * n - self.idle_pct, 1.0) / self.per_token_pct * (chunk_gain if self.per_chunk else 1.0)
+
+    def band(self, running: float, workers: int | None = None) -> tuple[float, float]:
+        """Relative (down, up) spread of :meth:`ceiling` at a batch of ``running``."""
+        reach = 100.0 / max(self.busiest_pct, 1e-9)
+        fit = self.fit_error + EXTRAPOLATION_PER_DOUBLING * max(math.log2(max(reach, 1.0)), 0.0)
+        spread = math.hypot(fit, LAUNCH_SPREAD)
+        down = spread + BEYOND_PER_DOUBLING * max(math.log2(max(running / max(self.running_seen, 1.0), 1.0)), 0.0)
+        return min(down, 0.9), spread
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.idle_pct:.0f}% of a core idle + {self.per_token_pct * 1000:.2f}% per 1,000 tok/s "
+                f"received ({self.levels} levels, error {self.fit_error:.0%}), {self.workers} process"
+                f"{'es' if self.workers != 1 else ''}: ceiling {self.ceiling():,.0f} tok/s")
+
+
+@dataclasses.dataclass
+class FrontEnd:
+    """The serving roles' fits; empty where the phase recorded no per-process CPU."""
+
+    roles: list[RoleFit] = dataclasses.field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.roles)
+
+    def binding(self, workers: dict[str, int] | None = None, chunk_gain: float = 1.0) -> RoleFit | None:
+        """The role with the lowest ceiling under ``workers`` (role -> processes) and a stream
+        interval ``chunk_gain`` times the phase's."""
+        if not self.roles:
+            return None
+        workers = workers or {}
+        return min(self.roles, key=lambda r: r.ceiling(workers.get(r.name), chunk_gain))
+
+    def describe(self) -> str:
+        return "; ".join(r.describe() for r in self.roles)
+
+
+def _nnls_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
+    import numpy as np
+
+    from glm5lib.stepmodel import nnls
+
+    xa, ya = np.asarray(x, float), np.asarray(y, float)
+    coef = nnls(np.column_stack([np.ones_like(xa), xa]), ya)
+    return float(coef[0]), float(coef[1])
+
+
+def fit_frontend(points: Sequence[Any], roles: Sequence[Any], workers: dict[str, int]) -> FrontEnd:
+    """Each serving role's CPU line over the levels that recorded it (at least one level where it
+    used :data:`MIN_PCT` of a core or more); roles on a host whose every core was busy at every
+    level are left out (the processes shared cores, so none had a ceiling of its own)."""
+    fits = []
+    for role in roles:
+        rows = [(p.throughput, p.frontend[role.name], p.running) for p in points
+                if role.name in p.frontend and p.throughput > 0 and not p.host_busy]
+        rows = [r for r in rows if r[1] >= MIN_PCT] or []
+        if not rows:
+            continue
+        n = max(int(workers.get(role.name) or 1), 1)
+        t = [r[0] for r in rows]
+        pct = [r[1] for r in rows]
+        if len({round(v, -1) for v in t}) >= 2 and max(t) >= 1.5 * min(t):
+            idle, per = _nnls_line(t, pct)
+        else:
+            idle, per = 0.0, max(pct) / max(t)
+        if per <= 0:
+            continue
+        err = sum(abs(idle + per * a - b) / b for a, b in zip(t, pct, strict=True)) / len(rows)
+        fits.append(RoleFit(
+            name=role.name, idle_pct=idle, per_token_pct=per, workers=n, per_chunk=bool(role.per_chunk),
+            fit_error=float(err), levels=len(rows), busiest_pct=max(pct) / n,
+            running_seen=max(r[2] for r in rows), workers_field=role.workers_field,
+        ))
+    return FrontEnd(fits)

@@ -1,0 +1,163 @@
+"""A phase's sweep levels as the performance model reads them.
+
+Each level becomes a :class:`LevelPoint`: the batch the engine held, the tokens the client
+received, the workload's mix, the latencies, whether its decode steps replayed CUDA graphs or ran
+eagerly (the engine's own decode lines say so where they can, else the limits do), whether its
+batch held, and how busy each serving process of the front end was (% of one core, from the
+sweep's per-process CPU), so the step curve, the graph ceiling and the front end are each fitted
+on the levels that show them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["LevelPoint", "level_points", "role_cpu"]
+
+# A client below this share of one core (%) with its self-check's client_bound set was starved of
+# CPU (glm5lib.loadgen.selfcheck.client_bound_text says so in the level's warning).
+STARVED_CPU_PCT = 50.0
+# A level whose host had every core this busy (%) shared them among the engine, its front end and
+# the client: no serving process had a core of its own.
+HOST_BUSY_PCT = 95.0
+_PROCESS = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
+
+
+@dataclasses.dataclass
+class LevelPoint:
+    """One sweep level as the fit reads it."""
+
+    concurrency: int
+    running: float
+    throughput: float
+    input_len: float
+    output_len: float
+    ttft_ms: float | None
+    tpot_ms: float | None
+    # its decode steps ran eagerly (no CUDA graph replayed): graphs off, or above the ceiling
+    eager: bool = False
+    # the client's self-check found it starved of CPU (under half a core, lagging all the same):
+    # the host, not the engine alone, paced this level
+    starved: bool = False
+    # the batch held what the load and the cap allow, or a smaller one steadily (None: unknown)
+    held: bool | None = None
+    # serving role -> % of one core its processes used during the level
+    frontend: dict[str, float] = dataclasses.field(default_factory=dict)
+    # every core of the host was busy: processes shared cores
+    host_busy: bool = False
+
+    @property
+    def u_ms(self) -> float:
+        """Wall time per engine step (ms): the batch over the tokens per second it gave."""
+        return 1000.0 * self.running / self.throughput
+
+
+def _f(v: Any) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _truthy(v: Any) -> bool:
+    if isinstance(v, str):
+        return v.strip().lower() in ("1", "true", "yes", "on")
+    return bool(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else False
+
+
+def role_cpu(text: Any, roles: Sequence[Any]) -> dict[str, float]:
+    """``"name[pid] 99%; name[pid] 12%"`` as role -> % of one core summed over its processes
+    (each role's ``matches(process)`` picks them)."""
+    out: dict[str, float] = {}
+    if not isinstance(text, str) or not roles:
+        return out
+    for part in text.split(";"):
+        m = _PROCESS.match(part.strip())
+        if m is None:
+            continue
+        for role in roles:
+            if role.matches(m.group("who")):
+                out[role.name] = out.get(role.name, 0.0) + float(m.group("pct"))
+                break
+    return out
+
+
+def _eager_share(lines: pd.DataFrame) -> float | None:
+    """Share of a level's decode lines that ran eagerly; None where its lines do not say."""
+    if lines is None or lines.empty or "cuda_graph" not in lines:
+        return None
+    flags = lines["cuda_graph"].dropna()
+    if flags.empty:
+        return None
+    eager = flags.astype(str).str.strip().str.lower().isin(("false", "0", "no"))
+    return float(eager.mean())
+
+
+def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, graph_max: int | None,
+                 roles: Sequence[Any] = (), held: Mapping[int, bool | None] | None = None) -> list[LevelPoint]:
+    """The phase's sweep levels with a measured output throughput, as :class:`LevelPoint`.
+
+    The batch is the requests the engine may hold (the offered load, up to its cap), as the forecast
+    reads it at the target; the log's running count replaces it only where the engine itself kept
+    requests waiting (a limit the cap does not show: the KV pool, the budget). A log that reads fewer
+    running with nothing waiting is counting snapshots of a batch whose requests spend part of their
+    life outside the engine (the HTTP server's tokenizing and streaming, the client): that time is
+    part of each request's service time, and the forecast's batch counts those requests too."""
+    s = ev.sweep_sorted()
+    if s.empty or "output_throughput" not in s:
+        return []
+    points = []
+    for _, row in s.iterrows():
+        thr = _f(row.get("output_throughput"))
+        c = _f(row.get("concurrency"))
+        if not thr or thr <= 0 or not c:
+            continue
+        completed = _f(row.get("completed")) or 0.0
+        i = _f(row.get("total_input_tokens"))
+        o = _f(row.get("total_output_tokens"))
+        inp = i / completed if i and completed else _f(row.get("input_len")) or 1.0
+        out = o / completed if o and completed else _f(row.get("output_len")) or 1.0
+        running = min(c, float(cap)) if cap else c
+        lines = ev.decode_in_level(row)
+        if len(lines) >= 2 and "running_req" in lines:
+            r = pd.to_numeric(lines["running_req"], errors="coerce").dropna()
+            q = pd.to_numeric(lines["queue_req"], errors="coerce").dropna() if "queue_req" in lines else r.iloc[0:0]
+            if len(r) and len(q) and float(q.median()) > 0:
+                running = float(min(max(r.median(), 1.0), c))
+        if budget and inp + out > 0:
+            # no more requests decode per step than the token budget feeds with prompts (the log
+            # counts those still waiting for their prompt's chunks as running too)
+            running = min(running, max(1.0, budget * out / (inp + out)))
+        mean_conc = _f(row.get("mean_concurrency"))
+        if mean_conc and mean_conc < running:
+            running = max(1.0, mean_conc)
+        share = _eager_share(lines)
+        if share is not None and graphs:
+            eager = share >= 0.5
+        else:
+            eager = (not graphs) if graph_max is None else (not graphs or running > graph_max)
+        points.append(
+            LevelPoint(
+                concurrency=int(c),
+                running=running,
+                throughput=thr,
+                input_len=inp,
+                output_len=out,
+                ttft_ms=_f(row.get("mean_ttft_ms")),
+                tpot_ms=_f(row.get("mean_tpot_ms")),
+                eager=bool(eager),
+                starved=_truthy(row.get("client_bound"))
+                and (_f(row.get("client_cpu_pct")) or 100.0) < STARVED_CPU_PCT,
+                held=(held or {}).get(int(c)),
+                frontend=role_cpu(row.get("other_processes"), roles),
+                host_busy=(_f(row.get("host_cpu_pct")) or 0.0) >= HOST_BUSY_PCT,
+            )
+        )
+    return points

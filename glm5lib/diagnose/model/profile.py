@@ -1,0 +1,152 @@
+"""The engine's offline step benchmark as evidence beside a phase (``step-profile.csv``).
+
+A capped phase never ran the batches a raised cap will run, and extrapolating a curve fitted on
+batches of at most 64 to 1,024 is a guess. The engine's own offline benchmark times one decode
+step at any batch size in one process launch, without the HTTP server (SGLang's
+``bench_one_batch``, vLLM's offline engine: :mod:`glm5lib.diagnose.stepbench` takes it). Its rows
+give the step's shape; the phase's levels give its level, since a served step also folds in the
+prompts prefilled between decode steps: the profile is scaled by the median ratio of the phase's
+measured step to the profile's at the levels' own batches (same kind of step: graph or eager), and
+that ratio's spread is the forecast's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Sequence
+
+import pandas as pd
+
+__all__ = ["StepProfile", "read_profile"]
+
+# A profile covers a batch up to this factor beyond its largest measured batch (the step between
+# two measured sizes is read on the line joining them in log-log).
+COVER_SLACK = 1.05
+# The least spread a scaled profile carries (a served level's run-to-run spread).
+MIN_SPREAD = 0.05
+# A profile no level could scale is read as served steps: the prompts a served step folds in between
+# decode steps are missing from it, a few to a few tens of percent.
+UNSCALED_SPREAD = 0.15
+
+
+@dataclasses.dataclass
+class StepProfile:
+    """Measured steps by kind: ``graph`` (replayed a CUDA graph), ``eager``, or ``any`` (an engine
+    without graphs); each a sorted list of (batch, step ms)."""
+
+    rows: dict[str, list[tuple[float, float]]]
+    source: str
+    scale: dict[str, float] = dataclasses.field(default_factory=dict)
+    spread: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def kinds(self) -> list[str]:
+        return [k for k, v in self.rows.items() if v]
+
+    def _kind(self, eager: bool) -> str | None:
+        want = "eager" if eager else "graph"
+        if self.rows.get(want):
+            return want
+        return "any" if self.rows.get("any") else None
+
+    def covers(self, batch: float, eager: bool) -> bool:
+        kind = self._kind(eager)
+        if kind is None or kind not in self.scale:
+            return False
+        pts = self.rows[kind]
+        return pts[0][0] / COVER_SLACK <= batch <= pts[-1][0] * COVER_SLACK
+
+    def raw(self, batch: float, eager: bool) -> float | None:
+        """The profile's own step (ms) at ``batch``, interpolated in log-log; None outside it."""
+        kind = self._kind(eager)
+        if kind is None:
+            return None
+        pts = self.rows[kind]
+        if not pts[0][0] / COVER_SLACK <= batch <= pts[-1][0] * COVER_SLACK:
+            return None
+        if batch <= pts[0][0]:
+            return pts[0][1]
+        if batch >= pts[-1][0]:
+            return pts[-1][1]
+        for (b0, s0), (b1, s1) in itertools.pairwise(pts):
+            if b0 <= batch <= b1:
+                if b1 == b0:
+                    return s1
+                t = (math.log(batch) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                return math.exp(math.log(s0) + t * (math.log(s1) - math.log(s0)))
+        return None
+
+    def step(self, batch: float, eager: bool) -> tuple[float, float] | None:
+        """The served step (ms) at ``batch`` and its relative spread, or None where the profile does
+        not cover it or was never scaled to the phase."""
+        kind = self._kind(eager)
+        if kind is None or kind not in self.scale:
+            return None
+        raw = self.raw(batch, eager)
+        if raw is None:
+            return None
+        return raw * self.scale[kind], self.spread[kind]
+
+    def fit_scale(self, levels: Sequence[tuple[float, float, bool]]) -> None:
+        """Scale each kind of step to the phase's levels of that kind: ``levels`` are (batch, step ms,
+        eager). A kind no level ran takes the other kind's scale (the prompts a served step folds in
+        are the same), with twice its spread; with no kind scaled, the profile is read as served
+        steps with :data:`UNSCALED_SPREAD`."""
+        for kind in self.kinds():
+            ratios = []
+            for batch, step, eager in levels:
+                if kind != "any" and (kind == "eager") != eager:
+                    continue
+                raw = self.raw(batch, kind == "eager")
+                if raw:
+                    ratios.append(step / raw)
+            if ratios:
+                s = pd.Series(ratios)
+                med = float(s.median())
+                self.scale[kind] = med
+                self.spread[kind] = max(float((s / med - 1.0).abs().max()) if len(s) > 1 else 0.0, MIN_SPREAD)
+        for kind in self.kinds():
+            if kind not in self.scale:
+                others = [k for k in self.scale if k != kind]
+                if others:
+                    self.scale[kind] = self.scale[others[0]]
+                    self.spread[kind] = 2.0 * self.spread[others[0]]
+                else:  # read as served: the prompts a served step folds in are not in it
+                    self.scale[kind], self.spread[kind] = 1.0, UNSCALED_SPREAD
+
+    def describe(self) -> str:
+        parts = []
+        for kind in self.kinds():
+            pts = self.rows[kind]
+            what = {"graph": "graph steps", "eager": "eager steps", "any": "steps"}[kind]
+            scale = (f", scaled x{self.scale[kind]:.2f} to the phase's levels" if kind in self.scale
+                     else ", not scaled: no level of the phase ran that kind of step")
+            parts.append(f"{what} at batch {', '.join(f'{b:g}' for b, _ in pts)}{scale}")
+        return f"step profile ({self.source}): " + "; ".join(parts)
+
+
+def read_profile(frame: pd.DataFrame | None) -> StepProfile | None:
+    """``step-profile.csv`` as a :class:`StepProfile` (None when empty or unreadable)."""
+    if frame is None or frame.empty or not {"batch", "step_ms"} <= set(frame.columns):
+        return None
+    rows: dict[str, list[tuple[float, float]]] = {"graph": [], "eager": [], "any": []}
+    for _, r in frame.iterrows():
+        b, s = pd.to_numeric(r.get("batch"), errors="coerce"), pd.to_numeric(r.get("step_ms"), errors="coerce")
+        if not (pd.notna(b) and pd.notna(s) and b > 0 and s > 0):
+            continue
+        g = r.get("graphs")
+        kind = "any" if g is None or (isinstance(g, float) and math.isnan(g)) or str(g) == "" else (
+            "graph" if str(g).strip().lower() in ("true", "1") else "eager")
+        rows[kind].append((float(b), float(s)))
+    for kind in rows:
+        # one step per batch: the median of repeats
+        by: dict[float, list[float]] = {}
+        for b, s in rows[kind]:
+            by.setdefault(b, []).append(s)
+        rows[kind] = sorted((b, float(pd.Series(v).median())) for b, v in by.items())
+    if not any(rows.values()):
+        return None
+    source = str(frame["source"].dropna().iloc[0]) if "source" in frame and frame["source"].notna().any() else "step-profile.csv"
+    return StepProfile(rows, source)
+

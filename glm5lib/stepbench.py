@@ -1,0 +1,146 @@
+"""Take the engine's offline step benchmark for a phase: one launch, no HTTP server.
+
+``glm5 profile RUN --phase baseline --batch-size 256 1024`` (or :func:`take_step_profile`) runs
+the phase's engine's own benchmark of one decode step (SGLang's ``bench_one_batch``, vLLM's offline
+engine, the stand-in's imitation; :class:`glm5lib.engines.StepBenchmark`) with the phase's own
+configuration, at the phase's own batch sizes (so the served steps can scale it) and the ones asked,
+and writes ``step-profile.log`` (its output, as it arrives) and ``step-profile.csv`` (``batch``,
+``step_ms``, ``prefill_ms``, ``graphs``...) into the phase folder, where the performance model reads
+it as evidence beside the phase (:mod:`glm5lib.diagnose.model.profile`). It is what a forecast that
+is not given names: the step at a batch the phase never ran, or what an eager step costs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from glm5lib import engines, rundir
+from glm5lib.errors import ConfigError, DiagnosisError, ServerLaunchError
+
+__all__ = ["PROFILE_COLUMNS", "profile_batches", "take_step_profile"]
+
+log = logging.getLogger(__name__)
+
+PROFILE_COLUMNS = ["batch", "step_ms", "prefill_ms", "total_ms", "graphs", "input_len", "output_len", "engine",
+                   "source", "command", "taken_at"]
+_TAIL = 30
+
+
+def profile_batches(ev: Any, extra: Sequence[int] = ()) -> list[int]:
+    """The phase's own running batches (so its served steps scale the profile) and ``extra``."""
+    from glm5lib.diagnose.model import PerfModel
+
+    own: set[int] = set()
+    try:
+        model = PerfModel.from_evidence(ev)
+        own = {max(1, round(p.running)) for p in model.levels}
+    except (DiagnosisError, ConfigError) as exc:  # a phase the model cannot read still takes the batches asked
+        log.info("no levels to scale the profile to: %s", exc)
+    return sorted(own | {int(b) for b in extra if int(b) >= 1})
+
+
+def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = (), *, graphs_off: bool | None = None,
+                      input_len: int | None = None, output_len: int | None = None, timeout: float = 900.0,
+                      python: str | None = None) -> Path:
+    """Run the phase's engine's step benchmark; returns ``step-profile.csv``'s path.
+
+    ``batches`` are added to the phase's own; ``graphs_off`` True/False switches CUDA graphs off/on
+    for the benchmark (None: as the phase ran); the workload defaults to the phase's own. Everything
+    is checked before anything starts; a benchmark that fails raises ServerLaunchError with the
+    last lines of its output (kept in ``step-profile.log``)."""
+    from glm5lib.diagnose.evidence import load_evidence
+
+    folder = Path(run_dir) / phase
+    if not (folder / rundir.SWEEP).is_file() and not (folder / rundir.CONFIG).is_file():
+        raise ConfigError(f"{folder} is not a measured phase (no {rundir.SWEEP} or {rundir.CONFIG})", field="phase")
+    ev = load_evidence(run_dir, phase=phase)
+    # the stand-in writes its engine's log: its own benchmark times its steps
+    adapter = engines.get(engines.STANDIN) if ev.standin else engines.get(ev.engine, default=engines.COMMAND)
+    bench = adapter.step_benchmark
+    if bench is None:
+        have = [a.name for a in engines.adapters() if a.step_benchmark is not None]
+        raise ConfigError(f"{adapter.title} has no offline step benchmark glm5lib can run; engines that have one: "
+                          f"{', '.join(have)}", field="engine", valid=have)
+    bad = [b for b in batches if not isinstance(b, (int,)) or isinstance(b, bool) or b < 1]
+    if bad:
+        raise ConfigError(f"batch sizes must be whole numbers of at least 1, got {bad}", field="batch_size")
+    want = profile_batches(ev, batches)
+    if not want:
+        raise ConfigError("no batch size to benchmark: give --batch-size, or a phase with sweep levels",
+                          field="batch_size")
+    s = ev.sweep_sorted()
+    i = input_len or _median(s, "input_len") or 256
+    o = output_len or _median(s, "output_len") or 32
+    config: Any = ev.config if ev.config is not None else dict(ev.server_args or {})
+    env = {str(k): str(v) for k, v in (getattr(ev.config, "env", None) or {}).items()}
+    interpreter = python or (bench.python() if bench.python else sys.executable)
+    argv = bench.command(config, want, int(i), int(o), graphs_off=graphs_off, python=interpreter)
+    logfile = folder / rundir.STEP_PROFILE_LOG
+    text = _run(argv, {**os.environ, **env}, logfile, timeout, bench)
+    rows = bench.parse(text, graphs_off=graphs_off)
+    if not rows:
+        tail = "\n".join(text.splitlines()[-_TAIL:])
+        raise ServerLaunchError(f"{bench.title} printed no step (kept in {logfile}); its last lines:\n{tail}",
+                                cause="no_output")
+    frame = pd.DataFrame(rows)
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    for col, value in (("input_len", int(i)), ("output_len", int(o)), ("engine", adapter.name),
+                       ("source", bench.title), ("command", shlex.join(argv)), ("taken_at", now)):
+        if col not in frame:
+            frame[col] = value
+    for col in PROFILE_COLUMNS:
+        if col not in frame:
+            frame[col] = None
+    out = folder / rundir.STEP_PROFILE
+    frame[PROFILE_COLUMNS].to_csv(out, index=False)
+    return out
+
+
+def _median(s: pd.DataFrame, col: str) -> int | None:
+    if s.empty or col not in s:
+        return None
+    v = pd.to_numeric(s[col], errors="coerce").dropna()
+    return int(v.median()) if len(v) else None
+
+
+def _run(argv: list[str], env: dict[str, str], logfile: Path, timeout: float, bench: Any) -> str:
+    """Run ``argv`` with its output written to ``logfile`` as it arrives; its whole output."""
+    started = time.monotonic()
+    try:
+        with logfile.open("w") as sink:
+            sink.write(f"# {shlex.join(argv)}\n")
+            sink.flush()
+            proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise ServerLaunchError(
+                    f"{bench.title} did not finish within {timeout:.0f} s (its output so far is in {logfile}); "
+                    f"last lines:\n{_tail(logfile)}", cause="timeout") from None
+    except FileNotFoundError as exc:
+        raise ServerLaunchError(f"cannot start {bench.title}: {exc}; {bench.hint}", cause="not_found") from exc
+    text = logfile.read_text(errors="replace")
+    if code != 0:
+        raise ServerLaunchError(f"{bench.title} exited with code {code} after {time.monotonic() - started:.0f} s "
+                                f"({logfile}); {bench.hint}; its last lines:\n{_tail(logfile)}", cause="exit")
+    return text
+
+
+def _tail(path: Path) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-_TAIL:])
+    except OSError:
+        return ""
