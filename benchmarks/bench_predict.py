@@ -3,22 +3,27 @@
     python benchmarks/bench_predict.py                        # the shipped pairs
     python benchmarks/bench_predict.py --standin              # + the stand-in's story, measured now
     python benchmarks/bench_predict.py --pair RUN_DIR '{"max_num_seqs": 256}'   # + any run folder
-    python benchmarks/bench_predict.py --record-vllm OUT --baseline-set max_num_batched_tokens=32 \\
-        --fix-set max_num_batched_tokens=2048                 # record a real vLLM pair first
+    python benchmarks/bench_predict.py --record-vllm OUT --baseline-set max_num_seqs=4 \\
+        --fix-set max_num_seqs=256 --cpus split --profile-batches 16,64   # record a real vLLM pair first
 
-For each pair the model is fitted on the baseline phase ALONE, told the change, and its forecast
-at every level the fix measured is set beside the measurement: error (predicted / measured - 1)
-and whether the measurement fell inside the band. The headline per pair is the top level.
+For each pair the model is fitted on the baseline phase ALONE (and the engine's offline step
+benchmark of it, where the pair recorded one), told the change, and its forecast at every level the
+fix measured is set beside the measurement: error (predicted / measured - 1), the band's half-width,
+whether the forecast was given (band within +/-30%) and whether the measured level held its batch.
+The summary gives, per engine, the median and worst absolute error over the levels whose forecast
+was given and whose batch held, and how many were not forecast (a model that withholds everything
+scores no error: count both).
 
-Shipped pairs (``data/examples``): real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256``
-(``cpu-vllm``); ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
-(``h200-transformers-serve``, no scheduler log: the batch is inferred from the limits); real SGLang
-0.5.16 on one H200, cap 64 -> 1,024 with CUDA graphs kept and with the seed's graphs-off fix
-(``h200-sglang``, phases ``fix`` and ``fix-graphs-off``); recorded
-vLLM pairs under ``data/examples/predict-pairs/*`` (each with its ``pair.json``: the change, the
-date and the versions). ``--standin`` measures the workbook's story on the stand-in (cap 64 ->
-1,024, CUDA graphs and radix cache off) with the project's own launch and sweep code; ``--levels``
-and ``--duration`` shorten it. Measured figures move with whatever else shares the machine.
+Shipped pairs (``data/examples``): real SGLang 0.5.16 on one H200, cap 64 -> 1,024 with CUDA graphs
+kept and with the seed's graphs-off fix (``h200-sglang``, phases ``fix`` and ``fix-graphs-off``),
+and every cap of its grid (``grid/grid-2``... at 256 concurrent requests) forecast from the same cap-64
+baseline; real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
+``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
+(``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
+its ``pair.json``). ``--standin`` measures the workbook's story on the stand-in with the project's own
+launch and sweep code (its forecast runs on the stand-in's own step benchmark, so it checks the
+plumbing, not the model). Measured figures move with whatever else shares the machine.
 """
 
 from __future__ import annotations
@@ -40,12 +45,14 @@ from glm5lib import rundir
 from glm5lib.cli.predict import parse_value
 from glm5lib.diagnose import prediction
 from glm5lib.paths import data_dir
+from glm5lib.stepbench import take_step_profile
 
 EXAMPLES = data_dir() / "examples"
 STORY_CHANGES = {"max_running_requests": 1024, "disable_cuda_graph": True, "disable_radix_cache": True}
 # (title, run folder, change, the phase that measured it); the baseline phase is "baseline"
 SHIPPED = [
-    ("real vLLM 0.32 on CPU, --max-num-seqs 4 -> 256", EXAMPLES / "cpu-vllm", {"max_num_seqs": 256}, "fix"),
+    ("real vLLM 0.32 on CPU, --max-num-seqs 4 -> 256 (the workbook's example)", EXAMPLES / "cpu-vllm",
+     {"max_num_seqs": 256}, "fix"),
     ("transformers serve on 1x H200, --cb-max-batch-tokens 64 removed",
      EXAMPLES / "h200-transformers-serve", {"--cb-max-batch-tokens": None}, "fix"),
     ("real SGLang 0.5.16 on 1x H200, cap 64 -> 1,024, CUDA graphs kept",
@@ -53,6 +60,25 @@ SHIPPED = [
     ("real SGLang 0.5.16 on 1x H200, cap 64 -> 1,024, graphs and radix cache off (the seed's fix)",
      EXAMPLES / "h200-sglang", STORY_CHANGES, "fix-graphs-off"),
 ]
+
+
+def grid_pairs() -> list[tuple[str, Path, dict[str, Any], str]]:
+    """Each cap of the H200 grid, forecast from the cap-64 baseline (the grid's first point is the
+    baseline's own cap)."""
+    grid = EXAMPLES / "h200-sglang" / "grid" / rundir.TUNE_CSV
+    if not grid.is_file():
+        return []
+    out = []
+    for _, row in pd.read_csv(grid).sort_values("value").iterrows():
+        if int(row["value"]) == 64:
+            continue
+        out.append((f"real SGLang 0.5.16 on 1x H200, grid cap {int(row['value'])} at 256 (from cap 64)",
+                    EXAMPLES / "h200-sglang", {"max_running_requests": int(row["value"])}, f"grid/{row['phase']}"))
+    return out
+
+
+def _engine_of(title: str) -> str:
+    return title.split(" on ")[0].replace("real ", "")
 
 
 def recorded_pairs() -> list[tuple[str, Path, dict[str, Any]]]:
@@ -66,15 +92,16 @@ def recorded_pairs() -> list[tuple[str, Path, dict[str, Any]]]:
 def evaluate(title: str, run: Path, changes: dict[str, Any], phase: str = "fix") -> pd.DataFrame:
     frame = prediction.record_prediction(run, changes, phase=phase, write=False)
     print(f"\n== {title}\n   {run} ({phase})\n   change: {changes}\n   model: {frame.attrs['model']}")
-    cols = ["concurrency", "predicted", "low", "high", "measured", "error", "inside_band", "drift", "running", "binding_limit",
-            "ttft_predicted_ms", "ttft_measured_ms", "tpot_predicted_ms", "tpot_measured_ms"]
-    shown = frame[cols].rename(columns={"ttft_predicted_ms": "ttft_pred", "ttft_measured_ms": "ttft_meas",
-                                        "tpot_predicted_ms": "tpot_pred", "tpot_measured_ms": "tpot_meas"})
-    print(shown.round({"predicted": 0, "low": 0, "high": 0, "measured": 0, "error": 3, "running": 1, "ttft_pred": 0,
-                       "ttft_meas": 0, "tpot_pred": 1, "tpot_meas": 1}).to_string(index=False))
-    unseen = frame["unseen_changes"].dropna()
-    if len(unseen) and unseen.iloc[0]:
-        print(f"   not seen by the model: {unseen.iloc[0]}")
+    frame["band"] = [max(h / p - 1.0, 1.0 - lo / p) if p else float("nan")
+                     for p, lo, h in zip(frame["predicted"], frame["low"], frame["high"], strict=True)]
+    cols = ["concurrency", "predicted", "low", "high", "band", "given", "measured", "error", "inside_band", "held",
+            "drift", "running", "binding_limit", "tpot_predicted_ms", "tpot_measured_ms"]
+    shown = frame[cols].rename(columns={"tpot_predicted_ms": "tpot_pred", "tpot_measured_ms": "tpot_meas"})
+    print(shown.round({"predicted": 0, "low": 0, "high": 0, "band": 2, "measured": 0, "error": 3, "running": 1,
+                       "tpot_pred": 1, "tpot_meas": 1}).to_string(index=False))
+    for _, r in frame.iterrows():
+        if not bool(r["given"]) and isinstance(r.get("needs"), str) and r["needs"]:
+            print(f"   not forecast at {int(r['concurrency'])}: {r['needs'][:240]}")
     frame.attrs["title"] = title
     return frame
 
@@ -101,7 +128,7 @@ def measure_standin(out: Path, levels: list[int], duration: float, output_len: i
 
 def record_vllm(out: Path, baseline_set: dict[str, Any], fix_set: dict[str, Any], levels: list[int],
                 duration: float, title: str | None, fix_levels: list[int] | None = None,
-                cpus: str | None = None) -> Path:
+                cpus: str | None = None, profile_batches: list[int] | None = None) -> Path:
     from glm5lib import engines
     from glm5lib.engines import vllm as ev
 
@@ -109,6 +136,9 @@ def record_vllm(out: Path, baseline_set: dict[str, Any], fix_set: dict[str, Any]
     kw = {"concurrencies": levels, "api": "completions", "input_len": 32, "output_len": 64, "duration": duration,
           "warmup": 2, "sweep_options": {"token_ids": False}, "progress": False, "gpu": False, "cpus": cpus}
     measure.measure_phase(config, out, "baseline", backend="vllm", ready_timeout=600, **kw)
+    if profile_batches:
+        # the engine's offline step benchmark of the baseline, taken before the fix is launched
+        take_step_profile(out, "baseline", profile_batches)
     kw["concurrencies"] = fix_levels or levels
     measure.measure_phase(config.with_changes(**fix_set), out, "fix", backend="vllm", ready_timeout=600, **kw)
     version = None
@@ -129,6 +159,8 @@ def record_vllm(out: Path, baseline_set: dict[str, Any], fix_set: dict[str, Any]
         "machine": (f"{platform.machine()}, {os.cpu_count()} cores, CPU layout {cpus!r}" if cpus else
                     f"{platform.machine()}, shared cores: figures move by tens of percent between runs"),
         "levels": {"baseline": levels, "fix": fix_levels or levels},
+        "step_profile": ({"batches": profile_batches, "how": "glm5lib.stepbench.take_step_profile on the baseline, "
+                          "after its sweep and before the fix's launch"} if profile_batches else None),
         "level_duration_s": duration,
     }, indent=2) + "\n")
     for ph in ("baseline", "fix"):  # keep what the model reads; drop bulky per-request records
@@ -152,13 +184,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fix-levels", help="levels of the recorded fix phase (default: --vllm-levels)")
     p.add_argument("--title", help="title of a recorded vLLM pair")
     p.add_argument("--cpus", default=None, help="CPU layout of a recorded vLLM pair (glm5lib.cpus: 'split', '0-5/6,7')")
+    p.add_argument("--profile-batches", help="take the engine's offline step benchmark of the recorded baseline at "
+                                             "these batch sizes (and its own) before the fix's launch, e.g. 16,64")
     args = p.parse_args(argv)
 
-    pairs = [*SHIPPED, *recorded_pairs()]
+    pairs = [*SHIPPED, *grid_pairs(), *recorded_pairs()]
     if args.record_vllm:
         out = record_vllm(Path(args.record_vllm), _sets(args.baseline_set), _sets(args.fix_set),
                           [int(x) for x in args.vllm_levels.split(",")], args.duration, args.title,
-                          [int(x) for x in args.fix_levels.split(",")] if args.fix_levels else None, args.cpus)
+                          [int(x) for x in args.fix_levels.split(",")] if args.fix_levels else None, args.cpus,
+                          [int(x) for x in args.profile_batches.split(",")] if args.profile_batches else None)
         info = json.loads((out / "pair.json").read_text())
         pairs.append((info["title"], out, info["changes"], "fix"))
     for run_dir, changes in args.pair:
@@ -170,25 +205,34 @@ def main(argv: list[str] | None = None) -> int:
         run = measure_standin(Path(tmp.name), levels, args.duration, args.output_len, args.fix_duration)
         pairs.append((f"stand-in story, cap 64 -> 1,024, graphs and radix cache off (output {args.output_len})",
                       run, STORY_CHANGES, "fix"))
-    rows = []
     levels = []
     for title, run, changes, phase in pairs:
         frame = evaluate(title, run, changes, phase)
         for _, r in frame.dropna(subset=["measured"]).iterrows():
-            levels.append({"pair": title[:60], "concurrency": int(r["concurrency"]), "error": f"{r['error']:+.0%}",
-                           "inside_band": bool(r["inside_band"]), "running": r["running"]})
-        top = frame.dropna(subset=["measured"]).iloc[-1]
-        rows.append({"pair": title, "concurrency": int(top["concurrency"]), "predicted": round(top["predicted"]),
-                     "band": f"{top['low']:,.0f}-{top['high']:,.0f}", "measured": round(top["measured"]),
-                     "error": f"{top['error']:+.0%}", "inside_band": bool(top["inside_band"]),
-                     # the launches' own movement at the levels the change left alone, and the
-                     # error net of it (prediction.launch_drift)
-                     "drift": "-" if pd.isna(top["drift"]) else f"{top['drift']:.2f}x",
-                     "net_error": "-" if pd.isna(top["error_net_of_drift"]) else f"{top['error_net_of_drift']:+.0%}"})
-    print("\n== forecast error per pair and level")
-    print(pd.DataFrame(levels).to_string(index=False))
-    print("\n== forecast error at each pair's top level")
-    print(pd.DataFrame(rows).to_string(index=False))
+            held = r.get("held")
+            levels.append({"engine": _engine_of(title), "pair": title[:70], "concurrency": int(r["concurrency"]),
+                           "error": float(r["error"]), "band": float(r["band"]), "given": bool(r["given"]),
+                           "held": None if held is None or pd.isna(held) else bool(held),
+                           "inside_band": bool(r["inside_band"]),
+                           "net_error": None if pd.isna(r["error_net_of_drift"]) else float(r["error_net_of_drift"])})
+    table = pd.DataFrame(levels)
+    print("\n== forecast error per pair and level (error: predicted / measured - 1; band: half-width)")
+    shown = table.assign(error=table["error"].map(lambda e: f"{e:+.0%}"), band=table["band"].map(lambda b: f"{b:.0%}"),
+                         net_error=table["net_error"].map(lambda e: "-" if e is None or pd.isna(e) else f"{e:+.0%}"))
+    print(shown.drop(columns=["engine"]).to_string(index=False))
+    print("\n== per engine, over the levels whose forecast was given and whose batch held")
+    summary = []
+    for engine, part in table.groupby("engine", sort=False):
+        judged = part[part["given"] & (part["held"] != False)]  # noqa: E712 - None (unknown) counts
+        summary.append({
+            "engine": engine, "levels": len(part), "given": int(part["given"].sum()),
+            "not_forecast": int((~part["given"]).sum()),
+            "median_abs_error": f"{judged['error'].abs().median():.0%}" if len(judged) else "-",
+            "worst_abs_error": f"{judged['error'].abs().max():.0%}" if len(judged) else "-",
+            "inside_band": f"{int(judged['inside_band'].sum())}/{len(judged)}",
+            "widest_given_band": f"{part[part['given']]['band'].max():.0%}" if part["given"].any() else "-",
+        })
+    print(pd.DataFrame(summary).to_string(index=False))
     if tmp is not None:
         tmp.cleanup()
     return 0

@@ -19,16 +19,18 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from glm5lib import engines, rundir
+from glm5lib.diagnose.evidence import load_evidence
+from glm5lib.diagnose.model import PerfModel
 from glm5lib.errors import ConfigError, DiagnosisError, ServerLaunchError
 
-__all__ = ["PROFILE_COLUMNS", "profile_batches", "take_step_profile"]
+__all__ = ["PROFILE_COLUMNS", "profile_batches", "settle_forecast", "take_step_profile"]
 
 log = logging.getLogger(__name__)
 
@@ -39,8 +41,6 @@ _TAIL = 30
 
 def profile_batches(ev: Any, extra: Sequence[int] = ()) -> list[int]:
     """The phase's own running batches (so its served steps scale the profile) and ``extra``."""
-    from glm5lib.diagnose.model import PerfModel
-
     own: set[int] = set()
     try:
         model = PerfModel.from_evidence(ev)
@@ -59,8 +59,6 @@ def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = 
     for the benchmark (None: as the phase ran); the workload defaults to the phase's own. Everything
     is checked before anything starts; a benchmark that fails raises ServerLaunchError with the
     last lines of its output (kept in ``step-profile.log``)."""
-    from glm5lib.diagnose.evidence import load_evidence
-
     folder = Path(run_dir) / phase
     if not (folder / rundir.SWEEP).is_file() and not (folder / rundir.CONFIG).is_file():
         raise ConfigError(f"{folder} is not a measured phase (no {rundir.SWEEP} or {rundir.CONFIG})", field="phase")
@@ -144,3 +142,24 @@ def _tail(path: Path) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-_TAIL:])
     except OSError:
         return ""
+
+
+def settle_forecast(run_dir: str | Path, phase: str, changes: Mapping[str, Any] | None, concurrency: Sequence[int], *,
+                    take: bool = True, **options: Any) -> tuple[PerfModel, list[Any], Path | None]:
+    """The model of ``phase`` and its forecast of ``changes``; where levels are not forecast for want
+    of a step the engine's offline benchmark can time (a batch beyond the phase's, an eager step),
+    and ``take``, one benchmark launch covering all of them is taken on ``phase`` and the forecast is
+    made again with it. Returns (model, forecasts, the profile taken or None). ``options`` go to
+    :func:`take_step_profile` (``timeout``, ``python``)."""
+    path = Path(run_dir) / phase
+    model = PerfModel.fit_phase(path)
+    forecasts = model.forecast(changes, list(concurrency))
+    wants = [f.measurement for f in forecasts if not f.given and f.measurement.get("kind") == "step_profile"]
+    if not wants or not take:
+        return model, forecasts, None
+    batches = sorted({int(b) for w in wants for b in w.get("batches", [])})
+    offs = {w.get("graphs_off") for w in wants}
+    graphs_off = True if True in offs else (False if False in offs else None)
+    profile = take_step_profile(run_dir, phase, batches, graphs_off=graphs_off, **options)
+    model = PerfModel.fit_phase(path)
+    return model, model.forecast(changes, list(concurrency)), profile

@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
+from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.diagnose.model import Forecast, PerfModel
 from glm5lib.errors import ConfigError, DiagnosisError
 
@@ -32,6 +33,7 @@ __all__ = [
     "record_prediction",
     "refit_shift",
     "section_markdown",
+    "write_forecast",
 ]
 
 log = logging.getLogger(__name__)
@@ -109,6 +111,15 @@ def forecast_hypothesis(
     return model, frame
 
 
+def write_forecast(run_dir: str | Path, forecasts: Sequence[Forecast], changes: Mapping[str, Any]) -> pd.DataFrame:
+    """``forecasts`` of ``changes`` as the run's ``forecast.csv`` (the hypothesis's, stated before
+    anything changes); the frame written."""
+    frame = forecast_frame(forecasts)
+    frame["changes"] = repr(dict(changes))
+    frame.to_csv(Path(run_dir) / rundir.FORECAST_CSV, index=False)
+    return frame
+
+
 def record_prediction(
     run_dir: str | Path,
     changes: Mapping[str, Any],
@@ -177,8 +188,6 @@ def record_prediction(
 
 def _held_levels(run: Path, phase: str) -> dict[int, bool | None]:
     """Whether each level of ``phase`` held the batch its load and cap allow (the evidence's judgement)."""
-    from glm5lib.diagnose.evidence import load_evidence
-
     try:
         table = load_evidence(run, phase=phase).level_table()
     except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:

@@ -17,9 +17,9 @@ from glm5lib.engines.sglang.config import (
     DEFAULT_RELEASE,
     ServerConfig,
     cuda_graphs_off,
+    decode_graph_sizes,
     graphs_off_for,
 )
-from glm5lib.engines.sglang.stepbench import decode_graph_sizes
 from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_value
 from glm5lib.sim.faults import Faults, parse_faults

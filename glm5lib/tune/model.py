@@ -1,20 +1,17 @@
 """What the tuner expects a lever's value to give: the evidence of the measured candidates,
-read through the performance model where one can be fitted.
+read through the one performance model.
 
 :class:`Landscape` holds the measured points of one lever (value -> objective and every limited
 latency) and forecasts a value not measured yet:
 
 - between two measured values, linear interpolation of each quantity (the evidence);
 - outside them, the performance model's forecast (:mod:`glm5lib.diagnose.model`, fitted on the
-  nearest measured phase), scaled by what it was off by at that phase's own value (the model
-  gives the shape, the evidence the level), when it answers; else a power law through the nearest
-  point (latency and throughput of the running batch both grow about as the square root of the
-  batch while the step is not yet compute-bound; a larger per-step token budget admits more
-  prompts per step, so more requests run, and every step is longer: throughput and TPOT grow as
-  about its fourth root, while TTFT can go either way, shorter waits against longer steps, so its
-  prior is flat and the second point's secant gives the direction),
-  made steeper or flatter by the secant of the two nearest points once there are two. The more
-  cautious of the two is kept: the higher latency, the lower throughput.
+  nearest measured phase), scaled by what it was off by at that phase's own value (the model gives
+  the shape, the evidence the level), with its band and whether it is *given* (within +/-30%);
+  where it is not, the prediction says so (source ``"not forecast"``) and names the measurement that
+  would settle it, and the tuner measures rather than trusts it. There is no other prior: with no
+  model (one level, or an objective the model does not forecast) a value outside the measured ones
+  has no forecast at all (source ``"none"``).
 
 A forecast says where it came from (``source``), so every candidate's reason can quote it.
 """
@@ -28,18 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from glm5lib import rundir
 from glm5lib.diagnose import model as perf
+from glm5lib.diagnose.evidence import load_evidence
+from glm5lib.errors import ConfigError, DiagnosisError
 
-__all__ = ["PRIOR_EXPONENTS", "Landscape", "Point", "Prediction", "perfmodel_forecaster"]
+__all__ = ["Landscape", "Point", "Prediction", "perfmodel_forecaster"]
 
 log = logging.getLogger(__name__)
-
-#: Prior exponents ``y ~ x**e`` by what the lever acts on, for "objective" and each latency.
-PRIOR_EXPONENTS: dict[str, dict[str, float]] = {
-    "running": {"objective": 0.5, "ttft": 0.5, "tpot": 0.5, "itl": 0.5, "e2e_latency": 0.5},
-    "prefill": {"objective": 0.25, "ttft": 0.0, "tpot": 0.25, "itl": 0.25, "e2e_latency": 0.0},
-    "memory": {"objective": 0.25, "ttft": 0.0, "tpot": 0.0, "itl": 0.0, "e2e_latency": 0.0},
-}
 
 
 @dataclass
@@ -57,18 +50,20 @@ class Prediction:
     value: float
     objective: float
     metrics: dict[str, float]
-    source: str  # "measured", "interpolated", "model", "prior", "secant"
+    source: str  # "measured", "interpolated", "model", "not forecast", "none"
+    given: bool = True
+    objective_high: float = math.nan  # the band's best objective
+    metrics_low: dict[str, float] = field(default_factory=dict)  # the band's shortest latencies
+    needs: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "objective": self.objective, **self.metrics, "source": self.source}
+        return {"value": self.value, "objective": self.objective, **self.metrics, "source": self.source,
+                "given": self.given, "needs": self.needs}
 
 
-#: forecaster(phase, changes, concurrency) -> {"objective": tok/s, "<metric>": ms, ...} or None
-Forecaster = Callable[[str, Mapping[str, Any]], Mapping[str, float] | None]
-
-
-def _quantity(metric: str) -> str:
-    return metric.split("_", 1)[1].rsplit("_ms", 1)[0] if metric != "objective" else "objective"
+#: forecaster(phase, changes) -> {"objective", "objective_high", "<metric>", "<metric>_low", "given",
+#: "needs"} or None
+Forecaster = Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 @dataclass
@@ -83,11 +78,6 @@ class Landscape:
 
     def add(self, point: Point) -> None:
         self.points = sorted([p for p in self.points if p.value != point.value] + [point], key=lambda p: p.value)
-
-    def _prior(self, near: Point, x: float, key: str) -> float:
-        y = near.objective if key == "objective" else near.metrics.get(key, math.nan)
-        e = PRIOR_EXPONENTS.get(self.acts_on, PRIOR_EXPONENTS["running"]).get(_quantity(key), 0.0)
-        return y * (x / near.value) ** e if near.value > 0 and x > 0 else y
 
     def predict(self, x: float) -> Prediction:
         pts = self.points
@@ -107,74 +97,81 @@ class Landscape:
             w = (x - a.value) / (b.value - a.value)
             out = {k: val(a, k) + w * (val(b, k) - val(a, k)) for k in keys}
             return Prediction(x, out.pop("objective"), out, "interpolated")
-        # beyond the measured range
-        near, other = (pts[-1], pts[-2] if len(pts) > 1 else None) if x > pts[-1].value else \
-            (pts[0], pts[1] if len(pts) > 1 else None)
+        near = pts[-1] if x > pts[-1].value else pts[0]
         model = anchor = None
         if self.forecaster is not None:
             try:
                 model = self.forecaster(near.phase, {self.field: x})
                 anchor = self.forecaster(near.phase, {self.field: near.value}) if model else None
-            except Exception as exc:  # the model is advice: a failed forecast falls back on the prior
+            except (DiagnosisError, ConfigError, ValueError) as exc:
                 log.info("performance model gave no forecast for %s=%s: %s", self.field, x, exc)
                 model = None
+        if not model or not anchor:
+            return Prediction(x, math.nan, {k: math.nan for k in self.metrics}, "none", given=False,
+                              needs=f"a launch with {self.field}={x:g}: no performance model of the evidence")
         out: dict[str, float] = {}
-        source = "model" if model else ("secant" if other is not None else "prior")
+        best: dict[str, float] = {}
         for k in keys:
-            guesses = [self._prior(near, x, k)]
-            if other is not None:
-                slope = (val(near, k) - val(other, k)) / (near.value - other.value)
-                guesses.append(val(near, k) + slope * (x - near.value))
-            at_x = float(model.get(k, math.nan)) if model else math.nan
-            at_near = float(anchor.get(k, math.nan)) if anchor else math.nan
-            if math.isfinite(at_x) and math.isfinite(at_near) and at_near > 0:
-                # the model gives the shape, the measured point the level: its forecast scaled by
-                # what it was off by at the nearest measured value
-                guesses = [val(near, k) * at_x / at_near] + ([guesses[1]] if len(guesses) > 1 else [])
-            finite = [g for g in guesses if math.isfinite(g)]
-            if not finite:
-                out[k] = math.nan
-            elif k == "objective":
-                out[k] = max(0.0, min(finite))
-            else:
-                out[k] = max(finite)
-        return Prediction(x, out.pop("objective"), out, source)
+            at_x, at_near = float(model.get(k, math.nan)), float(anchor.get(k, math.nan))
+            # the model gives the shape, the measured point the level
+            scale = val(near, k) / at_near if math.isfinite(at_near) and at_near > 0 else math.nan
+            out[k] = at_x * scale
+            edge = model.get("objective_high" if k == "objective" else f"{k}_low", math.nan)
+            best[k] = float(edge) * scale
+        given = bool(model.get("given")) and all(math.isfinite(out[k]) for k in keys)
+        return Prediction(x, max(out.pop("objective"), 0.0), out, "model" if given else "not forecast", given=given,
+                          objective_high=best.pop("objective"), metrics_low=best,
+                          needs=str(model.get("needs") or "") if not given else "")
+
+
+# the model's latencies by the tuner's metric names
+_LATENCY = {"median_ttft_ms": ("ttft_ms", "ttft_low_ms"), "median_tpot_ms": ("tpot_ms", "tpot_low_ms"),
+            "median_itl_ms": ("tpot_ms", "tpot_low_ms")}
 
 
 def perfmodel_forecaster(run_dir, *, engine: str | None, concurrency: int, input_len: int,
-                         output_len: int, objective: str = "output_throughput") -> Forecaster | None:
+                         output_len: int, objective: str = "output_throughput",
+                         metrics: Sequence[str] = ()) -> Forecaster | None:
     """A forecaster from the performance model (``glm5lib.diagnose.model.PerfModel``), fitted on
-    a measured phase of ``run_dir``; None for an objective it does not forecast (goodput)."""
+    a measured phase of ``run_dir``; None for an objective it does not forecast (goodput). A limit on
+    a latency the model does not forecast (a p99) leaves every forecast not given."""
     if objective != "output_throughput":
         return None
-    fitted: dict[str, Any] = {}
+    fitted: dict[tuple[str, ...], Any] = {}
+    unknown = [m for m in metrics if m not in _LATENCY]
+    run = Path(run_dir)
 
     def fit(phase: str) -> Any:
-        if phase not in fitted:
+        # every candidate measured so far is a level of the same engine and model under its own
+        # limits: the fit reads them all, the changes are made to the nearest one's configuration
+        others = sorted(p.name for p in run.iterdir() if p.is_dir() and p.name != phase
+                        and p.name.startswith(("tune-", "evidence")) and (p / rundir.SWEEP).is_file())
+        key = (phase, *others)
+        if key not in fitted:
             try:
-                fitted[phase] = perf.PerfModel.fit_phase(Path(run_dir) / phase, engine=engine)
-            except Exception as exc:  # one level only: the model cannot split a step's time
+                ev = load_evidence(run, phase=phase)
+                also = [load_evidence(run, phase=o) for o in others]
+                fitted[key] = perf.PerfModel.from_evidence(ev, engine=engine, also=also)
+            except (DiagnosisError, ConfigError) as exc:  # one level in all: the model cannot split a step
                 log.debug("no performance model on phase %s: %s", phase, exc)
-                fitted[phase] = None
-        return fitted[phase]
+                fitted[key] = None
+        return fitted[key]
 
-    def forecast(phase: str, changes: Mapping[str, Any]) -> Mapping[str, float] | None:
+    def forecast(phase: str, changes: Mapping[str, Any]) -> Mapping[str, Any] | None:
         if not phase:
             return None
         model = fit(phase)
-        if model is None:  # the nearest phase has one level: the first launch has two
-            model = next((m for m in map(fit, sorted(p.name for p in Path(run_dir).glob("tune-*"))) if m), None)
         if model is None:
             return None
         (f,) = model.forecast(dict(changes), [concurrency], input_len=input_len, output_len=output_len)
-        out = {"objective": float(f.predicted_tok_s)}
-        for name, attr in (("median_ttft_ms", "ttft_ms"), ("median_tpot_ms", "tpot_ms"),
-                           ("median_itl_ms", "tpot_ms")):
-            value = getattr(f, attr, None)
+        out: dict[str, Any] = {"objective": float(f.predicted_tok_s), "objective_high": float(f.high_tok_s),
+                               "given": f.given and not unknown, "needs": f.needs or (
+                                   f"a launch: the model does not forecast {', '.join(unknown)}" if unknown else "")}
+        for name, (attr, low) in _LATENCY.items():
+            value, edge = getattr(f, attr, None), getattr(f, low, None)
             if value is not None:
                 out[name] = float(value)
-        if f.unseen_changes:
-            return None  # the model cannot see this lever: it would forecast no change
+                out[f"{name}_low"] = float(edge) if edge is not None else float(value)
         return out
 
     return forecast

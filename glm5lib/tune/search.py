@@ -385,22 +385,52 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
                          source="bracket")
 
     options = []
+    unsure = []  # values the model does not forecast, each with whether its band leaves it a chance
     for x in _ladder(lever, taken):
         if x >= ceiling or any(abs(x - t) <= max(0.03 * t, 0.5 if lever.kind == "int" else 0.0) for t in taken):
             continue
         if x < floor_ and best is not None:
             continue  # below the best limit-meeting value of a growing landscape: less throughput
         p = land.predict(x)
+        if not p.given:
+            lows = [p.metrics_low.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
+            could_meet = all(not math.isfinite(r) or r <= need for r in lows)
+            could_beat = best is None or not math.isfinite(p.objective_high) or p.objective_high > best * (1 + noise)
+            unsure.append((x, p, could_meet and could_beat))
+            continue
         ratios = [p.metrics.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
         worst = max((r for r in ratios if math.isfinite(r)), default=0.0)
         options.append((x, p, worst))
-    if not options:
+    if not options and not unsure:
         return _Proposal(None, "every value the evidence leaves open has been measured")
+
+    def measure_unsure(why: str) -> _Proposal | None:
+        # the model cannot say: measure the open value nearest the evidence, the measurement a
+        # forecast that is not given names (a launch there), rather than guess
+        chances = [u for u in unsure if u[2] and math.isfinite(u[1].objective)]
+        if not chances:
+            return None
+        # the model's point ranks them though its band is too wide to act on: the most objective
+        # whose point meets the limits, else the one nearest the evidence
+        meets = [u for u in chances if all(not math.isfinite(u[1].metrics.get(lim.metric, math.nan))
+                                           or u[1].metrics[lim.metric] / lim.value <= need for lim in goal.limits)]
+        if meets:
+            x, p, _ = max(meets, key=lambda u: (u[1].objective, -u[0]))
+        else:
+            x, p, _ = min(chances, key=lambda u: min(abs(math.log(max(u[0], 1e-9) / max(t, 1e-9))) for t in taken))
+        needs = f" ({p.needs})" if p.needs else ""
+        return _Proposal(x, f"{why}; {lever.field}={lever.clamp(x)} is not forecast{needs}: measuring it, the value "
+                            "nearest the evidence whose band could beat the best and meet the limits",
+                         p.objective, math.nan, "measure")
+
     ok = [o for o in options if o[2] <= need and math.isfinite(o[1].objective)]
     probe = _probe(lever, taken, ceiling, best)
     if ok:
         x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
         if best is not None and p.objective <= best * (1.0 + noise):
+            unsure_pick = measure_unsure(f"no forecast beats the best measured ({best:,.0f}) by more than the noise")
+            if unsure_pick is not None:
+                return unsure_pick
             if probe is not None:
                 return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is "
                                         f"the model's prior, not evidence (its best forecast: {p.objective:,.0f} at "
@@ -421,6 +451,10 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
                     f"next to it needs a measurement's room ({need:.0%} of the limit)")
         return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
                          p.objective, worst, p.source)
+    unsure_pick = measure_unsure("no value the model forecasts meets every limit" + (
+        f" better than the best measured ({best:,.0f})" if best is not None else ""))
+    if unsure_pick is not None:
+        return unsure_pick
     if best is not None:
         if probe is not None:
             return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is the "
@@ -431,6 +465,14 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
             return inside
         return _Proposal(None, f"no untried value is forecast to meet the limits better than the best measured "
                                f"({best:,.0f})")
+    if not options:
+        # no forecast at all (one batch size measured, no model): halve the smallest value tried
+        x = lever.clamp(max(float(lever.low), 0.5 * min(taken))) if taken else None
+        if x is not None and float(x) < min(taken) and not any(abs(float(x) - t) < 1e-9 for t in taken):
+            return _Proposal(float(x), f"no value meets the limits yet and nothing is forecast: halving "
+                                       f"{lever.field} to {x}", source="probe")
+        return _Proposal(None, "no value the evidence leaves open is forecast, and none could meet the limits "
+                               "within the model's bands")
     x, p, worst = min(options, key=lambda o: (o[2], o[0]))
     return _Proposal(x, f"no value is forecast to meet every limit yet: trying the one forecast closest "
                         f"({p.source} forecast {worst:.2f}x the binding limit)", p.objective, worst, p.source)
@@ -613,7 +655,8 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
     measure = measure or default_measure(config, backend=backend, run_dir=run, workload=workload, **launch)
     forecaster = perfmodel_forecaster(run, engine=engine, concurrency=workload.concurrency,
                                       input_len=workload.input_len, output_len=workload.output_len,
-                                      objective=goal.objective) if use_model else None
+                                      objective=goal.objective, metrics=[lim.metric for lim in goal.limits]
+                                      ) if use_model else None
     land = Landscape(lever.field, lever.acts_on, [lim.metric for lim in goal.limits], forecaster=forecaster)
     previous = load_tune(run)
     measured: list[dict[str, Any]] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -28,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
      "glm5lib.rundir", "glm5lib.stepmodel", "glm5lib.cpus"),
     ("glm5lib.engines.sglang.config", "glm5lib.logs", "glm5lib._sglang_flags"),
     ("glm5lib.engines", "glm5lib.server", "glm5lib.loadgen", "glm5lib.telemetry", "glm5lib.levels", "glm5lib.patching"),
-    ("glm5lib.diagnose", "glm5lib.phase"),
+    ("glm5lib.diagnose", "glm5lib.phase", "glm5lib.stepbench"),
     ("glm5lib.plots", "glm5lib.report", "glm5lib.progress", "glm5lib.widgets", "glm5lib.workbook", "glm5lib.tune"),
     ("glm5lib.cli", "glm5lib.__main__"),
 ]
@@ -450,3 +451,37 @@ def test_the_check_for_engine_products_can_fail():
     skip = _docstrings(tree)
     found = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and n.value in names and id(n) not in skip]
     assert found == ["vllm"]
+
+
+# Least-squares and curve fitting outside the one solver (stepmodel.nnls), each allowed with why.
+SOLVER_CALLS = ("lstsq", "polyfit", "curve_fit", "least_squares", "lsq_linear", "minimize")
+SOLVER_ALLOWED = {
+    ("glm5lib.stepmodel", "lstsq"): "the one solver itself (non-negative least squares by active set)",
+    ("glm5lib.tune.search", "polyfit"): "the parabola through three measured latency ratios where a tuning "
+                                        "bracket crosses its limit: exact interpolation of measurements, no model",
+}
+
+
+def test_one_solver_and_one_model_of_throughput():
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(_parsed(path)):
+            if isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if called in SOLVER_CALLS and (name, called) not in SOLVER_ALLOWED:
+                    found.append(f"{name}:{node.lineno} calls {called}")
+            if isinstance(node, ast.ClassDef) and node.name.endswith(("CapacityModel", "PerfModel")) \
+                    and name != "glm5lib.diagnose.model.core":
+                found.append(f"{name}:{node.lineno} defines {node.name}: the performance model is diagnose.model's")
+    assert not found, "\n".join(found)
+
+
+def test_the_solver_check_can_fail(tmp_path, monkeypatch):
+    # a second fit of a step curve written anywhere else is found
+    fake = tmp_path / "glm5lib" / "diagnose" / "second.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("import numpy as np\n\ndef fit(x, y):\n    return np.linalg.lstsq(x, y, rcond=None)\n")
+    modules = {**_modules(), "glm5lib.diagnose.second": fake}
+    monkeypatch.setattr(sys.modules[__name__], "_modules", lambda: modules)
+    with pytest.raises(AssertionError, match="second:4 calls lstsq"):
+        test_one_solver_and_one_model_of_throughput()

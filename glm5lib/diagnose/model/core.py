@@ -127,8 +127,11 @@ class Forecast:
     notes: list[str] = dataclasses.field(default_factory=list)
     # the band is within +/-MAX_BAND and every changed field has a term: a forecast to act on
     given: bool = True
-    # where not given: the one short measurement that would settle it
+    # where not given: the one short measurement that would settle it, in words and as data
+    # ({"kind": "step_profile", "batches": [...], "graphs_off": True/False/None} or
+    # {"kind": "level", "concurrency": c, "changes": {...}})
     needs: str = ""
+    measurement: dict[str, Any] = dataclasses.field(default_factory=dict)
     # where each term came from
     sources: list[str] = dataclasses.field(default_factory=list)
     engine_tok_s: float | None = None
@@ -215,10 +218,11 @@ class PerfModel:
 
     @property
     def host_paced(self) -> bool:
-        """Every fitted level's client was starved: the host's CPU, not the engine's step alone,
-        set each level's pace (vLLM on two CPU cores), so no level shows what the engine alone
-        would do at a batch the phase did not run."""
-        return bool(self.levels) and all(p.starved for p in self.levels)
+        """Every fitted level's client was starved, or every level's host had every core busy: the
+        host's CPU, not the engine's step alone, set each level's pace (vLLM on two shared CPU
+        cores), so no level shows what the engine alone would do, and two launches on such a host
+        differ by tens of percent."""
+        return bool(self.levels) and (all(p.starved for p in self.levels) or all(p.host_busy for p in self.levels))
 
     # -- fitting ------------------------------------------------------------------------------
     @classmethod
@@ -230,44 +234,18 @@ class PerfModel:
         return cls.from_evidence(load_evidence(path.parent, phase=path.name), engine=engine)
 
     @classmethod
-    def from_evidence(cls, ev: Evidence, *, engine: str | None = None) -> PerfModel:
-        """Fit on an :class:`~glm5lib.diagnose.evidence.Evidence` bundle of one phase."""
+    def from_evidence(cls, ev: Evidence, *, engine: str | None = None, also: Sequence[Evidence] = ()) -> PerfModel:
+        """Fit on an :class:`~glm5lib.diagnose.evidence.Evidence` bundle of one phase; ``also``: other
+        phases of the same engine and model whose levels join the fit (each read under its own
+        limits: a tuner's candidates, one cap each), the forecast's changes being made to ``ev``'s."""
         engine = engine or ev.engine
         args = dict(ev.server_args or {})
         adapter = engines.get(engine, default=engines.COMMAND)
-        caps = adapter.capabilities
-        lim = engines.limits_of(adapter, args, ev.startup or {}, ev.environment)
-        cap = lim.running_cap
-        pool = lim.kv_tokens or ev.kv_pool_tokens()[0]
-        budget = _budget(ev, adapter, lim)
-        gpus = bool((ev.environment or {}).get("gpus"))
-        graphs_apply = caps.logs_graph_use or gpus
-        graphs_on = graphs_apply and not lim.graphs_off
-        captured = (ev.startup or {}).get("cuda_graph_batch_sizes")
-        sizes: tuple[int, ...] = ()
-        if graphs_on:
-            if isinstance(captured, (list, tuple)) and captured:
-                sizes = tuple(sorted(int(b) for b in captured))
-            else:
-                sizes = adapter.graph_sizes(lim.graph_max_batch, cap)
-        roles = caps.serving_roles
-        workers = {r.name: (_int(args.get(r.workers_field)) or 1) if r.workers_field else 1 for r in roles}
-        bounds = Bounds(
-            running_cap=cap, token_budget=budget, kv_tokens=pool,
-            reserve_ratio=0.1 if caps.reserves_future_tokens else 0.0, mixed_steps=caps.mixed_steps,
-            graphs=graphs_on, graph_max_batch=lim.graph_max_batch if graphs_on else None, graph_sizes=sizes,
-            workers=workers, stream_interval=_int(lim.stream_interval) or 1,
-        )
-        held = {}
-        try:
-            table = ev.level_table()
-            held = {int(r.concurrency): (None if r.batch_held is None or (isinstance(r.batch_held, float)
-                                                                          and math.isnan(r.batch_held))
-                                         else bool(r.batch_held)) for r in table.itertuples()}
-        except (KeyError, ValueError, TypeError) as exc:
-            log.debug("no level table: %s", exc)
-        points = level_points(ev, cap=cap, budget=budget if bounds.mixed_steps else None, graphs=graphs_on,
-                              graph_max=bounds.largest_graph, roles=roles, held=held)
+        bounds, graphs_apply = _bounds_of(ev, adapter)
+        points = _points_of(ev, bounds, adapter)
+        for other in also:
+            other_bounds, _ = _bounds_of(other, adapter)
+            points += _points_of(other, other_bounds, adapter)
         if len(points) < 2:
             raise DiagnosisError(
                 f"cannot fit a performance model on {ev.source or 'this phase'}: it needs at least 2 "
@@ -279,7 +257,7 @@ class PerfModel:
         model.config = ev.config
         # the stand-in writes its engine's log: its own benchmark times its steps
         model._bench = (engines.get(engines.STANDIN) if ev.standin else adapter).step_benchmark
-        model.source = ev.source
+        model.source = ev.source if not also else f"{ev.source} and {len(also)} other phase(s)"
         return model
 
     @classmethod
@@ -348,7 +326,7 @@ class PerfModel:
                 if x:
                     found.append(x)
             if found:
-                scale = prof.scale.get("eager") or prof.scale.get("graph") or 1.0
+                scale = prof.scale.get("graph") or prof.scale.get("eager") or 1.0
                 return Eager(float(np.median(found)) * scale, max(max(prof.spread.values() or [0.05]), 0.05),
                              f"the step profile's graph and eager steps ({prof.source})", "profile")
         if prof is not None and not self.eager_base and prof.rows.get("eager"):
@@ -582,7 +560,8 @@ class PerfModel:
         extrapolated = self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, step["eager"]))
         missing = step["missing"]
         given = not unseen and missing is None and max(w_down, w_up) <= MAX_BAND
-        needs = "" if given else self._needs(c, batch, bounds, wl, changes, unseen, missing, step["eager"], by)
+        needs, measurement = ("", {}) if given else self._needs(c, batch, bounds, wl, changes, unseen, missing,
+                                                               step["eager"], by)
         # latencies: service split into the prefill wait and decode, queueing beyond the batch
         o = max(wl.output_len, 1.0)
         u = 1000.0 * batch / thr
@@ -599,30 +578,37 @@ class PerfModel:
             tpot_low_ms=None if tpot is None else float(tpot * (1 - rel_lo)),
             tpot_high_ms=None if tpot is None else float(tpot * (1 + rel_hi)),
             running=float(batch), binding_limit=by, extrapolated=bool(extrapolated),
-            unseen_changes=list(unseen), notes=list(notes), given=bool(given), needs=needs, sources=sources,
+            unseen_changes=list(unseen), notes=list(notes), given=bool(given), needs=needs,
+            measurement=measurement, sources=sources,
             engine_tok_s=float(engine_tps), frontend_tok_s=None if front_tps is None else float(front_tps),
             eager=bool(step["eager"]),
         )
 
     def _needs(self, c: int, batch: float, bounds: Bounds, wl: Workload, changes: Mapping[str, Any],
-               unseen: list[str], missing: str | None, eager: bool, by: str) -> str:
-        """The one short measurement that would settle a forecast that is not given."""
+               unseen: list[str], missing: str | None, eager: bool, by: str) -> tuple[str, dict[str, Any]]:
+        """The one short measurement that would settle a forecast that is not given: in words, and as
+        data a workbook or the tuner can act on."""
         level = (f"one level at concurrency {c} with {_changes_text(changes)} (one launch)" if changes
                  else f"one level at concurrency {c} (one launch)")
+        as_level = {"kind": "level", "concurrency": int(c), "changes": dict(changes)}
         if unseen:
-            return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}"
-        bench = self.benchmark_text([batch], wl, graphs_off=None if not eager else (not bounds.graphs))
+            return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}", as_level
+        if by.startswith("frontend:"):
+            return (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
+                    "what this phase ran"), as_level
+        graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
+        bench = self.benchmark_text([batch], wl, graphs_off=graphs_off)
         if missing == "eager":
             what = "what an eager step costs on this deployment (every step of this phase replayed a CUDA graph)"
         elif missing == "graphs":
             what = "what a graph step saves on this deployment (every step of this phase ran eagerly)"
-        elif by.startswith("frontend:"):
-            return (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
-                    "what this phase ran")
         else:
             lo, hi = self.seen["batch"]
             what = f"the step at batch {batch:g} (this phase ran {lo:g}-{hi:g})"
-        return f"{what}: {bench}, or {level}" if bench else f"{what}: {level}"
+        if not bench:
+            return f"{what}: {level}", as_level
+        return (f"{what}: {bench}, or {level}",
+                {"kind": "step_profile", "batches": [max(1, round(batch))], "graphs_off": graphs_off})
 
     def benchmark_text(self, batches: Sequence[float], wl: Workload | None = None, *, graphs_off: bool | None = None) -> str:
         """The engine's offline step benchmark at ``batches`` with this phase's arguments, as a
@@ -694,6 +680,55 @@ class PerfModel:
             "holdout_per_doubling": self.curve.holdout_per_doubling,
             "starved_levels": self.starved_levels,
         }
+
+
+def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:
+    """The limits one phase ran under, as the model runs them, and whether its host runs CUDA graphs."""
+    caps = adapter.capabilities
+    args = dict(ev.server_args or {})
+    lim = engines.limits_of(adapter, args, ev.startup or {}, ev.environment)
+    cap = lim.running_cap
+    pool = lim.kv_tokens or ev.kv_pool_tokens()[0]
+    budget = _budget(ev, adapter, lim)
+    gpus = bool((ev.environment or {}).get("gpus"))
+    graphs_apply = bool(caps.logs_graph_use or gpus)
+    graphs_on = graphs_apply and not lim.graphs_off
+    captured = (ev.startup or {}).get("cuda_graph_batch_sizes")
+    ceiling = lim.graph_max_batch
+    field = caps.field("graph_max_batch")
+    if graphs_on and ceiling is None and field:
+        # capture stopped at the running cap: the engine's own ceiling once the cap is raised
+        auto = adapter.automatic(field, args, ev.startup or {}, ev.environment)
+        ceiling = _int(auto.value) if auto is not None else None
+    sizes: tuple[int, ...] = ()
+    if graphs_on:
+        if isinstance(captured, (list, tuple)) and captured:
+            sizes = tuple(sorted(int(b) for b in captured))
+        else:
+            sizes = adapter.graph_sizes(ceiling, cap)
+    roles = caps.serving_roles
+    workers = {r.name: (_int(args.get(r.workers_field)) or 1) if r.workers_field else 1 for r in roles}
+    return Bounds(
+        running_cap=cap, token_budget=budget, kv_tokens=pool,
+        reserve_ratio=0.1 if caps.reserves_future_tokens else 0.0, mixed_steps=caps.mixed_steps,
+        graphs=graphs_on, graph_max_batch=ceiling if graphs_on else None, graph_sizes=sizes,
+        workers=workers, stream_interval=_int(lim.stream_interval) or 1,
+    ), graphs_apply
+
+
+def _points_of(ev: Any, bounds: Bounds, adapter: Any) -> list[LevelPoint]:
+    """One phase's levels under its own limits, with whether each level's batch held."""
+    held: dict[int, bool | None] = {}
+    try:
+        table = ev.level_table()
+        held = {int(r.concurrency): (None if r.batch_held is None or (isinstance(r.batch_held, float)
+                                                                      and math.isnan(r.batch_held))
+                                     else bool(r.batch_held)) for r in table.itertuples()}
+    except (KeyError, ValueError, TypeError) as exc:
+        log.debug("no level table: %s", exc)
+    return level_points(ev, cap=bounds.running_cap, budget=bounds.token_budget if bounds.mixed_steps else None,
+                        graphs=bounds.graphs, graph_max=bounds.largest_graph, roles=adapter.capabilities.serving_roles,
+                        held=held)
 
 
 def _frontend_busy(p: LevelPoint, workers: Mapping[str, int]) -> bool:

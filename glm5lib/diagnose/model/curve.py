@@ -46,6 +46,9 @@ MIX_VARIATION = 0.25
 # baseline's three levels at 64 running: within 3%); a launch's drift against another moves them all
 # and is the forecast's own noise, not the slope's.
 LEVEL_SPREAD = 0.05
+# The exponents a fitted curve's band spans: those whose fit misses the levels by at most 1.25 times
+# the best one's error plus this (a level's figures are not more exact than half a percent).
+EXPONENT_TOLERANCE = 0.005
 # Batches within this share of each other are one size to the fit (a capped level whose log reads a
 # median of 3.5 running under a cap of 4 ran the cap).
 SAME_SIZE = 0.25
@@ -172,7 +175,7 @@ def fit_curve(batch: Sequence[float], step_ms: Sequence[float], input_len: Seque
     params = StepParams(fixed_ms=float(coef[0]), per_seq_ms=float(coef[1]), exponent=p,
                         per_token_ms=float(coef[2]) if use_tokens else 0.0)
     if fitted:
-        span = [q for q, e in ((t[2], t[1]) for t in tried) if e <= best_err * 1.25 + 0.01]
+        span = [q for q, e in ((t[2], t[1]) for t in tried) if e <= best_err * 1.25 + EXPONENT_TOLERANCE]
         erange = (min([*span, p]), max([*span, p]))
     else:
         erange = PRIOR_EXPONENT_RANGE

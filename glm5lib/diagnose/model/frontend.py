@@ -18,9 +18,10 @@ divides a per-chunk role's work by ``k`` (the engine sends and the front end wri
 ``k`` tokens), which no level has measured, so its forecast says so.
 
 What a capped phase cannot show: the per-token cost at more running streams than it ran. The
-band of a ceiling reached at a batch beyond the phase's widens downward by
+band of a ceiling reached at a batch beyond the phase's reaches down as if that cost grew by
 :data:`BEYOND_PER_DOUBLING` per doubling (more live streams cost the serving process more, never
-less; on the H200 its per-token CPU rose about a third from 64 to 256 running).
+less; on the H200 its per-token CPU rose about a third from 64 to 256 running). And one launch's
+reading carries :data:`LAUNCH_SPREAD`.
 """
 
 from __future__ import annotations
@@ -30,14 +31,20 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
+from glm5lib.stepmodel import nnls
+
 __all__ = ["FrontEnd", "RoleFit", "fit_frontend"]
 
 # Levels whose role used less than this (% of a core) say too little about its per-token cost.
 MIN_PCT = 5.0
 # A role this busy (% of one core per process) at a level paced that level.
 BUSY_PCT = 90.0
-# The band's widening below the ceiling per doubling of the running streams beyond the phase's.
-BEYOND_PER_DOUBLING = 0.12
+# The per-token cost's possible growth per doubling of the running streams beyond the phase's (the
+# ceiling's band reaches down by it): on the H200 SGLang's serving process took at least a third
+# more per token at 256 running than at 64; vLLM's API server on CPU took no more at 64 than at 16.
+BEYOND_PER_DOUBLING = 0.15
 # ... and per doubling of the load the line is extrapolated to, beyond the busiest level.
 EXTRAPOLATION_PER_DOUBLING = 0.05
 # A front end's CPU per token moves from launch to launch of one configuration more than the engine's
@@ -74,7 +81,9 @@ class RoleFit:
         reach = 100.0 / max(self.busiest_pct, 1e-9)
         fit = self.fit_error + EXTRAPOLATION_PER_DOUBLING * max(math.log2(max(reach, 1.0)), 0.0)
         spread = math.hypot(fit, LAUNCH_SPREAD)
-        down = spread + BEYOND_PER_DOUBLING * max(math.log2(max(running / max(self.running_seen, 1.0), 1.0)), 0.0)
+        # more streams than the phase ran can only cost more per token: the ceiling divided by that
+        doublings = max(math.log2(max(running / max(self.running_seen, 1.0), 1.0)), 0.0)
+        down = 1.0 - 1.0 / ((1.0 + spread) * (1.0 + BEYOND_PER_DOUBLING * doublings))
         return min(down, 0.9), spread
 
     def describe(self) -> str:
@@ -105,9 +114,7 @@ class FrontEnd:
 
 
 def _nnls_line(x: Sequence[float], y: Sequence[float]) -> tuple[float, float]:
-    import numpy as np
 
-    from glm5lib.stepmodel import nnls
 
     xa, ya = np.asarray(x, float), np.asarray(y, float)
     coef = nnls(np.column_stack([np.ones_like(xa), xa]), ya)

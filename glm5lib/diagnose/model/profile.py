@@ -6,8 +6,8 @@ step at any batch size in one process launch, without the HTTP server (SGLang's
 ``bench_one_batch``, vLLM's offline engine: :mod:`glm5lib.diagnose.stepbench` takes it). Its rows
 give the step's shape; the phase's levels give its level, since a served step also folds in the
 prompts prefilled between decode steps: the profile is scaled by the median ratio of the phase's
-measured step to the profile's at the levels' own batches (same kind of step: graph or eager), and
-that ratio's spread is the forecast's.
+measured step against the profile's at the levels' own batches (same kind of step: graph or eager;
+:meth:`StepProfile.fit_scale`), and that reading's misfit is the forecast's spread.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ import itertools
 import math
 from collections.abc import Sequence
 
+import numpy as np
 import pandas as pd
+
+from glm5lib.stepmodel import nnls
 
 __all__ = ["StepProfile", "read_profile"]
 
@@ -39,6 +42,7 @@ class StepProfile:
     rows: dict[str, list[tuple[float, float]]]
     source: str
     scale: dict[str, float] = dataclasses.field(default_factory=dict)
+    per_request: dict[str, float] = dataclasses.field(default_factory=dict)  # ms a step per request served
     spread: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def kinds(self) -> list[str]:
@@ -86,42 +90,58 @@ class StepProfile:
         raw = self.raw(batch, eager)
         if raw is None:
             return None
-        return raw * self.scale[kind], self.spread[kind]
+        return raw * self.scale[kind] + self.per_request.get(kind, 0.0) * batch, self.spread[kind]
 
     def fit_scale(self, levels: Sequence[tuple[float, float, bool]]) -> None:
-        """Scale each kind of step to the phase's levels of that kind: ``levels`` are (batch, step ms,
-        eager). A kind no level ran takes the other kind's scale (the prompts a served step folds in
-        are the same), with twice its spread; with no kind scaled, the profile is read as served
-        steps with :data:`UNSCALED_SPREAD`."""
+        """Read each kind of step as served, from the phase's levels of that kind: ``levels`` are
+        (batch, step ms, eager). A served step is the offline one (``a`` times it: the same engine in
+        another launch) plus ``k`` ms per request in the batch: the prompts prefilled between decode
+        steps, and on a host whose cores the front end shares, its work per token; both grow with the
+        batch. ``a`` and ``k`` (0 or more) are fitted by least squares where the levels ran two batch
+        sizes or more, else ``k`` alone with ``a`` = 1. A kind no level ran takes the other kind's
+        reading with twice its spread; with no kind read, the profile is taken as served with
+        :data:`UNSCALED_SPREAD`."""
         for kind in self.kinds():
-            ratios = []
+            rows = []
             for batch, step, eager in levels:
                 if kind != "any" and (kind == "eager") != eager:
                     continue
                 raw = self.raw(batch, kind == "eager")
                 if raw:
-                    ratios.append(step / raw)
-            if ratios:
-                s = pd.Series(ratios)
-                med = float(s.median())
-                self.scale[kind] = med
-                self.spread[kind] = max(float((s / med - 1.0).abs().max()) if len(s) > 1 else 0.0, MIN_SPREAD)
+                    rows.append((batch, step, raw))
+            if not rows:
+                continue
+            b = np.array([r[0] for r in rows])
+            y = np.array([r[1] for r in rows])
+            raw = np.array([r[2] for r in rows])
+            if len({round(x) for x in b}) >= 2:
+                a, k = nnls(np.column_stack([raw, b]), y, 1.0 / y)
+            else:
+                a, k = 1.0, max(float(np.median((y - raw) / b)), 0.0)
+            if a <= 0:
+                a, k = 1.0, max(float(np.median((y - raw) / b)), 0.0)
+            fit = a * raw + k * b
+            self.scale[kind] = float(a)
+            self.per_request[kind] = float(k)
+            self.spread[kind] = max(float(np.max(np.abs(fit / y - 1.0))), MIN_SPREAD)
         for kind in self.kinds():
             if kind not in self.scale:
                 others = [k for k in self.scale if k != kind]
                 if others:
                     self.scale[kind] = self.scale[others[0]]
+                    self.per_request[kind] = self.per_request[others[0]]
                     self.spread[kind] = 2.0 * self.spread[others[0]]
                 else:  # read as served: the prompts a served step folds in are not in it
-                    self.scale[kind], self.spread[kind] = 1.0, UNSCALED_SPREAD
+                    self.scale[kind], self.per_request[kind], self.spread[kind] = 1.0, 0.0, UNSCALED_SPREAD
 
     def describe(self) -> str:
         parts = []
         for kind in self.kinds():
             pts = self.rows[kind]
             what = {"graph": "graph steps", "eager": "eager steps", "any": "steps"}[kind]
-            scale = (f", scaled x{self.scale[kind]:.2f} to the phase's levels" if kind in self.scale
-                     else ", not scaled: no level of the phase ran that kind of step")
+            scale = (f", served as {self.scale[kind]:.2f} x the offline step + {self.per_request[kind]:.3f} ms per "
+                     f"request (read off the phase's levels)" if kind in self.scale
+                     else ", not read against the phase: no level of the phase ran that kind of step")
             parts.append(f"{what} at batch {', '.join(f'{b:g}' for b, _ in pts)}{scale}")
         return f"step profile ({self.source}): " + "; ".join(parts)
 

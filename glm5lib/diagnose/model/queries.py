@@ -21,7 +21,7 @@ from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct
 from glm5lib.diagnose.model.core import Forecast, PerfModel, Workload, _levels
 from glm5lib.errors import ConfigError, DiagnosisError
 
-__all__ = ["Recommendation", "forecast_text", "model_of", "predict", "predict_remedy", "recommend_running_cap"]
+__all__ = ["Recommendation", "binding_words", "forecast_text", "model_of", "predict", "predict_remedy", "recommend_running_cap"]
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,20 @@ def model_of(ev: Evidence) -> PerfModel | None:
     return ev.cached("perf_model", (ev.sweep, ev.decode, ev.step_profile), fit)
 
 
+_BINDING_WORDS = {"load": "load", "running_cap": "running cap", "kv_tokens": "KV pool", "token_budget": "token budget"}
+
+
+def binding_words(limit: str) -> str:
+    """A forecast's binding limit in words ("running cap", "the tokenizer front end")."""
+    if limit.startswith("frontend:"):
+        return f"the {limit.split(':', 1)[1]} front end"
+    return _BINDING_WORDS.get(limit, limit.replace("_", " "))
+
+
 def forecast_text(f: Forecast, measured: float | None = None) -> str:
     """A forecast as one clause: the figure and band (or "not forecast" and what would settle it),
     the batch and what binds it."""
-    binds = f.binding_limit.replace("frontend:", "the front end's ").replace("_", " ")
+    binds = binding_words(f.binding_limit)
     if not f.given:
         return (f"not forecast (the evidence would allow {_num(f.low_tok_s)}-{_num(f.high_tok_s)} tok/s; "
                 f"to settle it, measure {f.needs})")

@@ -22,9 +22,15 @@ from glm5lib.engines.base import (
     ServingRole,
 )
 from glm5lib.engines.sglang.automatic import sglang_automatic
-from glm5lib.engines.sglang.config import BUNDLED_RELEASES, ServerConfig, catalogue, release_of
+from glm5lib.engines.sglang.config import (
+    BUNDLED_RELEASES,
+    ServerConfig,
+    catalogue,
+    decode_graph_sizes,
+    release_of,
+)
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
-from glm5lib.engines.sglang.stepbench import BENCHMARK, decode_graph_sizes
+from glm5lib.engines.sglang.stepbench import BENCHMARK
 from glm5lib.errors import ConfigError
 
 __all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "SERVING_ROLES", "launch_from_server_config", "levers"]

@@ -8,13 +8,14 @@ requests, the running batch at most half the KV tokens (``model_runner`` / ``sch
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from glm5lib.engines.base import AutomaticValue
 from glm5lib.engines.sglang.config import resolved_fallback
 
-__all__ = ["sglang_automatic"]
+__all__ = ["default_graph_max_bs", "sglang_automatic"]
 
 _POOL_MIN, _POOL_MAX, _POOL_PER_CONTEXT = 2048, 4096, 512
 
@@ -30,16 +31,49 @@ def _positive(value: Any) -> float | None:
     return value
 
 
+# SGLang's default decode graph ceiling (_handle_gpu_memory_settings, 0.5.4-0.5.18; 0.5.23's memory
+# hook): (GPU memory below this many GiB, ceiling below TP 4, ceiling at TP 4 or more)
+_GRAPH_BY_MEMORY = ((20, 8, 8), (35, 24, 80), (60, 32, 160), (90, 256, 512), (160, 256, 512), (math.inf, 512, 512))
+
+
+def default_graph_max_bs(gpu_memory_bytes: float | None, tp_size: float = 1) -> int | None:
+    """SGLang's decode CUDA-graph ceiling when none is given: by the GPU's memory and the tensor
+    parallelism (256 on an 80-141 GiB GPU below TP 4, 512 at TP 4 or more); None without the memory."""
+    if not gpu_memory_bytes:
+        return None
+    gib = float(gpu_memory_bytes) / 1024**3
+    for below, small, large in _GRAPH_BY_MEMORY:
+        if gib < below:
+            return large if tp_size >= 4 else small
+    return None
+
+
+def _gpu_memory(environment: Mapping[str, Any] | None) -> float | None:
+    gpus = (environment or {}).get("gpus") or []
+    if gpus and isinstance(gpus[0], Mapping):
+        return _positive(gpus[0].get("memory_total_bytes"))
+    return None
+
+
 def sglang_automatic(field: str, args: Mapping[str, Any], startup: Mapping[str, Any] | None = None,
                      environment: Mapping[str, Any] | None = None) -> AutomaticValue | None:
     """SGLang's value for ``field`` left unset in ``args``; None where it has no rule for it."""
     startup = startup or {}
     if field == "cuda_graph_max_bs":
         sizes = startup.get("cuda_graph_batch_sizes") or args.get("cuda_graph_bs")
+        cap = _positive(startup.get("max_running_requests")) or _positive(args.get("max_running_requests"))
         if isinstance(sizes, (list, tuple)) and sizes:
             v = int(max(int(s) for s in sizes))
-            return AutomaticValue(field, v, (v,), "the largest captured CUDA graph batch",
-                                  text=f"{v} (largest captured CUDA graph batch)")
+            if not (cap and v >= cap):
+                return AutomaticValue(field, v, (v,), "the largest captured CUDA graph batch",
+                                      text=f"{v} (largest captured CUDA graph batch)")
+        # capture stopped at the running cap (the request pool): the ceiling once the cap is
+        # raised is SGLang's default for the GPU's memory and the tensor parallelism
+        default = default_graph_max_bs(_gpu_memory(environment), _positive(args.get("tp_size")) or 1)
+        if default is not None:
+            return AutomaticValue(field, default, (default,), "SGLang's rule by GPU memory and TP size", text=(
+                f"{default} by SGLang's rule (_handle_gpu_memory_settings): the GPU's memory and tp_size "
+                f"{int(_positive(args.get('tp_size')) or 1)}; the captured sizes stopped at the running cap"))
     fallback = resolved_fallback(field, args)
     if fallback is not None:
         value, how = fallback

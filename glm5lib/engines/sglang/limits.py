@@ -38,7 +38,9 @@ def graph_ceiling(args: Mapping[str, Any], startup: Mapping[str, Any], cap: int 
     capture; None where the evidence says only that the cap bounded it."""
     for name in _GRAPH_BS_FIELDS:
         value = _int(args.get(name))
-        if value:
+        # 0.5.23 logs its ceiling clamped to a lower running cap when none was given: that is the
+        # cap, not a ceiling of its own
+        if value and not (cap and value == cap and _clamped_release(args)):
             return value
     m = _GRAPH_CONFIG_MAX_BS.search(str(args.get("cuda_graph_config") or ""))
     if m:
@@ -49,6 +51,12 @@ def graph_ceiling(args: Mapping[str, Any], startup: Mapping[str, Any], cap: int 
         if cap is None or top < cap:
             return top
     return None
+
+
+def _clamped_release(args: Mapping[str, Any]) -> bool:
+    """The release clamps the default decode graph ceiling to a lower running cap (0.5.23's
+    memory hook; its server args name the per-phase fields)."""
+    return "cuda_graph_max_bs_decode" in args
 
 
 def defaults(args: Mapping[str, Any]) -> Mapping[str, Any]:

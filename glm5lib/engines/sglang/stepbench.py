@@ -16,9 +16,8 @@ CUDA graph up to the largest captured size (the capture line names them) and run
 or with ``--disable-cuda-graph``. Its request pool is the running cap, so the benchmark runs with
 the cap raised to the largest batch asked.
 
-SGLang captures decode graphs for 1, 2, 4, 8, 12, then every 8 to 256, every 16 to 496 and every
-32 from 512 up to the ceiling (``cuda_graph_max_bs``; ``_generate_cuda_graph_batch_sizes``), the
-ceiling itself included from 0.5.12, trimmed to the request pool.
+SGLang captures decode graphs for the sizes of :func:`decode_graph_sizes` up to the ceiling
+(``cuda_graph_max_bs``), trimmed to the request pool.
 """
 
 from __future__ import annotations
@@ -28,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from glm5lib.engines.base import StepBenchmark
+from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes, release_of
 
 __all__ = ["BENCHMARK", "bench_command", "decode_graph_sizes", "parse_bench_output"]
 
@@ -44,15 +44,6 @@ _CAPTURED = (
 _RESOLVED = ("cuda_graph_config",)
 # the last release whose old module still runs (a deprecated wrapper from 0.5.15)
 _OLD_MODULE_UNTIL = (0, 5, 20)
-
-
-def decode_graph_sizes(max_bs: int) -> list[int]:
-    """The decode batch sizes SGLang captures up to ``max_bs`` (itself included)."""
-    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, int(max_bs) + 1, 32)]
-    out = [b for b in sizes if b <= max_bs]
-    if max_bs not in out:
-        out.append(int(max_bs))
-    return sorted(set(out))
 
 
 def _release_tuple(release: str | None) -> tuple[int, ...]:
@@ -73,8 +64,6 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
     """The benchmark's argv for a phase's server arguments (logged ``ServerArgs`` or a config's
     fields): the same model and flags, the running cap raised to the largest batch, graphs switched
     off (True), on (False) or left as they are (None)."""
-    from glm5lib.engines.sglang.config import ServerConfig, release_of
-
     batches = sorted({int(b) for b in batches if int(b) >= 1})
     if not batches:
         raise ValueError("no batch size to benchmark")

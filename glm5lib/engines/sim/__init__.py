@@ -16,9 +16,9 @@ from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
 from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
 from glm5lib.engines.sglang import launch_from_server_config, levers
 from glm5lib.engines.sglang.automatic import sglang_automatic
-from glm5lib.engines.sglang.config import ServerConfig, release_of
+from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes, release_of
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
-from glm5lib.engines.sglang.stepbench import bench_command, decode_graph_sizes, parse_bench_output
+from glm5lib.engines.sglang.stepbench import bench_command, parse_bench_output
 
 __all__ = ["ADAPTER", "BENCHMARK", "CAPABILITIES", "PROGRAM"]
 

@@ -21,6 +21,11 @@ import sys
 import time
 
 
+def _say(record):
+    sys.stdout.write(json.dumps(record) + "\n")
+    sys.stdout.flush()
+
+
 def main(argv):
     if "--" in argv:
         cut = argv.index("--")
@@ -49,8 +54,8 @@ def main(argv):
     engine_args = EngineArgs.from_cli_args(known)
     if max(ns.batch_size) > (engine_args.max_num_seqs or 0):
         engine_args.max_num_seqs = max(ns.batch_size)  # the batch asked must be able to run at once
-    print(json.dumps({"engine": "vllm", "version": vllm.__version__, "ignored_flags": ignored,
-                      "max_num_seqs": engine_args.max_num_seqs}), flush=True)
+    _say({"engine": "vllm", "version": vllm.__version__, "ignored_flags": ignored,
+          "max_num_seqs": engine_args.max_num_seqs})
     llm = LLM.from_engine_args(engine_args)
     vocab = llm.llm_engine.model_config.get_vocab_size()
     rng = random.Random(ns.seed)
@@ -75,8 +80,8 @@ def main(argv):
             whole.append(timed(b, out_len))
         f, w = statistics.median(first), statistics.median(whole)
         step = max(w - f, 0.0) / (out_len - 1)
-        print(json.dumps({"batch": b, "input_len": ns.input_len, "output_len": out_len, "prefill_ms": f,
-                          "total_ms": w, "step_ms": step, "repeats": len(whole)}), flush=True)
+        _say({"batch": b, "input_len": ns.input_len, "output_len": out_len, "prefill_ms": f,
+              "total_ms": w, "step_ms": step, "repeats": len(whole)})
     return 0
 
 

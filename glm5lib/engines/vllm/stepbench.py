@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib.engines.base import StepBenchmark
+from glm5lib.engines.vllm._config import vllm_python
 
 __all__ = ["BENCHMARK", "SCRIPT", "bench_command", "parse_bench_output"]
 
@@ -52,7 +53,7 @@ def bench_command(args: Any, batches: Sequence[int], input_len: int, output_len:
     batches = sorted({int(b) for b in batches if int(b) >= 1})
     if not batches:
         raise ValueError("no batch size to benchmark")
-    fields = dict(args.server_args) if hasattr(args, "server_args") else dict(args)
+    fields = args.to_dict() if hasattr(args, "to_dict") and hasattr(args, "env") else dict(args)
     if graphs_off is not None:
         fields["enforce_eager"] = bool(graphs_off)
     return [python or "python", str(SCRIPT), "--batch-size", *map(str, batches), "--input-len", str(int(input_len)),
@@ -77,16 +78,10 @@ def parse_bench_output(text: str, *, graphs_off: bool | None = None) -> list[dic
     return rows
 
 
-def _python() -> str:
-    from glm5lib.engines.vllm._config import vllm_python
-
-    return vllm_python()
-
-
 BENCHMARK = StepBenchmark(
     title="vLLM's offline engine (LLM.generate)",
     command=bench_command,
     parse=parse_bench_output,
     hint="it needs vLLM in the engine's interpreter (make vllm, or GLM5_VLLM_PYTHON)",
-    python=_python,
+    python=vllm_python,
 )

@@ -1,8 +1,9 @@
-"""Tests of glm5lib.diagnose: config diff, each rule (fires / stays quiet), capacity model, CLI."""
+"""Tests of glm5lib.diagnose: config diff, each rule (fires / stays quiet), the running cap the KV pool allows, CLI."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -601,67 +602,14 @@ def synthetic_decode(seed=0, noise=0.02, outliers=0):
     return decode_frame(list(b), thr=list(thr), tokens=list(t))
 
 
-def test_capacity_model_recovers_step_time_and_drops_outliers():
-    m = dg.CapacityModel.fit(synthetic_decode(outliers=3))
-    assert m.intercept_ms == pytest.approx(20.0, rel=0.05)
-    assert m.per_request_ms == pytest.approx(0.15, rel=0.05)
-    assert m.n_outliers >= 3
-    assert m.mape < 0.05
-    assert "fitted on" in m.describe()
-
-
-def test_capacity_model_keeps_both_batch_sizes_of_a_capped_sweep():
-    # The decode lines of a stand-in baseline sweep (levels 1, 64, 256, 1024 under a cap of 64):
-    # two batch sizes, and the first line of each level slowed by the level change. Rejecting
-    # the single-request cluster as outliers would leave one batch size and no slope at all.
-    batch = [1] * 6 + [64] * 12
-    thr = [11.74, 19.4, 19.36, 19.46, 19.45, 19.42,
-           215.27, 880.57, 879.63, 878.22, 589.91, 876.37, 882.18, 880.27, 377.84, 881.16, 880.72, 878.93]
-    m = dg.CapacityModel.fit(decode_frame(batch, thr=thr))
-    assert m.intercept_ms == pytest.approx(51.5, rel=0.15) and m.per_request_ms > 0.1
-    assert m.throughput(1024) > 2 * m.throughput(64)
-
-
-def test_capacity_model_predicts_cap_and_kv_limits():
-    m = dg.CapacityModel.fit(synthetic_decode())
-    p = m.predict([32, 256, 1024], cap=64, kv_tokens=200_000, context_tokens=512)
-    assert list(p["batch"]) == [32, 64, 64]
-    assert list(p["limited_by"]) == ["concurrency", "cap", "cap"]
-    assert (p["throughput_low"] <= p["throughput"]).all() and (
-        p["throughput"] <= p["throughput_high"]
-    ).all()
-    raised = m.predict([1024], cap=2048, kv_tokens=200_000, context_tokens=512)
-    assert raised.iloc[0]["limited_by"] == "kv" and raised.iloc[0]["batch"] == 390
-    assert raised.iloc[0]["extrapolated"]
-    assert raised.iloc[0]["throughput"] > p.iloc[2]["throughput"] * 2
-
-
-def test_recommend_max_running_requests():
-    r = dg.recommend_max_running_requests(200_000, 512, target_concurrency=1024)
-    assert (
-        r.kv_bound == 351 and r.value == 344
-    )  # 0.9 * 200000 / 512, rounded down to a multiple of 8
-    r = dg.recommend_max_running_requests(1_000_000, 512, target_concurrency=256)
+def test_recommend_running_cap():
+    r = dg.recommend_running_cap(200_000, 512, target_concurrency=1024)
+    assert r.kv_bound == 351 and r.value == 344  # 0.9 * 200000 / 512, rounded down to a multiple of 8
+    r = dg.recommend_running_cap(1_000_000, 512, target_concurrency=256)
     assert r.value == 256 and "highest offered concurrency is 256" in r.reason
-    m = dg.CapacityModel.fit(synthetic_decode())
-    r = m.recommend_max_running_requests(1_000_000, 512, target_concurrency=1024, current_cap=64)
-    assert r.predicted_throughput > r.current_throughput
-    assert dg.recommend_max_running_requests(None, None).value is None
+    assert dg.recommend_running_cap(None, None).value is None
     with pytest.raises(ConfigError):
-        dg.recommend_max_running_requests(1000, 10, headroom=1.5)
-
-
-def test_capacity_model_needs_data():
-    with pytest.raises(DiagnosisError, match="at least 3"):
-        dg.CapacityModel.fit(decode_frame([0, 4]))
-    with pytest.raises(DiagnosisError, match="lacks"):
-        dg.CapacityModel.fit(pd.DataFrame({"running_req": [1, 2, 3]}))
-
-
-# ------------------------------------------------------------------------------------------
-# run folders and CLI
-# ------------------------------------------------------------------------------------------
-
+        dg.recommend_running_cap(1000, 10, headroom=1.5)
 
 def test_diagnose_folder_without_log_writes_findings(tmp_path):
     phase = tmp_path / "run" / "baseline"
@@ -781,20 +729,41 @@ def test_reference_run_is_kv_bound_not_capped():
 
 
 def test_saturation_fires_below_cap_and_kv_and_splits_the_step():
-    # step = 60 ms fixed + 0.02 ms per request: overhead-dominated
+    from glm5lib.logs import to_epoch
+
+    # step = 60 ms fixed + 0.02 ms per request: overhead-dominated; 256 run at 1,024 offered
     running = [32] * 10 + [256] * 20
     thr = [b * 1000 / (60 + 0.02 * b) for b in running]
-    ev = dg.Evidence(
-        decode=decode_frame(running, queue=[0] * 10 + [10] * 20, usage=0.4, thr=thr),
-        sweep=sweep_frame([256, 1024], [3900, 4100], [300, 2500]),
-        startup={"max_running_requests": 1024},
-    )
+    decode = decode_frame(running, queue=[0] * 10 + [10] * 20, usage=0.4, thr=thr)
+    t = to_epoch(decode["time"])
+    sweep = sweep_frame([32, 256, 1024], [32000 / 60.64, 3900, 4100], [100, 300, 2500])
+    sweep["start_time"] = [t.iloc[0] - 1, t.iloc[10] - 0.5, t.iloc[20] - 0.5]
+    sweep["end_time"] = [t.iloc[9] + 0.5, t.iloc[19] + 0.1, t.iloc[29] + 1]
+    ev = dg.Evidence(decode=decode, sweep=sweep, startup={"max_running_requests": 1024})
     out = dg.rule_saturation(ev)
     assert len(out) == 1
     assert "256 to 1024 output throughput moved only 3,900 -> 4,100" in out[0].evidence
     assert "#running-req reached 256 of a cap of 1024" in out[0].evidence
-    assert "the fixed part is 92% of a 65.1 ms step" in out[0].evidence
+    fixed = re.search(r"the fixed part is (\d+)% of a ([\d.]+) ms step", out[0].evidence)
+    assert fixed and 85 <= int(fixed.group(1)) <= 95 and 60 < float(fixed.group(2)) < 70, out[0].evidence
     assert "per-step overhead" in out[0].suggestion
+
+
+def test_saturation_does_not_blame_kernels_for_steps_that_ran_eagerly():
+    from glm5lib.logs import to_epoch
+
+    running = [200] * 10 + [1000] * 10
+    decode = decode_frame(running, queue=0, usage=0.3, thr=[20000.0] * 10 + [12000.0] * 10,
+                          graph=[True] * 10 + [False] * 10)
+    t = to_epoch(decode["time"])
+    sweep = sweep_frame([256, 1024], [11600, 12000], [300, 2000])
+    sweep["start_time"] = [t.iloc[0] - 1, t.iloc[10] - 0.5]
+    sweep["end_time"] = [t.iloc[9] + 0.5, t.iloc[19] + 1]
+    ev = dg.Evidence(decode=decode, sweep=sweep, startup={"max_running_requests": 1024},
+                     server_args={"cuda_graph_max_bs": 256})
+    [out] = dg.rule_saturation(ev)
+    assert "ran without a CUDA graph" in out.evidence and "ran eagerly" in out.suggestion
+    assert "kernels are the limit" not in out.suggestion
 
 
 def test_saturation_quiet_when_throughput_scales_or_cap_explains():
@@ -815,15 +784,14 @@ def test_diff_accepts_server_config_and_server_log_objects():
     assert same.empty
 
 
-def test_cli_capacity_model_on_the_reference(capsys):
+def test_cli_capacity_fits_the_performance_model_on_the_reference(capsys):
     from glm5lib.cli import main
 
     assert main(["diagnose", str(dg.reference_dir("k2-thinking")), "--no-write", "--capacity"]) == 0
     out = capsys.readouterr().out
-    assert "Capacity model: decode step = " in out
+    assert "Performance model: " in out and "step = " in out and "running cap" in out
     assert "recommended --max-running-requests: " in out
     assert "198,734-token KV pool" in out
-
 
 def test_concurrency_cap_quotes_the_level_above_the_cap_when_clocks_align():
     from glm5lib.logs import to_epoch

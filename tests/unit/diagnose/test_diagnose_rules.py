@@ -178,18 +178,8 @@ def test_saturation_needs_no_completed_request():
     assert not any(s.startswith("saturation") for s in ev.skipped)
 
 
-def test_capacity_fit_without_a_lever_arm_recommends_nothing_and_says_why():
-    narrow = dg.CapacityModel.fit(decode_frame([60, 62, 64, 63, 61, 64] * 3))
-    assert not narrow.lever_arm and "60-64 only" in narrow.lever_arm_problem()
-    r = narrow.recommend_max_running_requests(200_000, 512, target_concurrency=1024, current_cap=64)
-    assert r.value is None and "no lever arm" in r.reason
-    # a flat, noisy fit over a wide band: zero slope and a large error is no lever arm either
-    flat = dg.CapacityModel(50.0, 0.0, 0.0, 30, 0, 0.82, 5.0, (8, 256), 300.0, ("intercept",))
-    assert not flat.lever_arm and "error is 82%" in flat.lever_arm_problem()
-
-
 def test_recommendation_below_the_batch_that_ran_says_why():
-    r = dg.recommend_max_running_requests(100_000, 1000, target_concurrency=1024, ran_batch=200)
+    r = dg.recommend_running_cap(100_000, 1000, target_concurrency=1024, ran_batch=200)
     assert r.value == 88
     assert "below the 200 requests that already ran at once because the pool holds only 90" in r.reason
 
@@ -202,8 +192,11 @@ def test_findings_carry_the_predicted_effect_of_their_remedy():
     p = f.prediction
     assert p is not None and p.concurrency == 256 and p.batch_now == 64 and p.batch_after == 256
     assert p.low <= p.throughput <= p.high and p.throughput > 2 * p.measured
-    assert p.text.startswith("raising the cap to 256: at concurrency 256 the performance model predicts")
-    assert "880 tok/s measured with 64" in p.text and "extrapolated" in p.text
+    # graphs captured up to 64 (the cap): raising the cap past it raises the graph ceiling with it
+    assert p.text.startswith("raising the cap to 256 and the graph ceiling with it: at concurrency 256 the "
+                             "performance model forecasts")
+    assert "--cuda-graph-max-bs" in f.suggestion and "runs eagerly" in f.suggestion
+    assert "880 tok/s measured with 64" in p.text
     row = dg.evaluate(cap_evidence()).iloc[0]
     assert row["rule"] == "concurrency_cap" and row["predicted_throughput"] == pytest.approx(p.throughput, rel=1e-3)
     assert row["measured_throughput"] == 880
@@ -212,10 +205,12 @@ def test_findings_carry_the_predicted_effect_of_their_remedy():
     assert dg.predict_remedy(cap_evidence(), 64, "x") is None
     # the forecast is the performance model's, fitted on the sweep's levels (as fix/prediction.csv
     # is), so decode lines that never left the cap do not change it
+    both = {"graph_max_batch": 256}
     narrow = cap_evidence(decode=decode_frame([64] * 30, queue=180, usage=0.2))
-    assert dg.predict_remedy(narrow, 256, "x").throughput == pytest.approx(p.throughput)
-    [forecast] = PerfModel.from_evidence(cap_evidence()).forecast({"max_running_requests": 256}, [256])
+    assert dg.predict_remedy(narrow, 256, "x", changes=both).throughput == pytest.approx(p.throughput)
+    [forecast] = PerfModel.from_evidence(cap_evidence()).forecast({"max_running_requests": 256, **both}, [256])
     assert forecast.predicted_tok_s == pytest.approx(p.throughput)
+    assert p.given == forecast.given and p.binding == forecast.binding_limit
 
 
 def test_gauges_stand_in_for_decode_lines_when_the_log_has_none(tmp_path):
@@ -245,12 +240,18 @@ def test_gauges_stand_in_for_decode_lines_when_the_log_has_none(tmp_path):
     assert out and "stayed at 64" in out[0].evidence and "--max-num-seqs" in out[0].suggestion
 
 
-def test_a_recommendation_the_model_predicts_slower_says_so():
-    # 120 requests ran; the pool holds 88 at full length: the smaller cap is predicted slower
-    m = dg.CapacityModel.fit(decode_frame([16, 32, 64, 96, 120] * 4))
-    r = m.recommend_max_running_requests(100_000, 1000, target_concurrency=256, current_cap=256, ran_batch=120)
+def test_a_recommendation_the_model_forecasts_slower_says_so():
+    # 120 requests ran at 120 offered with a cap of 256; the pool holds 88 at full length, and a
+    # step mostly fixed (40 ms + 0.05 ms a request) makes the smaller cap a quarter slower
+    from test_model import sweep
+
+    levels = sweep([16, 32, 64, 120], step=lambda b: 40.0 + 0.05 * b)
+    model = PerfModel.from_evidence(dg.Evidence(sweep=levels, server_args={"max_running_requests": 256,
+                                                                            "disable_cuda_graph": True}))
+    r = dg.recommend_running_cap(100_000, 1000, target_concurrency=120, current_cap=256, ran_batch=120, model=model)
     assert r.value == 88 and r.predicted_throughput < r.current_throughput
-    assert "predicts this cap to be slower than what runs now" in r.reason
+    assert r.forecast is not None and r.forecast.running == 88
+    assert "forecast to be slower than what runs now" in r.reason
     assert "below the 120 requests that already ran at once" in r.reason
 
 
@@ -262,21 +263,6 @@ def test_a_vllm_diff_ranks_max_num_seqs_first_and_resolves_it_from_the_start_up_
     assert top["field"] == "max_num_seqs" and (top["current"], top["reference"]) == (4, 256)
     assert "signature of a cap" in top["rationale"] and "resolved at start" in top["resolved"]
     assert list(diff["field"]) == ["max_num_seqs", "enforce_eager"]
-
-
-def test_capacity_fit_drops_the_ramp_lines_of_each_level():
-    # The default workbook's baseline decode lines: cap 64, levels 1/64/256/1024, 256-token
-    # outputs. The first line of each level also times its ramp (12.4, 205.8, 500.4, 211.6 tok/s).
-    batch = [1] * 6 + [64] * 11
-    thr = [12.43, 19.40, 19.36, 19.46, 19.41, 19.44, 205.83, 880.34, 880.57, 877.71, 500.35,
-           878.06, 881.74, 878.31, 211.61, 881.43, 882.12]
-    m = dg.CapacityModel.fit(decode_frame(batch, thr=thr, tokens=[300 * b for b in batch]))
-    assert m.n_outliers == 4 and m.mape < 0.01
-    assert m.per_request_ms == pytest.approx(0.34, abs=0.03)  # (72.7 - 51.5) ms / 63
-    p = m.predict([64, 1024], cap=1024)
-    # inside the measured batches the fit's own error; 16x beyond them, +-40%
-    assert p.iloc[0]["throughput_high"] / p.iloc[0]["throughput"] < 1.01
-    assert p.iloc[1]["throughput_high"] / p.iloc[1]["throughput"] == pytest.approx(1.4)
 
 
 @pytest.mark.parametrize("release", ["0.5.8", "0.5.9", "0.5.23"])

@@ -66,6 +66,6 @@ def test_a_change_sets_every_limit_its_field_sets():
 def test_removing_transformers_serves_budget_lifts_both_bounds_in_the_forecast():
     model = PerfModel.fit_phase(EXAMPLES / "h200-transformers-serve" / "baseline")
     assert model.engine == "transformers"
-    assert (model.limits.running_cap, model.limits.token_budget) == (64, 64)  # from the argv it ran with
+    assert (model.bounds.running_cap, model.bounds.token_budget) == (64, 64)  # from the argv it ran with
     [f] = model.forecast({"--cb-max-batch-tokens": None}, [128])
     assert f.binding_limit == "load" and f.running == 128

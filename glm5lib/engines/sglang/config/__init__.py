@@ -31,7 +31,11 @@ from typing import Any
 
 from glm5lib.engines.sglang.config._args import arg, flag_of, norm, shown_as
 from glm5lib.engines.sglang.config._flags import field_for, flag_for
-from glm5lib.engines.sglang.config._graphs import cuda_graphs_off, graphs_off_for
+from glm5lib.engines.sglang.config._graphs import (
+    cuda_graphs_off,
+    decode_graph_sizes,
+    graphs_off_for,
+)
 from glm5lib.engines.sglang.config._releases import (
     BUNDLED_RELEASES,
     CATALOGUE_DIR,
@@ -86,6 +90,7 @@ __all__ = [
     "check_value",
     "config_defaults",
     "cuda_graphs_off",
+    "decode_graph_sizes",
     "default_release",
     "field_for",
     "flag_for",

@@ -1,11 +1,23 @@
-"""Whether CUDA graphs are off, read from a server-args dict of any SGLang release."""
+"""CUDA graphs in SGLang's configuration: whether they are off, read from a server-args dict of any
+release, and the decode batch sizes it captures up to a ceiling."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["cuda_graphs_off", "graphs_off_for"]
+__all__ = ["cuda_graphs_off", "decode_graph_sizes", "graphs_off_for"]
+
+
+def decode_graph_sizes(max_bs: int) -> list[int]:
+    """The decode batch sizes SGLang captures up to ``max_bs``: 1, 2, 4, 8, 12, then every 8 to 256,
+    every 16 to 496 and every 32 from 512 (``_generate_cuda_graph_batch_sizes``), the ceiling itself
+    included (0.5.12 on); a batch between two pads to the next."""
+    sizes = [1, 2, 4, 8, 12, *range(16, 257, 8), *range(272, 512, 16), *range(512, int(max_bs) + 1, 32)]
+    out = [b for b in sizes if b <= max_bs]
+    if max_bs not in out:
+        out.append(int(max_bs))
+    return sorted(set(out))
 
 
 def cuda_graphs_off(server_args: Mapping[str, Any]) -> bool:
