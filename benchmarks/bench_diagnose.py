@@ -1,4 +1,4 @@
-"""How long glm5lib.diagnose takes on long runs, and how well the capacity model fits.
+"""How long glm5lib.diagnose takes on long runs, and how long the performance model takes to fit.
 
     python benchmarks/bench_diagnose.py [--lines 100000] [--repeat 3]
 
@@ -7,9 +7,8 @@ Three figures:
 * the rules (``evaluate``) over an Evidence bundle with ``--lines`` decode lines (a day of
   decode logging at SGLang's default interval is about 20,000 to 100,000 lines), a 10-level
   sweep and 8 GPUs sampled at 10 Hz over the same span;
-* ``CapacityModel.fit`` on those lines, with the coefficients it recovers against the ones the
-  synthetic step times were drawn from (20 ms + 0.15 ms x batch + 0.05 ms per 1,000 KV tokens,
-  2% noise, 1% of lines slowed 50x as after an idle gap);
+* ``PerfModel.from_evidence`` on that bundle (its sweep levels, the decode lines of each level,
+  the limits), what every finding's forecast costs once per bundle;
 * ``diagnose`` on the shipped K2-Thinking reference folder (log parsing included).
 
 Best of ``--repeat`` runs, wall-clock seconds.
@@ -108,13 +107,9 @@ def main() -> None:
         f"({len(frame)} findings: {', '.join(frame['rule'])})"
     )
 
-    t_fit, model = best_of(args.repeat, lambda: dg.CapacityModel.fit(ev.decode))
-    print(f"capacity fit on {args.lines:,} lines: {t_fit:.3f} s")
-    print(
-        f"  recovered: {model.intercept_ms:.2f} ms + {model.per_request_ms:.4f} ms x batch + "
-        f"{model.per_ktoken_ms:.4f} ms per 1k tokens (true 20 + 0.15 + 0.05); "
-        f"{model.n_outliers:,} outliers dropped (1% planted), throughput error {model.mape:.1%}"
-    )
+    t_fit, model = best_of(args.repeat, lambda: dg.PerfModel.from_evidence(dataclasses.replace(ev, skipped=[])))
+    print(f"performance model fit on the bundle ({args.lines:,} decode lines, {len(ev.sweep)} levels): {t_fit:.3f} s")
+    print(f"  {model.describe()}")
 
     ref = dg.reference_dir("k2-thinking")
     t_ref, found = best_of(args.repeat, lambda: dg.diagnose(ref, write=False))

@@ -36,6 +36,7 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -44,6 +45,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from glm5lib.diagnose import model as pm  # noqa: E402
+from glm5lib.diagnose.model import curve  # noqa: E402
+from glm5lib.stepmodel import step_time_ms  # noqa: E402
 
 PAIR = ROOT / "data" / "examples" / "predict-pairs" / "vllm-cpu-pinned-max-num-seqs-16-256"
 
@@ -51,12 +54,12 @@ PAIR = ROOT / "data" / "examples" / "predict-pairs" / "vllm-cpu-pinned-max-num-s
 @contextlib.contextmanager
 def prior(on: bool) -> Iterator[None]:
     """The model with its prior on the exponent, or with the best exponent alone."""
-    kept = pm.PRIOR_EXPONENT_SD
-    pm.PRIOR_EXPONENT_SD = kept if on else math.inf
+    kept = curve.PRIOR_EXPONENT_SD
+    curve.PRIOR_EXPONENT_SD = kept if on else math.inf
     try:
         yield
     finally:
-        pm.PRIOR_EXPONENT_SD = kept
+        curve.PRIOR_EXPONENT_SD = kept
 
 
 class Truth:
@@ -64,13 +67,13 @@ class Truth:
 
     def __init__(self, pair: Path, exponent: float | None, levels: list[int]) -> None:
         base = pm.PerfModel.fit_phase(pair / "baseline")
-        self.limits, self.template = base.limits, base.levels[0]
+        self.bounds, self.template = base.bounds, base.levels[0]
         self.input_len, self.output_len = base.workload.input_len, base.workload.output_len
         points = list(base.levels)
         fix = pd.read_csv(pair / "fix" / "sweep.csv")
         for _, row in fix.iterrows():  # raised: nothing capped the batch at these levels
             points.append(self.point(int(row["concurrency"]), float(row["output_throughput"])))
-        joint = pm.PerfModel._fit(points, self.limits, base.engine, holdout=False)
+        joint = pm.PerfModel._fit(points, self.bounds, base.engine)
         self.engine, self.params, self.joint_error = base.engine, joint.params, joint.fit_error
         if exponent is not None:  # the same service time at the smallest and largest level
             lo, hi = float(min(levels)), float(max(levels))
@@ -78,12 +81,13 @@ class Truth:
             per = (u_hi - u_lo) / (hi**exponent - lo**exponent)
             self.params = pm.StepParams(fixed_ms=u_lo - per * lo**exponent, per_seq_ms=per, exponent=exponent)
 
-    def point(self, concurrency: int, throughput: float) -> pm.LevelPoint:
+    def point(self, concurrency: int, throughput: float) -> Any:
         return dataclasses.replace(self.template, concurrency=concurrency, running=float(concurrency),
-                                   throughput=throughput, starved=False)
+                                   throughput=throughput, starved=False, frontend={})
 
     def service_ms(self, batch: float) -> float:
-        return pm.step_ms(self.params, batch, input_len=self.input_len, output_len=self.output_len)
+        o = max(self.output_len, 1.0)
+        return step_time_ms(self.params, batch, prompt_tokens=batch * self.input_len / o)
 
     def throughput(self, batch: float) -> float:
         return 1000.0 * batch / self.service_ms(batch)
@@ -98,7 +102,7 @@ def replay(truth: Truth, levels: list[int], repeats: int, top: int, sigma: float
         measured = truth.throughput(top) * math.exp(sigma * rng.standard_normal())
         for on in (True, False):
             with prior(on):
-                fitted = pm.PerfModel._fit(points, truth.limits, truth.engine)
+                fitted = pm.PerfModel._fit(points, truth.bounds, truth.engine)
                 [f] = fitted.forecast({"max_num_seqs": cap}, [top])
             rows.append({"prior": on, "exponent": fitted.params.exponent, "error": f.predicted_tok_s / measured - 1,
                          "inside": f.low_tok_s <= measured <= f.high_tok_s})

@@ -25,7 +25,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib import engines, rundir
+from glm5lib import cpus, engines, rundir
 from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.errors import ConfigError, DiagnosisError, ServerLaunchError
@@ -82,6 +82,8 @@ def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = 
     o = output_len or _median(s, "output_len") or 32
     config: Any = ev.config if ev.config is not None else dict(ev.server_args or {})
     env = {str(k): str(v) for k, v in (getattr(ev.config, "env", None) or {}).items()}
+    if bench.env is not None:
+        env = {**bench.env(config), **env}
     interpreter = python or (bench.python() if bench.python else sys.executable)
     argv = bench.command(config, want, int(i), int(o), graphs_off=graphs_off, python=interpreter)
     logfile = folder / rundir.STEP_PROFILE_LOG
@@ -120,6 +122,9 @@ def _run(argv: list[str], env: dict[str, str], logfile: Path, timeout: float, be
             sink.write(f"# {shlex.join(argv)}\n")
             sink.flush()
             proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
+            layout = cpus.current()
+            if layout is not None:  # the server's cores, as the server it stands for ran on
+                cpus.pin_process(proc.pid, layout.server)
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:

@@ -365,6 +365,9 @@ class StepBenchmark:
     hint: str = ""
     #: () -> the interpreter that runs it (None: this one)
     python: Callable[[], str] | None = None
+    #: (config) -> environment variables it needs beside the configuration's own (vLLM's thread
+    #: binding under a CPU layout)
+    env: Callable[[Any], Mapping[str, str]] | None = None
 
 
 @dataclass

@@ -43,6 +43,8 @@ class Point:
     objective: float
     metrics: dict[str, float]
     phase: str = ""
+    # its batch held what the load and the cap allow (a swinging batch is no anchor for the model)
+    held: bool = True
 
 
 @dataclass
@@ -97,7 +99,10 @@ class Landscape:
             w = (x - a.value) / (b.value - a.value)
             out = {k: val(a, k) + w * (val(b, k) - val(a, k)) for k in keys}
             return Prediction(x, out.pop("objective"), out, "interpolated")
-        near = pts[-1] if x > pts[-1].value else pts[0]
+        # the model's level is anchored on the nearest measured point whose batch held: a level whose
+        # batch swung is no configuration's steady figure (its latencies read the swings)
+        steady = [p for p in pts if p.held]
+        near = min(steady or pts, key=lambda p: abs(math.log(max(p.value, 1e-9) / max(x, 1e-9))))
         model = anchor = None
         if self.forecaster is not None:
             try:
@@ -113,8 +118,9 @@ class Landscape:
         best: dict[str, float] = {}
         for k in keys:
             at_x, at_near = float(model.get(k, math.nan)), float(anchor.get(k, math.nan))
-            # the model gives the shape, the measured point the level
-            scale = val(near, k) / at_near if math.isfinite(at_near) and at_near > 0 else math.nan
+            # the model gives the shape, the measured point the level (a held one; with none held,
+            # the model's own level)
+            scale = (val(near, k) / at_near if math.isfinite(at_near) and at_near > 0 else math.nan) if steady else 1.0
             out[k] = at_x * scale
             edge = model.get("objective_high" if k == "objective" else f"{k}_low", math.nan)
             best[k] = float(edge) * scale

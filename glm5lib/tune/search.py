@@ -671,7 +671,8 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
             log.info("%s: %s; no winner while a steady candidate meets the limits", folder.name, result["held_note"])
             reason = f"{reason}; not a winner: {result['held_note']}"
         if x is not None:
-            land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name))
+            land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name,
+                           held=bool(result["batch_held"])))
             measured.append(result)
         rows.append(_record(run, kind, step, folder.name, lever, changes, result, proposal, reason))
 

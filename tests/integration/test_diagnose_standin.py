@@ -73,8 +73,8 @@ def test_standin_fix_flags_remove_the_cap_finding(tmp_path):
     assert "concurrency_cap" not in set(frame["rule"]), frame[["finding", "rule"]].to_string()
     ruled = frame[frame["rule"] == "reference_diff_ruled_out"]
     assert "max_running_requests (the cap was never reached" in ruled.iloc[0]["evidence"]
-    model = dg.CapacityModel.fit(dg.load_evidence(phase).decode)
-    assert model.n_points >= 3 and model.per_request_ms >= 0
+    model = dg.PerfModel.fit_phase(phase)
+    assert model.seen["levels"] >= 2 and model.params.per_seq_ms >= 0
 
 
 @pytest.mark.slow

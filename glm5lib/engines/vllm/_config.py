@@ -272,7 +272,7 @@ def launch_vllm(
     try:
         srv = server_mod.launch_command(
             template, port=port, host=host, model=served, log_path=log_path,
-            env={"NO_COLOR": "1", **_cpu_env(config), **config.env, **(env or {})},
+            env={"NO_COLOR": "1", **cpu_env(config), **config.env, **(env or {})},
             ready_timeout=ready_timeout, ready_path="/health", api_key=api_key,
         )
     except ServerLaunchError as exc:
@@ -281,7 +281,7 @@ def launch_vllm(
     return srv
 
 
-def _cpu_env(config: VllmConfig) -> dict[str, str]:
+def cpu_env(config: VllmConfig | None = None) -> dict[str, str]:
     """With a CPU layout in force (:mod:`glm5lib.cpus`), vLLM's CPU backend binds its OpenMP
     threads to the server's cores (an explicit list reserves none for its front end, which shares
     them; the load generator keeps its own). Left to itself it binds to the cores it sees and

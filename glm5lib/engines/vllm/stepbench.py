@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib.engines.base import StepBenchmark
-from glm5lib.engines.vllm._config import vllm_python
+from glm5lib.engines.vllm._config import cpu_env, vllm_python
 
 __all__ = ["BENCHMARK", "SCRIPT", "bench_command", "parse_bench_output"]
 
@@ -84,4 +84,5 @@ BENCHMARK = StepBenchmark(
     parse=parse_bench_output,
     hint="it needs vLLM in the engine's interpreter (make vllm, or GLM5_VLLM_PYTHON)",
     python=vllm_python,
+    env=cpu_env,
 )
