@@ -74,7 +74,7 @@ def forecast_text(f: Forecast, measured: float | None = None) -> str:
     the batch and what binds it."""
     binds = binding_words(f.binding_limit)
     if not f.given:
-        return (f"not forecast (the evidence would allow {_num(f.low_tok_s)}-{_num(f.high_tok_s)} tok/s; "
+        return (f"no forecast within +/-30% (the evidence allows {_num(f.low_tok_s)}-{_num(f.high_tok_s)} tok/s; "
                 f"to settle it, measure {f.needs})")
     return (f"{_num(f.predicted_tok_s)} tok/s ({_num(f.low_tok_s)}-{_num(f.high_tok_s)}) with {int(f.running)} running, "
             f"{binds}-bound" + (f", against {_num(measured)} measured" if measured else ""))
@@ -109,7 +109,8 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str,
     if int(f.running) <= batch_now and abs(f.predicted_tok_s - now.predicted_tok_s) <= 0.02 * now.predicted_tok_s:
         return None  # the remedy would not let more requests run, nor move the forecast
     lo, hi = model.seen["batch"]
-    text = (f"{what}: at concurrency {offered} the performance model forecasts " + forecast_text(f)
+    text = (f"{what}: at concurrency {offered} the performance model " + ("forecasts " if f.given else "has ")
+            + forecast_text(f)
             + (f"; {_num(measured)} tok/s measured with {batch_now} running" if math.isfinite(measured) else "")
             + ("; the model forecasts no gain over the measurement"
                if f.given and math.isfinite(measured) and f.high_tok_s < measured else "")

@@ -247,6 +247,18 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     ]
 
 
+def decode_sizes_between(low: float, high: float) -> list[int]:
+    """The decode sizes a graph ceiling raised from ``low`` to ``high`` adds (SGLang's schedule: 8
+    apart to 256, 16 to 512, 32 above)."""
+    step = [(256, 8), (512, 16), (10**9, 32)]
+    out, b = [], int(low)
+    while True:
+        b += next(s for top, s in step if b < top)
+        if b > high:
+            return out
+        out.append(b)
+
+
 def rule_cuda_graph(ev: Evidence) -> list[Finding]:
     """Decode batches run without CUDA graphs because they exceed the largest captured batch."""
     d = ev.log_decode()  # only the log's lines say whether a step replayed a graph
@@ -290,9 +302,13 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
                     f"{e_run / g_run:.1f}x the batch)")
     changes = {"graph_max_batch": target}
     what = f"capturing graphs up to {target}"
-    took = (ev.startup or {}).get("cuda_graph_capture_time_s")
-    cost_text = (f"; capture took {float(took):.0f} s of this start-up for sizes up to {int(max_bs)}, and more sizes "
-                 "take longer and hold more memory" if took else "")
+    startup = ev.startup or {}
+    took = startup.get("decode_cuda_graph_capture_time_s", startup.get("cuda_graph_capture_time_s"))
+    held = startup.get("decode_cuda_graph_mem_usage_gb", startup.get("cuda_graph_mem_usage_gb"))
+    cost_text = (f"; capturing the decode graphs up to {int(max_bs)} took {float(took):.0f} s of this start-up"
+                 + (f" and {float(held):.2f} GB" if held is not None else "")
+                 + f"; up to {target} captures {len(decode_sizes_between(max_bs, target))} more sizes, each a "
+                 "little more start-up time and memory taken from the KV pool" if took else "")
     prediction = predict_remedy(ev, None, what, changes=changes)
     return [
         Finding(

@@ -108,13 +108,16 @@ def read_startup(facts: dict[str, Any], others: dict[str, Any], msg: str, rank: 
             what = "num_tokens" if "num tokens" in msg else "batch_sizes"
             s.setdefault(f"{stage}_{what}", [int(x) for x in re.findall(r"\d+", nums)])
         if " end" in low:
-            if f"{stage}_capture_time_s" in s:
-                return
-            m = _ELAPSED_RE.search(msg)
-            if m:
-                s[f"{stage}_capture_time_s"] = float(m.group(1))
-            for k, v in _GB_RE.findall(msg):
-                s[f"{stage}_{k.lower().replace(' ', '_')}_gb"] = float(v)
+            # 0.5.14 on captures prefill and decode graphs apart: the decode capture's own cost too
+            stages = [stage, "decode_cuda_graph"] if "target decode" in low else [stage]
+            for name in stages:
+                if f"{name}_capture_time_s" in s:
+                    continue
+                m = _ELAPSED_RE.search(msg)
+                if m:
+                    s[f"{name}_capture_time_s"] = float(m.group(1))
+                for k, v in _GB_RE.findall(msg):
+                    s[f"{name}_{k.lower().replace(' ', '_')}_gb"] = float(v)
         elif " begin" in low:
             m = _GB_RE.search(msg)
             if m:
