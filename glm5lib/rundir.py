@@ -59,6 +59,7 @@ __all__ = [
     "METRICS",
     "NOTEBOOKS_STATUS",
     "PATCH_RECORD",
+    "PHASE_NAME",
     "POWER",
     "PREDICTION_CSV",
     "REPORT",
@@ -107,6 +108,8 @@ TUNE_CSV = "tune.csv"
 TUNE_BEST = "tune-best.json"
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: what a phase's folder name may be (letters, digits, '_', '-', '.')
+PHASE_NAME = _PHASE_RE
 
 
 def new_run_dir(root: str | Path | None = None, run_id: str | None = None) -> Path:

@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "glm5lib.cli.config",
     "glm5lib.cli.diagnose",
     "glm5lib.cli.predict",
+    "glm5lib.cli.watch",
     "glm5lib.cli.report",
     "glm5lib.cli.compare",
     "glm5lib.cli.runs",

@@ -167,6 +167,8 @@ class Capabilities:
     #: the processes of its serving front end, by role (the first is the one ``frontend_workers``
     #: counts); () where the front end cannot be told apart from the engine
     serving_roles: tuple[ServingRole, ...] = ()
+    #: the flag that turns its ``/metrics`` on (SGLang's ``--enable-metrics``); None: always served
+    metrics_flag: str | None = None
 
     @property
     def fields(self) -> dict[str, str]:

@@ -78,6 +78,7 @@ CAPABILITIES = Capabilities(
     has_releases=True,
     standin_backend="sim",  # SGLang needs GPUs: a config is rehearsed on the stand-in unless told otherwise
     serving_roles=SERVING_ROLES,
+    metrics_flag="--enable-metrics",
 )
 
 #: evidence-schema column -> SGLang's /metrics gauges (these are the canonical names the
@@ -90,6 +91,12 @@ METRICS: dict[str, tuple[str, ...]] = {
     "gen_throughput": ("sglang:gen_throughput",),
     "retracted_reqs": ("sglang:num_retracted_reqs",),
     "generation_tokens": ("sglang:generation_tokens_total", "sglang:generation_tokens"),
+    "prompt_tokens": ("sglang:prompt_tokens_total", "sglang:prompt_tokens"),
+    "requests_finished": ("sglang:num_requests_total", "sglang:num_requests"),
+    # histograms (their _bucket, _sum and _count samples)
+    "ttft_seconds": ("sglang:time_to_first_token_seconds",),
+    "itl_seconds": ("sglang:inter_token_latency_seconds", "sglang:time_per_output_token_seconds"),
+    "e2e_seconds": ("sglang:e2e_request_latency_seconds",),
 }
 
 # (field as glm5lib names it, kind, low, high, step, what it does); each field is rendered in the

@@ -42,6 +42,7 @@ _CAPTURED = (
 )
 # what SGLang resolves at start-up and logs (0.5.16's cuda_graph_config): not a user's flag
 _RESOLVED = ("cuda_graph_config",)
+_GRAPH_CEILINGS = ("cuda_graph_max_bs", "cuda_graph_max_bs_decode")
 # the last release whose old module still runs (a deprecated wrapper from 0.5.15)
 _OLD_MODULE_UNTIL = (0, 5, 20)
 
@@ -72,6 +73,10 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
     else:
         # the resolved graph configuration a log prints is SGLang's own, not a flag's value
         given = {k: v for k, v in dict(args).items() if k not in _RESOLVED}
+        cap = given.get("max_running_requests")
+        for name in _GRAPH_CEILINGS:
+            if cap is not None and given.get(name) == cap:
+                given.pop(name)  # the ceiling a release clamped to the cap: not one the user set
         config = ServerConfig.from_server_args(given)
     changes: dict[str, Any] = {"max_running_requests": max(batches)}
     if graphs_off is not None:

@@ -116,6 +116,11 @@ METRICS: dict[str, tuple[str, ...]] = {
     "token_usage": ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
     "retracted_reqs": ("vllm:num_preemptions_total",),
     "generation_tokens": ("vllm:generation_tokens_total",),
+    "prompt_tokens": ("vllm:prompt_tokens_total",),
+    "requests_finished": ("vllm:request_success_total",),
+    "ttft_seconds": ("vllm:time_to_first_token_seconds",),
+    "itl_seconds": ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
+    "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
 }
 
 _LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
