@@ -33,6 +33,7 @@ __all__ = [
     "running_queued_over_time",
     "save_figure",
     "throughput_vs_concurrency",
+    "watch_windows",
 ]
 
 log = logging.getLogger(__name__)
@@ -288,6 +289,30 @@ def power_vs_tdp(
     ax.set_ylabel("W per GPU")
     ax.set_title(title or "GPU power vs power limit")
     ax.legend(fontsize=8, loc="center left")
+    return fig
+
+
+def watch_windows(windows: pd.DataFrame, title: str | None = None) -> Figure:
+    """A watched server window by window (``glm5 watch``): output tok/s from its counters on the
+    left; running and queued requests on the right, each window labelled with the limit that bound it."""
+    _require(windows, ["window", "output_throughput", "running_median", "queued_mean"], "watch windows", "watch")
+    fig, (left, right) = _new_figure(10.0, 3.8, ncols=2)
+    w = windows.sort_values("window")
+    left.plot(w["window"], w["output_throughput"], "o-", color=_CYCLE[0])
+    left.set(xlabel="window", ylabel="output tok/s (the engine's counter)", ylim=(0, None))
+    right.plot(w["window"], w["running_median"], "o-", color=_COLOURS["fix"], label="running (median)")
+    right.plot(w["window"], w["queued_mean"], "s--", color=_COLOURS["baseline"], label="queued (mean)")
+    right.set(xlabel="window", ylabel="requests", ylim=(0, None))
+    if "binding" in w:
+        for x, y, text in zip(w["window"], w["running_median"], w["binding"].astype(str), strict=True):
+            right.annotate(text.replace("_", " "), (x, y), textcoords="offset points", xytext=(0, 6), fontsize=7,
+                           ha="center")
+    right.legend(loc="best", fontsize=8)
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    if title:
+        fig.suptitle(title)
     return fig
 
 

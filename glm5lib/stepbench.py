@@ -12,6 +12,7 @@ is not given names: the step at a batch the phase never ran, or what an eager st
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 import os
@@ -30,7 +31,7 @@ from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.errors import ConfigError, DiagnosisError, ServerLaunchError
 
-__all__ = ["PROFILE_COLUMNS", "profile_batches", "settle_forecast", "take_step_profile"]
+__all__ = ["PROFILE_COLUMNS", "Settled", "profile_batches", "settle_forecast", "take_step_profile"]
 
 log = logging.getLogger(__name__)
 
@@ -149,22 +150,44 @@ def _tail(path: Path) -> str:
         return ""
 
 
+@dataclasses.dataclass
+class Settled:
+    """A forecast of a change and how it was settled: the model (with the profile taken, if one was),
+    its forecasts, the profile's path (None: none taken) and what happened (``note``)."""
+
+    model: PerfModel
+    forecasts: list[Any]
+    profile: Path | None
+    note: str
+
+    def __iter__(self):  # (model, forecasts, profile), as a tuple unpacks
+        return iter((self.model, self.forecasts, self.profile))
+
+
 def settle_forecast(run_dir: str | Path, phase: str, changes: Mapping[str, Any] | None, concurrency: Sequence[int], *,
-                    take: bool = True, **options: Any) -> tuple[PerfModel, list[Any], Path | None]:
+                    take: bool = True, **options: Any) -> Settled:
     """The model of ``phase`` and its forecast of ``changes``; where levels are not forecast for want
     of a step the engine's offline benchmark can time (a batch beyond the phase's, an eager step),
     and ``take``, one benchmark launch covering all of them is taken on ``phase`` and the forecast is
-    made again with it. Returns (model, forecasts, the profile taken or None). ``options`` go to
-    :func:`take_step_profile` (``timeout``, ``python``)."""
+    made again with it. A benchmark that cannot run here leaves the forecast as it was and says why
+    (``note``). ``options`` go to :func:`take_step_profile` (``timeout``, ``python``)."""
     path = Path(run_dir) / phase
     model = PerfModel.fit_phase(path)
     forecasts = model.forecast(changes, list(concurrency))
     wants = [f.measurement for f in forecasts if not f.given and f.measurement.get("kind") == "step_profile"]
-    if not wants or not take:
-        return model, forecasts, None
+    if not wants:
+        return Settled(model, forecasts, None, "every level is forecast, or none would be settled by a step profile")
+    if not take:
+        return Settled(model, forecasts, None, "a step profile would settle some levels; not taken (STEP_PROFILE)")
     batches = sorted({int(b) for w in wants for b in w.get("batches", [])})
     offs = {w.get("graphs_off") for w in wants}
     graphs_off = True if True in offs else (False if False in offs else None)
-    profile = take_step_profile(run_dir, phase, batches, graphs_off=graphs_off, **options)
+    try:
+        profile = take_step_profile(run_dir, phase, batches, graphs_off=graphs_off, **options)
+    except (ServerLaunchError, ConfigError) as exc:
+        return Settled(model, forecasts, None, f"the step profile could not be taken here, so what it would settle "
+                                               f"stays not forecast: {exc}")
     model = PerfModel.fit_phase(path)
-    return model, model.forecast(changes, list(concurrency)), profile
+    return Settled(model, model.forecast(changes, list(concurrency)), profile,
+                   f"step profile taken ({len(batches)} batch size(s) asked, graphs "
+                   f"{'off' if graphs_off else 'as run'}): {profile}")

@@ -36,7 +36,7 @@ from glm5lib.engines.sglang.config import ServerConfig, shipped_configs
 from glm5lib.errors import ConfigError, Glm5Error
 from glm5lib.phase import measure_phase
 
-__all__ = ["ServerPanel"]
+__all__ = ["ServerPanel", "WatchDisplay"]
 
 log = logging.getLogger(__name__)
 
@@ -413,3 +413,25 @@ class ServerPanel:
         self.plot_title = fig.axes[0].get_title()
         self.placeholder.layout.display = "none"
         self.plot.layout.display = None
+
+
+class WatchDisplay:
+    """A live figure of a watched server (``glm5 watch``): pass :meth:`on_window` as the watch's
+    ``on_window`` and the figure under the cell is drawn again as each window ends."""
+
+    def __init__(self, title: str | None = None):
+        from IPython.display import display
+
+        self.title = title
+        self.rows: list[dict[str, Any]] = []
+        self._handle = display(widgets.HTML("<i>waiting for the first window...</i>"), display_id=True)
+
+    def on_window(self, row: dict[str, Any]) -> None:
+        self.rows.append(dict(row))
+        fig = plots.watch_windows(self.frame, title=self.title)
+        if self._handle is not None:
+            self._handle.update(fig)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows)

@@ -36,7 +36,7 @@ def _code(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
-def test_the_workbook_has_its_seven_notebooks_in_order():
+def test_the_workbook_has_its_eight_notebooks_in_order():
     assert NAMES == [
         "01-check-environment.ipynb",
         "02-measure-baseline.ipynb",
@@ -45,6 +45,7 @@ def test_the_workbook_has_its_seven_notebooks_in_order():
         "05-find-next-bottleneck.ipynb",
         "06-explore-interactively.ipynb",
         "07-tune-config.ipynb",
+        "08-watch-live-server.ipynb",
     ]
 
 
@@ -105,6 +106,7 @@ def test_checked_cells_have_their_expected_output_committed():
     assert checked["03-diff-reference.ipynb"] == "leading hypothesis: max_running_requests (supported by the evidence: True)\n"
     assert checked["05-find-next-bottleneck.ipynb"] == "concurrency cap still found: False\n"
     assert "max_running_requests: 64 -> 1024" in checked["04-apply-fix.ipynb"]
+    assert checked["08-watch-live-server.ipynb"] == "leading finding: concurrency_cap\n"
 
 
 def _within(value, target, tolerance=0.15):
