@@ -22,6 +22,7 @@ import pandas as pd
 from glm5lib import rundir
 from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.diagnose.model import Forecast, PerfModel
+from glm5lib.diagnose.model.levels import as_float
 from glm5lib.errors import ConfigError, DiagnosisError
 
 __all__ = [
@@ -145,9 +146,9 @@ def record_prediction(
     rows = []
     for f in model.forecast(changes, levels) if model is not None else []:
         at = sweep[pd.to_numeric(sweep["concurrency"], errors="coerce") == f.concurrency]
-        measured = _f(at["output_throughput"].iloc[0]) if len(at) and "output_throughput" in at else None
-        ttft = _f(at["mean_ttft_ms"].iloc[0]) if len(at) and "mean_ttft_ms" in at else None
-        tpot = _f(at["mean_tpot_ms"].iloc[0]) if len(at) and "mean_tpot_ms" in at else None
+        measured = as_float(at["output_throughput"].iloc[0]) if len(at) and "output_throughput" in at else None
+        ttft = as_float(at["mean_ttft_ms"].iloc[0]) if len(at) and "mean_ttft_ms" in at else None
+        tpot = as_float(at["mean_tpot_ms"].iloc[0]) if len(at) and "mean_tpot_ms" in at else None
         rows.append({
             "concurrency": f.concurrency,
             "predicted": f.predicted_tok_s,
@@ -176,7 +177,7 @@ def record_prediction(
     if model is None:
         for c in levels:
             at = sweep[pd.to_numeric(sweep["concurrency"], errors="coerce") == c]
-            rows.append({"concurrency": c, "measured": _f(at["output_throughput"].iloc[0]) if len(at) else None,
+            rows.append({"concurrency": c, "measured": as_float(at["output_throughput"].iloc[0]) if len(at) else None,
                          "unseen_changes": f"no forecast: {why}", "changes": repr(dict(changes))})
     frame = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
     frame.attrs["model"] = model.describe() if model is not None else f"no forecast: {why}"
@@ -228,7 +229,7 @@ def launch_drift(
         if abs(g.running - f.running) > 0.01 * max(f.running, 1.0) or \
                 abs(g.predicted_tok_s - f.predicted_tok_s) > 0.01 * f.predicted_tok_s:
             continue  # the change moves this level's batch or step: not a control
-        ma, mb = _f(a["output_throughput"].iloc[0]), _f(b["output_throughput"].iloc[0])
+        ma, mb = as_float(a["output_throughput"].iloc[0]), as_float(b["output_throughput"].iloc[0])
         if ma and mb:
             ratios.append(ma / mb)
             shared.append(int(c))
@@ -285,13 +286,6 @@ def _changes_of(frame: pd.DataFrame) -> dict[str, Any]:
     return dict(value) if isinstance(value, Mapping) else {}
 
 
-def _f(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
 
 def _given(row: Any) -> bool:
     v = row.get("given")
@@ -301,7 +295,7 @@ def _given(row: Any) -> bool:
 
 
 def _n(v: Any) -> str:
-    x = _f(v)
+    x = as_float(v)
     return "-" if x is None else f"{x:,.0f}"
 
 
@@ -326,7 +320,7 @@ def section_markdown(run_dir: str | Path) -> str | None:
         ]
         needs = []
         for _, r in frame.iterrows():
-            err = _f(r.get("error"))
+            err = as_float(r.get("error"))
             inside = r.get("inside_band")
             given = _given(r)
             held = r.get("held")
@@ -345,10 +339,10 @@ def section_markdown(run_dir: str | Path) -> str | None:
         lines.append("")
         if needs:
             lines += ["Not forecast where the band would pass +/-30%; what would settle each:", "", *needs, ""]
-        drift = _f(frame["drift"].dropna().iloc[0]) if "drift" in frame and frame["drift"].notna().any() else None
+        drift = as_float(frame["drift"].dropna().iloc[0]) if "drift" in frame and frame["drift"].notna().any() else None
         if drift is not None:
             top = frame.dropna(subset=["measured"]).sort_values("concurrency")
-            net = _f(top["error_net_of_drift"].iloc[-1]) if len(top) and "error_net_of_drift" in top else None
+            net = as_float(top["error_net_of_drift"].iloc[-1]) if len(top) and "error_net_of_drift" in top else None
             lines += [
                 f"The levels both phases ran with the same batch measured {drift:.2f}x in the second launch: "
                 f"the machine's own movement between launches, not the change's."

@@ -47,7 +47,7 @@ from glm5lib.diagnose.evidence import Evidence, load_evidence
 from glm5lib.diagnose.model.curve import Curve, distinct_sizes, fit_curve
 from glm5lib.diagnose.model.frontend import BUSY_PCT, FrontEnd, fit_frontend
 from glm5lib.diagnose.model.graphs import Eager, pad, recorded_prior
-from glm5lib.diagnose.model.levels import LevelPoint, level_points
+from glm5lib.diagnose.model.levels import LevelPoint, as_float, level_points
 from glm5lib.diagnose.model.profile import StepProfile, read_profile
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams, nnls
@@ -150,16 +150,8 @@ class Forecast:
         return dataclasses.asdict(self)
 
 
-def _f(v: Any) -> float | None:
-    try:
-        x = float(v)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
-
-
 def _int(v: Any) -> int | None:
-    x = _f(v)
+    x = as_float(v)
     return int(x) if x is not None and x > 0 else None
 
 

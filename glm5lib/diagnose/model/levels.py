@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-__all__ = ["LevelPoint", "level_points", "role_cpu"]
+__all__ = ["LevelPoint", "as_float", "level_points", "role_cpu"]
 
 # A client below this share of one core (%) with its self-check's client_bound set was starved of
 # CPU (glm5lib.loadgen.selfcheck.client_bound_text says so in the level's warning).
@@ -58,7 +58,8 @@ class LevelPoint:
         return 1000.0 * self.running / self.throughput
 
 
-def _f(v: Any) -> float | None:
+def as_float(v: Any) -> float | None:
+    """``v`` as a finite float, or None (missing, not a number, infinite)."""
     try:
         x = float(v)
     except (TypeError, ValueError):
@@ -115,15 +116,15 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
         return []
     points = []
     for _, row in s.iterrows():
-        thr = _f(row.get("output_throughput"))
-        c = _f(row.get("concurrency"))
+        thr = as_float(row.get("output_throughput"))
+        c = as_float(row.get("concurrency"))
         if not thr or thr <= 0 or not c:
             continue
-        completed = _f(row.get("completed")) or 0.0
-        i = _f(row.get("total_input_tokens"))
-        o = _f(row.get("total_output_tokens"))
-        inp = i / completed if i and completed else _f(row.get("input_len")) or 1.0
-        out = o / completed if o and completed else _f(row.get("output_len")) or 1.0
+        completed = as_float(row.get("completed")) or 0.0
+        i = as_float(row.get("total_input_tokens"))
+        o = as_float(row.get("total_output_tokens"))
+        inp = i / completed if i and completed else as_float(row.get("input_len")) or 1.0
+        out = o / completed if o and completed else as_float(row.get("output_len")) or 1.0
         running = min(c, float(cap)) if cap else c
         lines = ev.decode_in_level(row)
         if len(lines) >= 2 and "running_req" in lines:
@@ -135,7 +136,7 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
             # no more requests decode per step than the token budget feeds with prompts (the log
             # counts those still waiting for their prompt's chunks as running too)
             running = min(running, max(1.0, budget * out / (inp + out)))
-        mean_conc = _f(row.get("mean_concurrency"))
+        mean_conc = as_float(row.get("mean_concurrency"))
         if mean_conc and mean_conc < running:
             running = max(1.0, mean_conc)
         share = _eager_share(lines)
@@ -150,14 +151,14 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
                 throughput=thr,
                 input_len=inp,
                 output_len=out,
-                ttft_ms=_f(row.get("mean_ttft_ms")),
-                tpot_ms=_f(row.get("mean_tpot_ms")),
+                ttft_ms=as_float(row.get("mean_ttft_ms")),
+                tpot_ms=as_float(row.get("mean_tpot_ms")),
                 eager=bool(eager),
                 starved=_truthy(row.get("client_bound"))
-                and (_f(row.get("client_cpu_pct")) or 100.0) < STARVED_CPU_PCT,
+                and (as_float(row.get("client_cpu_pct")) or 100.0) < STARVED_CPU_PCT,
                 held=(held or {}).get(int(c)),
                 frontend=role_cpu(row.get("other_processes"), roles),
-                host_busy=(_f(row.get("host_cpu_pct")) or 0.0) >= HOST_BUSY_PCT,
+                host_busy=(as_float(row.get("host_cpu_pct")) or 0.0) >= HOST_BUSY_PCT,
             )
         )
     return points
