@@ -63,9 +63,11 @@ class Prediction:
                 "given": self.given, "needs": self.needs}
 
 
-#: forecaster(phase, changes) -> {"objective", "objective_high", "<metric>", "<metric>_low", "given",
-#: "needs"} or None
-Forecaster = Callable[[str, Mapping[str, Any]], Mapping[str, Any] | None]
+#: forecaster(phase, changes, among) -> {"objective", "objective_high", "<metric>", "<metric>_low",
+#: "given", "needs"} or None: ``changes`` made to ``phase``'s configuration, the model fitted on
+#: ``among`` (the phases of the landscape's points: what was measured so far, and nothing else in
+#: the folder, so a rerun proposes what the first run did)
+Forecaster = Callable[[str, Mapping[str, Any], Sequence[str]], Mapping[str, Any] | None]
 
 
 @dataclass
@@ -105,9 +107,10 @@ class Landscape:
         near = min(steady or pts, key=lambda p: abs(math.log(max(p.value, 1e-9) / max(x, 1e-9))))
         model = anchor = None
         if self.forecaster is not None:
+            among = [p.phase for p in pts if p.phase]
             try:
-                model = self.forecaster(near.phase, {self.field: x})
-                anchor = self.forecaster(near.phase, {self.field: near.value}) if model else None
+                model = self.forecaster(near.phase, {self.field: x}, among)
+                anchor = self.forecaster(near.phase, {self.field: near.value}, among) if model else None
             except (DiagnosisError, ConfigError, ValueError) as exc:
                 log.info("performance model gave no forecast for %s=%s: %s", self.field, x, exc)
                 model = None
@@ -147,11 +150,10 @@ def perfmodel_forecaster(run_dir, *, engine: str | None, concurrency: int, input
     unknown = [m for m in metrics if m not in _LATENCY]
     run = Path(run_dir)
 
-    def fit(phase: str) -> Any:
+    def fit(phase: str, among: Sequence[str]) -> Any:
         # every candidate measured so far is a level of the same engine and model under its own
         # limits: the fit reads them all, the changes are made to the nearest one's configuration
-        others = sorted(p.name for p in run.iterdir() if p.is_dir() and p.name != phase
-                        and p.name.startswith(("tune-", "evidence")) and (p / rundir.SWEEP).is_file())
+        others = sorted({o for o in among if o != phase and (run / o / rundir.SWEEP).is_file()})
         key = (phase, *others)
         if key not in fitted:
             try:
@@ -163,10 +165,10 @@ def perfmodel_forecaster(run_dir, *, engine: str | None, concurrency: int, input
                 fitted[key] = None
         return fitted[key]
 
-    def forecast(phase: str, changes: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def forecast(phase: str, changes: Mapping[str, Any], among: Sequence[str] = ()) -> Mapping[str, Any] | None:
         if not phase:
             return None
-        model = fit(phase)
+        model = fit(phase, among)
         if model is None:
             return None
         (f,) = model.forecast(dict(changes), [concurrency], input_len=input_len, output_len=output_len)

@@ -106,19 +106,41 @@ def test_bad_goals_and_levers_fail_before_anything_launches(tmp_path):
     assert rc == 2 and not (tmp_path / "f").exists()
 
 
-def test_landscape_interpolates_between_measured_points_and_is_cautious_beyond():
+def test_landscape_interpolates_between_measured_points_and_forecasts_beyond_only_through_the_model():
     land = Landscape("max_running_requests", "running", ["median_tpot_ms"])
     land.add(Point(64, 800.0, {"median_tpot_ms": 74.0}, "tune-1"))
     one = land.predict(256)
-    assert one.source == "prior" and one.metrics["median_tpot_ms"] == pytest.approx(148.0)
+    # no rule of thumb stands in for the model: without it, beyond the points is not forecast
+    assert one.source == "none" and not one.given and math.isnan(one.objective)
+    assert "max_running_requests=256" in one.needs
     land.add(Point(512, 2440.0, {"median_tpot_ms": 216.0}, "tune-2"))
     mid = land.predict(288)
-    assert mid.source == "interpolated"
+    assert mid.source == "interpolated" and mid.given
     assert mid.objective == pytest.approx(1620.0) and mid.metrics["median_tpot_ms"] == pytest.approx(145.0)
+    assert land.predict(512).source == "measured"
+
+    # with the model: its shape, the nearest held point's level
+    asked = []
+
+    def forecaster(phase, changes, among):
+        assert among == [p.phase for p in land.points]
+        asked.append((phase, dict(changes)))
+        cap = changes["max_running_requests"]
+        return {"objective": 5.0 * cap, "objective_high": 5.5 * cap, "median_tpot_ms": cap / 4.0,
+                "median_tpot_ms_low": cap / 5.0, "given": cap <= 1024, "needs": "" if cap <= 1024 else "a launch"}
+
+    land.forecaster = forecaster
     beyond = land.predict(1024)
-    # the secant says 2440 + 3.66 * 512 tok/s, the square root law 3451: the lower is kept; latency the higher
-    assert beyond.objective == pytest.approx(min(2440 * math.sqrt(2), 2440 + (1640 / 448) * 512))
-    assert beyond.metrics["median_tpot_ms"] == pytest.approx(max(216 * math.sqrt(2), 216 + (142 / 448) * 512))
+    assert asked == [("tune-2", {"max_running_requests": 1024}), ("tune-2", {"max_running_requests": 512})]
+    assert beyond.source == "model" and beyond.given
+    assert beyond.objective == pytest.approx(2440.0 * 2) and beyond.metrics["median_tpot_ms"] == pytest.approx(216.0 * 2)
+    far = land.predict(2048)
+    assert far.source == "not forecast" and not far.given and far.needs == "a launch"
+    # a point whose batch swung is no anchor: the nearest held one is
+    land.add(Point(900, 1000.0, {"median_tpot_ms": 500.0}, "tune-3", held=False))
+    asked.clear()
+    again = land.predict(1024)
+    assert asked[0][0] == "tune-2" and again.objective == pytest.approx(2440.0 * 2)
 
 
 def test_a_command_engines_lever_says_what_it_limits():

@@ -111,7 +111,7 @@ def _near_miss_proposal(ratio_at_28: float, noise: float = 0.1):
     goal = tune.Goal.parse([f"median_tpot_ms<={limit}"])
     tpot_28 = ratio_at_28 * limit
 
-    def forecaster(phase, changes):
+    def forecaster(phase, changes, among):
         # a given forecast on the line through the two measurements (the model's shape, in effect)
         x = float(changes["max_num_seqs"])
         tpot = tpot_28 + (12.58 - tpot_28) * (x - 28) / (64 - 28)
