@@ -162,7 +162,7 @@ DECODE = ("[{d} {t} TP0] Decode batch, #running-req: {r}, #token: {c}, token usa
 
 def standin_log(path: Path, seconds: float, clients: int = 48) -> Path:
     """Run the stand-in for ``seconds`` under closed-loop /generate clients; its log at ``path``."""
-    from glm5lib.server import launch
+    from glm5lib.engines.sglang import launch
 
     srv = launch(
         ["--model-path", "zai-org/GLM-5", "--tp-size", "8", "--max-running-requests", "64"],

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 
 from glm5lib.engines.sglang.config import ServerConfig
+from glm5lib.engines.sim import run_standin
 from glm5lib.loadgen import run_sweep
-from glm5lib.server.standin import run_standin
 from glm5lib.telemetry import MetricsScraper
 
 

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from glm5lib import server as srv
+from glm5lib.engines import sglang
 from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ServerLaunchError
 from glm5lib.logs import classify_fatal
@@ -59,7 +60,7 @@ def bench_launch(repeat: int, tmp: Path) -> None:
     for i in range(repeat):
         bare.append(bare_stand_in(PROFILE, lambda line: srv.READY_LINE in line))
         started = time.monotonic()
-        server = srv.launch("glm5-baseline", backend="sim", log_path=tmp / f"ready-{i}.log", extra_args=PROFILE, ready_timeout=60)
+        server = sglang.launch("glm5-baseline", backend="sim", log_path=tmp / f"ready-{i}.log", extra_args=PROFILE, ready_timeout=60)
         total.append(time.monotonic() - started)
         logged_args = server.logs().server_args
         t0 = time.monotonic()
@@ -81,7 +82,7 @@ def bench_faults(repeat: int, tmp: Path) -> None:
             server_log = tmp / f"{fault}-{i}.log"
             started = time.monotonic()
             try:
-                srv.launch("glm5-baseline", backend="sim", log_path=server_log,
+                sglang.launch("glm5-baseline", backend="sim", log_path=server_log,
                            extra_args=[*PROFILE, "--sim-fault", fault], ready_timeout=60)
             except ServerLaunchError as exc:
                 raised = time.monotonic()

@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 import psutil
 
+from glm5lib.engines.sim import run_standin
 from glm5lib.loadgen import run_sweep
-from glm5lib.server import run_standin
 
 
 def soak(streams: int, duration: float, *, output_len: int = 64, input_len: int = 16,

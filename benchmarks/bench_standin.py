@@ -29,8 +29,8 @@ import aiohttp
 import pandas as pd
 import psutil
 
+from glm5lib.engines.sim import run_standin
 from glm5lib.logs import parse_log
-from glm5lib.server import run_standin
 
 GLM5 = ["--sim-profile", "glm5-nvfp4-8x-rtxpro6000", "--attention-backend", "flashinfer",
         "--enable-flashinfer-allreduce-fusion"]

@@ -49,7 +49,6 @@ from glm5lib import engines, http, rundir
 from glm5lib.errors import ConfigError
 from glm5lib.levels import per_level
 from glm5lib.logs import follow_log, parse_log, to_epoch
-from glm5lib.masking import mask_mapping
 from glm5lib.telemetry import GpuSampler, MetricsScraper, save_environment
 
 __all__ = ["WATCH_COLUMNS", "Watch", "WatchResult", "WatchSettings", "histogram_window", "window_row"]
@@ -357,23 +356,6 @@ def _who(p: psutil.Process) -> str:
     return f"{name}[{p.pid}]"
 
 
-def identify(url: str, api_key: str | None = None, timeout: float = 5.0) -> tuple[str, dict[str, Any]]:
-    """The engine serving at ``url`` and what it says of itself (secrets masked), from its own
-    endpoints: SGLang's (and the stand-in's) server info, vLLM's ``/version``, an OpenAI-compatible
-    ``/v1/models``; ConfigError when nothing there serves models."""
-    info = http.server_info(url, api_key=api_key, timeout=timeout)
-    if info:
-        return (engines.STANDIN if isinstance(info.get("standin"), dict) else "sglang"), info
-    version = http.get_json(url, "/version", api_key=api_key, timeout=timeout)
-    models = http.get_json(url, "/v1/models", api_key=api_key, timeout=timeout)
-    if isinstance(version, dict) and "version" in version:
-        return "vllm", mask_mapping({"version": version["version"], "models": models})
-    if isinstance(models, dict) and "data" in models:
-        return engines.COMMAND, mask_mapping({"models": models})
-    raise ConfigError(f"{url} is not a serving engine glm5lib can read: it answered none of SGLang's server info, "
-                      "vLLM's /version or an OpenAI /v1/models", field="url")
-
-
 class Watch:
     """One watch of one server; :meth:`run` records it. Everything is checked in the constructor,
     before anything is written."""
@@ -382,8 +364,8 @@ class Watch:
         settings.check()
         self.settings = settings
         self.url = str(settings.url).rstrip("/")
-        self.engine, self.info = identify(self.url, settings.api_key)
-        self.adapter = engines.get(self.engine, default=engines.COMMAND)
+        self.adapter, self.info = engines.identify(self.url, settings.api_key)
+        self.engine = self.adapter.name
         probe = http.get(self.url, "/metrics", api_key=settings.api_key, timeout=5.0)
         if not probe.reached or probe.status == 404:
             flag = self.adapter.capabilities.metrics_flag
@@ -398,7 +380,7 @@ class Watch:
         parts = urlparse(self.url)
         self.local = _is_local(parts.hostname or "")
         self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        args = dict(self.info) if self.engine in ("sglang", engines.STANDIN) else {}
+        args = dict(self.info) if self.adapter.config_from_info is not None else {}
         startup: dict[str, Any] = {}
         if settings.log_path is not None:  # the arguments and limits its log wrote at start-up
             server_log = parse_log(settings.log_path)

@@ -56,7 +56,7 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
-    from glm5lib.server import launch
+    from glm5lib.engines.sglang import launch
 
     # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does;
     # SIGINT too, also when it was inherited ignored (started with '&' from a non-interactive shell,

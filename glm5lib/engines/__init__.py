@@ -41,6 +41,7 @@ from glm5lib.engines.base import (
 from glm5lib.errors import ConfigError
 
 if TYPE_CHECKING:
+    from glm5lib.engines.attaching import attach
     from glm5lib.engines.presets import ENGINES, Engine, get_engine, sglang_knobs
     from glm5lib.engines.vllm import VllmConfig, launch_vllm, vllm_module, vllm_python
 
@@ -61,9 +62,11 @@ __all__ = [
     "Limits",
     "VllmConfig",
     "adapters",
+    "attach",
     "config_types",
     "get",
     "get_engine",
+    "identify",
     "launch_vllm",
     "limit_changes",
     "limit_of",
@@ -103,6 +106,7 @@ _LAZY = {
     "get_engine": "glm5lib.engines.presets", "sglang_knobs": "glm5lib.engines.presets",
     "VllmConfig": "glm5lib.engines.vllm", "launch_vllm": "glm5lib.engines.vllm",
     "vllm_module": "glm5lib.engines.vllm", "vllm_python": "glm5lib.engines.vllm",
+    "attach": "glm5lib.engines.attaching",
 }
 
 
@@ -128,6 +132,21 @@ DECODE_METRIC_COLUMNS = ("running_req", "queue_req", "token_usage", "num_token",
 def adapters() -> list[EngineAdapter]:
     """Every registered engine's adapter, in the registry's order (imports them all)."""
     return list(_adapters().values())
+
+
+def identify(url: str, api_key: str | None = None, timeout: float = 5.0) -> tuple[EngineAdapter, dict[str, Any]]:
+    """The engine serving at ``url`` and what it says of itself, asking each adapter's
+    ``identify`` in the registry's order, the command engine (any OpenAI-compatible server) last;
+    ConfigError when none recognises it."""
+    ordered = sorted(adapters(), key=lambda a: a.name == COMMAND)
+    for adapter in ordered:
+        if adapter.identify is None:
+            continue
+        info = adapter.identify(url, api_key, timeout)
+        if info is not None:
+            return adapter, dict(info)
+    asked = ", ".join(a.title for a in ordered if a.identify is not None)
+    raise ConfigError(f"{url} is not a serving engine glm5lib can read: none of {asked} answered there", field="url")
 
 
 def names() -> list[str]:

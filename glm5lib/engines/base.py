@@ -336,7 +336,7 @@ class Lever:
 @dataclass(frozen=True)
 class Program:
     """The server an engine runs as ``python -m <module>`` from a configuration, and what it
-    needs before it starts (:func:`glm5lib.server.launch` reads it)."""
+    needs before it starts (:func:`glm5lib.engines.sglang.launch` reads it)."""
 
     module: str
     #: the configuration must name a model (the stand-in models none)
@@ -407,7 +407,7 @@ class EngineAdapter:
     config_loader: Callable[[Any], Any] | None = None
     #: (request) -> the started server object
     launcher: Callable[[LaunchRequest], Any] | None = None
-    #: the server :func:`glm5lib.server.launch` runs from this engine's configuration
+    #: the server :func:`glm5lib.engines.sglang.launch` runs from this engine's configuration
     program: Program | None = None
     #: (release) -> levers
     lever_maker: Callable[[str | None], list[Lever]] | None = None
@@ -430,6 +430,13 @@ class EngineAdapter:
     graph_schedule: Callable[[int], list[int]] | None = None
     #: the engine's offline step benchmark; None where it has none
     step_benchmark: StepBenchmark | None = None
+    #: (url, api_key, timeout) -> what the server at ``url`` says of itself when this engine
+    #: serves there (read from its own endpoints, secrets masked where they are not arguments),
+    #: None when it is not this engine; None: the engine cannot be told from outside
+    identify: Callable[[str, str | None, float], Mapping[str, Any] | None] | None = None
+    #: (what ``identify`` returned) -> the engine's configuration, where it holds the server's
+    #: arguments (SGLang's server info); None where it does not
+    config_from_info: Callable[[Mapping[str, Any]], Any] | None = None
 
     def launch(self, request: LaunchRequest) -> Any:
         """Start this engine's server for ``request``; ConfigError when it cannot be launched."""

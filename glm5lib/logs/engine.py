@@ -78,6 +78,32 @@ class LogEngine:
     #: readings (SGLang: CUDA graphs off in any release's spelling)
     args_digest: Callable[[dict[str, Any], Mapping[str, Any]], dict[str, Any]] | None = None
 
+    def parser(self, date: str | None = None, *, incremental: bool) -> LogParser:
+        """A fresh parser whose logs say they were read by this adapter (``ServerLog.reader``:
+        the cap's names and the digest's arguments come from it)."""
+        return _Reading(self, self.new_parser(date, incremental=incremental))
+
+
+class _Reading:
+    """An engine's parser whose every :class:`~glm5lib.logs.ServerLog` names the adapter that read it."""
+
+    def __init__(self, reader: LogEngine, parser: LogParser) -> None:
+        self._reader = reader
+        self._parser = parser
+
+    def __getattr__(self, name: str) -> Any:  # feed, feed_bulk, finish, feed_chunk...
+        return getattr(self._parser, name)
+
+    def build(self) -> ServerLog:
+        return self._stamped(self._parser.build())
+
+    def drain(self) -> ServerLog:
+        return self._stamped(self._parser.drain())
+
+    def _stamped(self, slog: ServerLog) -> ServerLog:
+        slog.reader = self._reader
+        return slog
+
 
 def available_engines() -> list[str]:
     """Names of the engines whose adapters are installed, in detection order."""

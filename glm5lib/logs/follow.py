@@ -44,13 +44,13 @@ class LogFollower:
     def _parser_for(self, head: bytes) -> LogParser:
         if self._parser is None:
             engine = resolve_engine(self._engine_name, head)
-            self._parser = engine.new_parser(self._date, incremental=True)
+            self._parser = engine.parser(self._date, incremental=True)
         return self._parser
 
     def _build(self) -> ServerLog:
         if self._parser is None:
             # Nothing read yet: an empty log, without settling which engine wrote it.
-            return resolve_engine(self._engine_name, b"").new_parser(self._date, incremental=True).build()
+            return resolve_engine(self._engine_name, b"").parser(self._date, incremental=True).build()
         return self._parser.build()
 
     @property

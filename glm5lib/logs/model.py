@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from glm5lib.logs.engine import DEFAULT_ENGINE, log_adapter
 from glm5lib.logs.fatal import ERROR_KINDS
 from glm5lib.masking import mask_mapping
 
@@ -47,7 +46,9 @@ class ServerLog:
     ``kv_cache_size_gb``, ``weight_load_time_s``, ``weight_mem_usage_gb``,
     ``cuda_graph_capture_time_s``, ``cuda_graph_batch_sizes``, ``available_gpu_mem_gb``; the
     first rank's value wins. ``standin`` is the profile name when the log comes from glm5lib's
-    stand-in server (its first line says so), else None.
+    stand-in server (its first line says so), else None. ``reader`` is the engine's log adapter
+    (:class:`~glm5lib.logs.engine.LogEngine`) that read it: the names its running cap goes by and
+    the arguments its digest shows first.
     """
 
     server_args: dict[str, Any] = field(default_factory=dict)
@@ -67,6 +68,8 @@ class ServerLog:
     lines: int = 0
     first_time: pd.Timestamp | None = None
     last_time: pd.Timestamp | None = None
+    # the LogEngine that read it (set by the parser it handed out; None for a log no adapter read)
+    reader: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ready(self) -> bool:
@@ -81,7 +84,7 @@ class ServerLog:
     def running_cap(self) -> int | None:
         """The running cap the log states (a start-up fact, else a server argument), under the
         names its engine's log adapter gives; None where it states none."""
-        keys = log_adapter(str(self.startup.get("engine") or DEFAULT_ENGINE)).cap_keys
+        keys = self.reader.cap_keys if self.reader is not None else ()
         for source in (self.startup, self.server_args):
             for key in keys:
                 value = source.get(key)
@@ -118,9 +121,9 @@ def summarize(slog: ServerLog) -> dict[str, Any]:
     """A JSON-ready digest of ``slog``: the args that matter (secrets masked), startup facts,
     decode statistics, errors and the crash cause."""
     args = mask_mapping(slog.server_args)
-    reader = log_adapter(str(slog.startup.get("engine") or DEFAULT_ENGINE))
-    important = {k: args[k] for k in reader.important_args if k in args}
-    if reader.args_digest is not None:
+    reader = slog.reader
+    important = {k: args[k] for k in (reader.important_args if reader is not None else ()) if k in args}
+    if reader is not None and reader.args_digest is not None:
         important = reader.args_digest(important, args)
     out: dict[str, Any] = {
         "lines": slog.lines,

@@ -55,7 +55,7 @@ def parse_log(
         except UnicodeEncodeError:
             # Lone surrogates: no bytes decode back to this text; split it as it is.
             adapter = resolve_engine(engine, source)
-            return _parse_lines(adapter.new_parser(date, incremental=False), split_text(source))
+            return _parse_lines(adapter.parser(date, incremental=False), split_text(source))
     with _opened(source) as (read, size, crs, head):
         return _parse_stream(read, size, crs, head, date, engine, progress)
 
@@ -97,7 +97,7 @@ def _parse_stream(
     engine: str,
     progress: bool | None,
 ) -> ServerLog:
-    parser = resolve_engine(engine, head).new_parser(date, incremental=False)
+    parser = resolve_engine(engine, head).parser(date, incremental=False)
     for _ in _feed_stream(parser, read, size, crs, progress):
         pass
     return parser.build()
@@ -173,7 +173,7 @@ def iter_log(
 
 
 def _stream(read, size, crs, head, date, engine, progress, piece_bytes) -> Iterator[ServerLog]:
-    parser = resolve_engine(engine, head).new_parser(date, incremental=False)
+    parser = resolve_engine(engine, head).parser(date, incremental=False)
     last = 0
     for done in _feed_stream(parser, read, size, crs, progress, piece_bytes):
         if done - last >= piece_bytes:

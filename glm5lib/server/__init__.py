@@ -1,13 +1,13 @@
-"""Launching, attaching to and stopping inference servers.
+"""Spawning, waiting for, attaching to and stopping inference servers: engine-blind.
 
-:func:`launch` starts ``python -m sglang.launch_server`` (``backend="sglang"``) or the stand-in
-``python -m glm5lib.sim`` (``backend="sim"``) from a :class:`~glm5lib.engines.sglang.config.ServerConfig`, as an
-argv list in its own process group, and returns a :class:`Server` once ``/health`` answers 200
-and the readiness line has been logged. Its output goes through a reader thread into the log
-file (secret values masked), and every line is checked for SGLang's fatal signatures, so a
-server that dies or logs an OOM/NaN/NCCL error while starting makes :func:`launch` raise
+A server here is an argv with an environment, run in its own process group, its output going
+through a reader thread into the log file (secret values masked) and checked for fatal
+signatures (OOM, NaN, NCCL...), so a server that dies or logs one while starting raises
 :class:`~glm5lib.errors.ServerLaunchError` at once, with the cause and the lines that show it.
-:func:`launch_command` does the same for any engine from a command template.
+:func:`launch_command` starts any engine from a command template. Each engine's own launch (SGLang
+and the stand-in from a ServerConfig: :func:`glm5lib.engines.sglang.launch`; vLLM;
+``transformers serve``) lives in its adapter under :mod:`glm5lib.engines`, which builds the argv and
+hands it to this package; nothing here imports an engine.
 
 :meth:`Server.stop` sends SIGTERM to the process group, waits, then SIGKILLs the group and any
 descendant that left it. Servers still running when the interpreter exits are stopped
@@ -17,10 +17,9 @@ descendant that left it. Servers still running when the interpreter exits are st
 server) with the same read interface; its ``stop()`` does nothing.
 
 Modules: :mod:`~glm5lib.server.process` (the child process, its log, stop, the registry of live
-servers), :mod:`~glm5lib.server.launcher` (SGLang and the stand-in, readiness),
+servers), :mod:`~glm5lib.server.ready` (readiness),
 :mod:`~glm5lib.server.command` (any engine from a command template, flag editing),
-:mod:`~glm5lib.server.attached` (servers glm5lib did not start), :mod:`~glm5lib.server.ports`,
-:mod:`~glm5lib.server.standin` (:func:`run_standin`: the stand-in from raw flags, for tests and notebooks).
+:mod:`~glm5lib.server.attached` (servers glm5lib did not start), :mod:`~glm5lib.server.ports`.
 """
 
 from __future__ import annotations
@@ -35,10 +34,9 @@ from glm5lib.server.command import (
     flag_value,
     launch_command,
 )
-from glm5lib.server.launcher import Program, Server, launch, programs
 from glm5lib.server.ports import LOOPBACK, find_free_port
 from glm5lib.server.process import READY_LINE, ServerProcess, live_servers, stop_all
-from glm5lib.server.standin import StandinProcess, run_standin
+from glm5lib.server.ready import launch_error, spawn_ready, wait_ready
 
 __all__ = [
     "LOOPBACK",
@@ -46,20 +44,17 @@ __all__ = [
     "READY_LINE",
     "AttachedServer",
     "CommandServer",
-    "Program",
-    "Server",
     "ServerProcess",
-    "StandinProcess",
     "apply_flag_changes",
     "attach",
     "fill_template",
     "find_free_port",
     "flag_name",
     "flag_value",
-    "launch",
     "launch_command",
+    "launch_error",
     "live_servers",
-    "programs",
-    "run_standin",
+    "spawn_ready",
     "stop_all",
+    "wait_ready",
 ]

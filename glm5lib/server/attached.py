@@ -1,7 +1,7 @@
 """Attaching to a server someone else runs, by URL.
 
 :func:`attach` wraps a remote SGLang, vLLM or any OpenAI-compatible server with the read
-interface of :class:`~glm5lib.server.Server` (``alive()``, ``server_info()``, ``logs()`` when its
+interface of :class:`~glm5lib.engines.sglang.launcher.Server` (``alive()``, ``server_info()``, ``logs()`` when its
 log file is readable here, ``crash_cause()``); its ``stop()`` does nothing.
 """
 
@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import http
-from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.logs import classify_fatal, follow_log
 from glm5lib.server.process import pick_cause
@@ -36,9 +35,9 @@ class AttachedServer:
         self.pid: int | None = None
         self._timeout = timeout
         self.server_info_at_attach = http.server_info(self.base_url, api_key=api_key, timeout=timeout)
-        self.config: ServerConfig | None = None
-        if self.server_info_at_attach:
-            self.config = ServerConfig.from_server_args(self.server_info_at_attach)
+        # the engine and its configuration: this package knows no engine, glm5lib.engines.attach fills them
+        self.engine: str | None = None
+        self.config: Any = None
         self._follower = None
 
     @property

@@ -18,9 +18,9 @@ from typing import Any
 
 from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_argv
-from glm5lib.server.launcher import Server, spawn_ready
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
-from glm5lib.server.process import child_env, next_restart_log, prepare_log_path
+from glm5lib.server.process import ServerProcess, child_env, next_restart_log, prepare_log_path
+from glm5lib.server.ready import spawn_ready
 
 __all__ = [
     "PLACEHOLDERS",
@@ -173,10 +173,10 @@ def fill_template(argv_template: Sequence[str], *, host: str = LOOPBACK, port: i
     return out
 
 
-class CommandServer(Server):
+class CommandServer(ServerProcess):
     """A server :func:`launch_command` started from a command template (any engine).
 
-    Same interface as :class:`Server` (``base_url``, ``alive()``, ``stop()``, ``logs()``,
+    Same interface as every launched server (``base_url``, ``alive()``, ``stop()``, ``logs()``,
     ``fatal_lines()``, ``crash_cause()``, ``with``); ``config`` is None, ``argv_template`` and
     ``model`` say what ran, and :meth:`restart` applies flag changes to the template.
     """
@@ -247,6 +247,9 @@ class CommandServer(Server):
             ready_path=self.ready_path, ready_line=self.ready_line, api_key=self._api_key,
             _restarts=options.get("restarts", 0),
         )
+
+    def __enter__(self) -> CommandServer:
+        return self
 
     def __repr__(self) -> str:
         state = "running" if self.alive() else f"exited {self.returncode}"

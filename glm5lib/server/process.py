@@ -1,6 +1,6 @@
 """A server's process: spawning it, reading its output, knowing why it failed, stopping it.
 
-:class:`ServerProcess` is what :class:`~glm5lib.server.Server` and
+:class:`ServerProcess` is what :class:`~glm5lib.engines.sglang.launcher.Server` and
 :class:`~glm5lib.server.CommandServer` share: the child runs in its own process group with its
 output going through a reader thread into the log file (secret values masked), every line is
 checked for the fatal signatures of :func:`glm5lib.logs.classify_fatal`, and :meth:`stop` sends

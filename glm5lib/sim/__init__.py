@@ -7,7 +7,7 @@ a stand-in in its first log line, in ``/get_server_info``, ``/get_model_info`` a
 Simulated GPU telemetry is served at ``/sim/gpus`` and ``/sim/environment``.
 
 The library reaches it only over HTTP, as it reaches a real server: for tests and notebooks,
-:func:`glm5lib.server.run_standin` starts one on a free port and stops it after use.
+:func:`glm5lib.engines.sim.run_standin` starts one on a free port and stops it after use.
 :func:`fit_profile` builds a profile from a real server's log so the stand-in can rehearse it.
 """
 

@@ -155,7 +155,7 @@ def test_diagnose_takes_the_run_folder_as_every_command_spells_it(tmp_path, caps
 def test_sweep_with_server_log_gives_diagnose_the_same_evidence_as_the_workbook(tmp_path, capsys):
     """glm5 sweep URL --server-log LOG carries the log (and the host's environment) into the run
     folder, so glm5 diagnose reads the scheduler lines and leads with the cap, as the workbook does."""
-    from glm5lib.server import run_standin
+    from glm5lib.engines.sim import run_standin
 
     log = tmp_path / "server.log"
     run = tmp_path / "run"

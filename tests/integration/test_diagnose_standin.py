@@ -17,8 +17,8 @@ from glm5lib import diagnose as dg
 def measure_standin(phase_dir, config):
     """One short phase on the stand-in: server log, sweep, requests, GPU samples, environment."""
     from glm5lib import telemetry
+    from glm5lib.engines.sim import run_standin
     from glm5lib.loadgen import run_sweep
-    from glm5lib.server import run_standin
 
     phase_dir.mkdir(parents=True)
     argv = config.with_changes(decode_log_interval=4).to_argv()
@@ -79,9 +79,9 @@ def test_standin_fix_flags_remove_the_cap_finding(tmp_path):
 
 @pytest.mark.slow
 def test_standin_nan_crash_is_the_top_finding(tmp_path):
+    from glm5lib.engines.sim import run_standin
     from glm5lib.errors import SweepAbortedError
     from glm5lib.loadgen import run_sweep
-    from glm5lib.server import run_standin
 
     flags = ["--model-path", "glm5", "--tp-size", "8", "--attention-backend", "flashinfer"]
     with (

@@ -261,6 +261,13 @@ def test_one_metrics_map_gives_the_telemetry_aliases_and_the_evidence_gauges():
         "vllm:gpu_cache_usage_perc": "sglang:token_usage",
         "vllm:num_preemptions_total": "sglang:num_retracted_reqs",
         "vllm:generation_tokens_total": "sglang:generation_tokens_total",
+        # the serving figures glm5 watch reads off a live server
+        "vllm:prompt_tokens_total": "sglang:prompt_tokens_total",
+        "vllm:request_success_total": "sglang:num_requests_total",
+        "vllm:time_to_first_token_seconds": "sglang:time_to_first_token_seconds",
+        "vllm:inter_token_latency_seconds": "sglang:inter_token_latency_seconds",
+        "vllm:time_per_output_token_seconds": "sglang:inter_token_latency_seconds",
+        "vllm:e2e_request_latency_seconds": "sglang:e2e_request_latency_seconds",
     }
     assert evidence._GAUGES == {
         "running_req": ("sglang:num_running_reqs", "vllm:num_requests_running"),
@@ -335,3 +342,15 @@ def test_vllm_gpu_release_catalogue_sits_beside_the_cpu_build_one():
     assert version == "0.33.0" and "sleep_mode_backend" in new and "sleep_mode_backend" not in old
     # the levers' fields are in both releases, under the same names
     assert {lv.field for lv in engines.get("vllm").levers("0.33.0")} == {lv.field for lv in engines.get("vllm").levers("0.32.0")}
+
+
+def test_the_stand_in_reads_sglangs_configuration_without_the_launcher():
+    """The stand-in imports SGLang's configuration at start: it must not pull in the launcher,
+    the process layer or pandas (its start-up time is every test's and every notebook's)."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, glm5lib.engines.sglang.config; "
+             "print(sorted(m for m in ('pandas', 'glm5lib.server', 'glm5lib.engines.sglang.launcher') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,7 +1,7 @@
 """Each stand-in fault at each phase: a classified error naming the cause and quoting the log,
 every record kept, a rerun that resumes, and no process left behind.
 
-Start-up faults make :func:`glm5lib.server.launch` raise; faults during a sweep make
+Start-up faults make :func:`glm5lib.engines.sglang.launch` raise; faults during a sweep make
 :func:`glm5lib.loadgen.run_sweep` raise :class:`~glm5lib.errors.SweepAbortedError` with the rows of
 the finished levels already in sweep.csv and every request record in requests.jsonl whole (a
 level the server died or hung in is not among them, even when its streams were only cut at the
@@ -24,6 +24,7 @@ import pytest
 
 from glm5lib import patching
 from glm5lib import server as srv
+from glm5lib.engines import sglang
 from glm5lib.errors import ConfigError, ServerLaunchError, SweepAbortedError
 from glm5lib.loadgen import load_sweep, run_sweep
 from glm5lib.sim import parse_faults
@@ -45,7 +46,7 @@ def _standin(tmp_path, *faults, name="server.log", **kw):
     for fault in faults:
         extra += ["--sim-fault", fault]
     kw.setdefault("ready_timeout", 60)
-    return srv.launch(["--max-running-requests", "64"], backend="sim", log_path=tmp_path / name,
+    return sglang.launch(["--max-running-requests", "64"], backend="sim", log_path=tmp_path / name,
                       extra_args=extra, **kw)
 
 
@@ -314,7 +315,7 @@ from glm5lib.loadgen import run_sweep
 
 site, run_dir = Path(sys.argv[1]), Path(sys.argv[2])
 with patching.SourcePatch(sys.argv[3], root=site, record_dir=run_dir):
-    with server.launch(["--max-running-requests", "64"], backend="sim", log_path=run_dir / "server.log",
+    with sglang.launch(["--max-running-requests", "64"], backend="sim", log_path=run_dir / "server.log",
                        ready_timeout=60) as srv:
         def told(event):
             if event.get("event") == "level_start":

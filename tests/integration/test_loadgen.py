@@ -526,10 +526,10 @@ def test_random_ids_are_sized_from_the_served_models_vocabulary(tmp_path):
 
 
 def _launch_standin(*faults: str):
-    server = pytest.importorskip("glm5lib.server")
+    sglang = pytest.importorskip("glm5lib.engines.sglang")
     pytest.importorskip("glm5lib.sim")
     extra = [a for f in faults for a in ("--sim-fault", f)]
-    return server.launch(["--max-running-requests", "4"], backend="sim", extra_args=extra, ready_timeout=60)
+    return sglang.launch(["--max-running-requests", "4"], backend="sim", extra_args=extra, ready_timeout=60)
 
 
 def test_stand_in_nan_crash_stops_the_sweep_with_its_fatal_lines(tmp_path):
@@ -823,11 +823,11 @@ def test_client_limited_relates_loop_lag_to_the_inter_token_interval(cpu, lag, i
 def test_256_streams_against_the_stand_in_are_not_client_bound(tmp_path):
     """The stand-in's baseline at 256 streams: about 880 tok/s over 64 running requests, so tokens
     come ~70 ms apart; the client reads them with room to spare and must not be blamed."""
-    from glm5lib import server
+    from glm5lib.engines import sglang
     from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.loadgen import run_sweep
 
-    srv = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "server.log",
+    srv = sglang.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "server.log",
                         ready_timeout=60)
     try:
         df = run_sweep(srv.base_url, [256], duration=6.0, input_len=256, output_len=256, warmup=2,

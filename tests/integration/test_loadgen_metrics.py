@@ -59,8 +59,8 @@ def test_finished_requests_keep_bench_servings_tpot():
 
 
 def test_duration_bound_sweep_on_the_stand_in_reports_latency_of_cut_requests(tmp_path):
+    from glm5lib.engines.sim import run_standin
     from glm5lib.loadgen import run_sweep
-    from glm5lib.server import run_standin
 
     with run_standin("--max-running-requests", "64", log_path=tmp_path / "server.log") as srv:
         df = run_sweep(srv.base_url, [8], input_len=32, output_len=4000, duration=2.0, warmup=0,

@@ -118,8 +118,8 @@ def test_a_level_whose_steady_window_is_a_sliver_reads_its_whole_throughput_not_
 
 
 def test_a_slowly_admitted_level_on_the_stand_in_is_extended_and_never_reads_zero(tmp_path):
+    from glm5lib.engines.sim import run_standin
     from glm5lib.loadgen import run_sweep
-    from glm5lib.server import run_standin
 
     # 256 prompt tokens a step against 2,048-token prompts: 24 requests take many steps to admit
     with run_standin("--max-running-requests", "64", "--chunked-prefill-size", "256", "--max-prefill-tokens", "256",

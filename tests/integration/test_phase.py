@@ -11,6 +11,7 @@ import psutil
 import pytest
 
 from glm5lib import cpus, phase, rundir, server
+from glm5lib.engines import sglang
 from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError, SweepAbortedError
 
@@ -53,7 +54,7 @@ def test_measure_phase_launches_samples_sweeps_and_stops_everything(tmp_path):
 
 
 def test_a_running_server_is_measured_left_running_and_stop_event_keeps_finished_levels(tmp_path):
-    srv = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "own.log",
+    srv = sglang.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "own.log",
                         ready_timeout=60)
     try:
         stop = threading.Event()

@@ -23,8 +23,8 @@ def test_format_level_line_names_cut_requests_and_leaves_out_what_is_unknown():
 
 def test_progress_prints_a_line_per_level_and_live_lines_during_a_real_sweep(tmp_path):
     from glm5lib import telemetry
+    from glm5lib.engines.sim import run_standin
     from glm5lib.loadgen import run_sweep
-    from glm5lib.server import run_standin
 
     run = tmp_path / "run"
     folder = rundir.phase_dir(run, "baseline")

@@ -23,9 +23,9 @@ import pandas as pd
 import pytest
 
 from glm5lib import diagnose as dg
+from glm5lib.engines.sim import run_standin
 from glm5lib.errors import ServerLaunchError, SweepAbortedError
 from glm5lib.loadgen import run_sweep
-from glm5lib.server import run_standin
 from glm5lib.telemetry import MetricsScraper
 
 PROFILE = ("--sim-profile", "glm5-nvfp4-8x-rtxpro6000", "--decode-log-interval", "2")

@@ -20,8 +20,9 @@ import time
 import psutil
 import pytest
 
-from glm5lib import http
+from glm5lib import engines, http
 from glm5lib import server as srv
+from glm5lib.engines import sglang
 from glm5lib.engines.sglang.config import ServerConfig
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.server.ports import port_in_use
@@ -42,7 +43,7 @@ def _no_leftovers(no_leftover_processes):
 def _fake_launch(fake_python, tmp_path, mode, **kw):
     kw.setdefault("ready_timeout", 20)
     env = {"FAKE_MODE": mode, **kw.pop("env", {})}
-    return srv.launch(
+    return sglang.launch(
         ServerConfig(model_path="m"), backend="sim", python=fake_python,
         log_path=tmp_path / "server.log", env=env, **kw,
     )
@@ -117,7 +118,7 @@ def test_child_that_left_the_group_is_killed_too(fake_python, tmp_path):
 
 def test_secrets_never_reach_the_log(fake_python, tmp_path):
     config = ServerConfig(model_path="m", api_key="sk-launch-secret-123")
-    server = srv.launch(
+    server = sglang.launch(
         config, backend="sim", python=fake_python, log_path=tmp_path / "server.log",
         env={"FAKE_MODE": "secret", "HF_TOKEN": "hf_abcdefghijklmnop"}, ready_timeout=20,
     )
@@ -177,7 +178,7 @@ def python_without_sglang(tmp_path):
 def test_missing_sglang_is_detected_before_spawning(tmp_path, python_without_sglang):
     before = _descendants()
     with pytest.raises(ServerLaunchError) as info:
-        srv.launch("glm5-baseline", backend="sglang", log_path=tmp_path / "server.log", python=python_without_sglang)
+        sglang.launch("glm5-baseline", backend="sglang", log_path=tmp_path / "server.log", python=python_without_sglang)
     assert info.value.cause == "sglang_not_installed"
     assert "backend='sim'" in str(info.value)
     assert _descendants() == before
@@ -186,12 +187,12 @@ def test_missing_sglang_is_detected_before_spawning(tmp_path, python_without_sgl
 
 def test_bad_backend_and_config_raise_config_error(tmp_path):
     with pytest.raises(ConfigError, match="sim"):
-        srv.launch(ServerConfig(model_path="m"), backend="vllm")
+        sglang.launch(ServerConfig(model_path="m"), backend="vllm")
     with pytest.raises(ConfigError) as info:
-        srv.launch(["--model-path", "m", "--tp-size", "0"], backend="sim")
+        sglang.launch(["--model-path", "m", "--tp-size", "0"], backend="sim")
     assert info.value.field == "tp_size"
     with pytest.raises(ConfigError) as info:
-        srv.launch(ServerConfig(tp_size=8), backend="sglang")
+        sglang.launch(ServerConfig(tp_size=8), backend="sglang")
     assert info.value.field == "model_path"
 
 
@@ -208,9 +209,9 @@ def test_keyboard_interrupt_while_launching_leaves_nothing(fake_python, tmp_path
 
 def test_attach_without_server_info(fake_python, tmp_path):
     with _fake_launch(fake_python, tmp_path, "ready") as server:
-        attached = srv.attach(server.base_url + "/")
+        attached = engines.attach(server.base_url + "/")
         assert attached.base_url == server.base_url
-        assert attached.config is None  # no /get_server_info on this server
+        assert attached.config is None and attached.engine is None  # no /get_server_info on this server
         assert attached.alive() and attached.crash_cause() is None
         attached.stop()
         assert server.alive()  # attach never stops what it did not start
@@ -218,15 +219,15 @@ def test_attach_without_server_info(fake_python, tmp_path):
     assert not attached.alive()
     assert attached.crash_cause() == "unreachable"
     with pytest.raises(ConfigError):
-        srv.attach("localhost:30000")
+        engines.attach("localhost:30000")
 
 
 def test_atexit_stops_servers_at_interpreter_exit(fake_python, tmp_path):
     script = tmp_path / "script.py"
     script.write_text(textwrap.dedent(f"""
-        from glm5lib import server
+        from glm5lib.engines import sglang
         from glm5lib.engines.sglang import config
-        s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake_python!r},
+        s = sglang.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake_python!r},
                           env={{"FAKE_MODE": "ready"}}, ready_timeout=20)
         print(s.pid, flush=True)
     """))
@@ -304,7 +305,7 @@ def _sim(tmp_path, *faults, name="server.log", **kw):
     for fault in faults:
         extra += ["--sim-fault", fault]
     kw.setdefault("ready_timeout", 30)
-    return srv.launch("glm5-baseline", backend="sim", log_path=tmp_path / name, extra_args=extra, **kw)
+    return sglang.launch("glm5-baseline", backend="sim", log_path=tmp_path / name, extra_args=extra, **kw)
 
 
 def test_sim_launch_logs_restart_attach(tmp_path):
@@ -314,16 +315,19 @@ def test_sim_launch_logs_restart_attach(tmp_path):
         log = server.logs()
         assert log.ready and log.standin == SIM_PROFILE
         assert log.server_args["max_running_requests"] == 64
-        attached = srv.attach(server.base_url)
-        assert attached.standin is not None
+        attached = engines.attach(server.base_url)
+        assert attached.standin is not None and attached.engine == "sim"
         assert attached.config.max_running_requests == 64
+        # the engine-blind attach knows no engine and reads no configuration
+        blind = srv.attach(server.base_url)
+        assert blind.engine is None and blind.config is None and blind.server_info_at_attach["max_running_requests"] == 64
         assert attached.config.attention_backend == "flashinfer"
         old_pid, old_log = server.pid, server.log_path
         server = server.restart(max_running_requests=1024, disable_cuda_graph=True)
         assert not psutil.pid_exists(old_pid) or psutil.Process(old_pid).status() == psutil.STATUS_ZOMBIE
         assert server.log_path != old_log and server.log_path.name == "server-restart1.log"
         assert server.logs().server_args["max_running_requests"] == 1024
-        assert srv.attach(server.base_url).config.max_running_requests == 1024
+        assert engines.attach(server.base_url).config.max_running_requests == 1024
         # the logged ServerArgs (every field) reads back as the launched config, and relaunches
         logged = ServerConfig.from_server_args(server.logs().server_args)
         for field, value in server.config.explicit.items():
@@ -336,12 +340,12 @@ def test_sim_launch_logs_restart_attach(tmp_path):
 def test_sim_with_api_key_attach(tmp_path):
     config = ServerConfig.load("glm5-baseline").with_changes(api_key="sk-test-key-0001")
     extra = ["--sim-profile", SIM_PROFILE]
-    with srv.launch(config, backend="sim", log_path=tmp_path / "server.log", extra_args=extra, ready_timeout=30) as server:
+    with sglang.launch(config, backend="sim", log_path=tmp_path / "server.log", extra_args=extra, ready_timeout=30) as server:
         assert "sk-test-key-0001" not in server.log_path.read_text()
-        with_key = srv.attach(server.base_url, api_key="sk-test-key-0001")
+        with_key = engines.attach(server.base_url, api_key="sk-test-key-0001")
         assert with_key.config is not None and with_key.config.max_running_requests == 64
         assert with_key.config.api_key in (None, "***") and "sk-test-key-0001" not in repr(with_key)
-        without_key = srv.attach(server.base_url)
+        without_key = engines.attach(server.base_url)
         assert without_key.config is None
 
 
@@ -545,7 +549,7 @@ def test_metrics_are_on_unless_the_config_says_otherwise(tmp_path, setting, serv
     config = ServerConfig.load("glm5-baseline").without("enable_metrics")
     if setting is not None:
         config = config.with_changes(enable_metrics=setting)
-    server = srv.launch(config, backend="sim", log_path=tmp_path / "server.log",
+    server = sglang.launch(config, backend="sim", log_path=tmp_path / "server.log",
                         extra_args=["--sim-profile", SIM_PROFILE], ready_timeout=30)
     try:
         assert ("--enable-metrics" in server.argv) is served

@@ -22,9 +22,10 @@ import psutil
 import pytest
 
 from glm5lib import server as srv
+from glm5lib.engines.sglang import launcher as launch_mod
 from glm5lib.engines.sglang.config import ServerConfig
-from glm5lib.server import launcher as launch_mod
 from glm5lib.server import process as process_mod
+from glm5lib.server import ready as ready_mod
 
 pytestmark = [pytest.mark.under_load, pytest.mark.usefixtures("cpu_load")]
 
@@ -58,7 +59,7 @@ def _assert_gone(pids, timeout: float = WAIT_S) -> None:
 
 def _launch(fake_python, tmp_path, mode="ready", **kw):
     kw.setdefault("ready_timeout", WAIT_S)
-    return srv.launch(
+    return launch_mod.launch(
         ServerConfig(model_path="m"), backend="sim", python=fake_python,
         log_path=tmp_path / "server.log", env={"FAKE_MODE": mode}, **kw,
     )
@@ -129,7 +130,7 @@ def test_an_exception_while_waiting_stops_the_server(fake_python, tmp_path, monk
         seen.append(server.pid)
         raise RuntimeError("readiness check broke")
 
-    monkeypatch.setattr(launch_mod, "wait_ready", broken)
+    monkeypatch.setattr(ready_mod, "wait_ready", broken)
     with pytest.raises(RuntimeError, match="broke"):
         _launch(fake_python, tmp_path)
     _assert_gone(seen)
@@ -156,10 +157,10 @@ def test_ctrl_c_while_stopping_waits_until_the_server_is_gone(fake_python, tmp_p
 
 LAUNCHER = """
 import sys, threading
-from glm5lib import server
+from glm5lib.engines import sglang
 from glm5lib.engines.sglang import config
 def start():
-    s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake!r},
+    s = sglang.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake!r},
                       env={{"FAKE_MODE": "ready"}}, ready_timeout=120)
     print(s.pid, flush=True)
 if {in_thread!r}:
@@ -285,9 +286,9 @@ def test_glm5_launch_interrupted_while_launching(fake_python, tmp_path):
 # --------------------------------------------------------------------------- a Jupyter kernel
 
 KERNEL_CODE = """
-from glm5lib import server
+from glm5lib.engines import sglang
 from glm5lib.engines.sglang import config
-s = server.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake!r},
+s = sglang.launch(config.ServerConfig(model_path="m"), backend="sim", python={fake!r},
                   env={{"FAKE_MODE": "ready"}}, ready_timeout=120)
 print(s.pid)
 """

@@ -16,8 +16,8 @@ import urllib.request
 import aiohttp
 import pytest
 
+from glm5lib.engines.sim import run_standin
 from glm5lib.errors import ConfigError, ServerLaunchError
-from glm5lib.server import run_standin
 from glm5lib.sim import fit_profile, load_profile, parse_faults, parse_sim_argv
 from glm5lib.sim.profile import StepContext
 from glm5lib.sim.text import TokenText, count_prompt_tokens
@@ -649,9 +649,9 @@ def test_the_configuration_picks_the_line_variant_of_its_release():
 
 def test_a_config_of_an_older_release_launches_the_stand_in_emulating_it(tmp_path):
     # --stream-output is 0.5.9's (0.5.23 renamed it): the stand-in must parse 0.5.9's flags
+    from glm5lib.engines.sglang import launch
     from glm5lib.engines.sglang.config import ServerConfig
     from glm5lib.http import get
-    from glm5lib.server import launch
 
     config = ServerConfig("0.5.9", stream_output=True, max_running_requests=4)
     with launch(config, backend="sim", log_path=tmp_path / "server.log", extra_args=["--sim-zero-delay"]) as server:

@@ -20,8 +20,8 @@ import pytest
 
 from glm5lib import diagnose, engines, phase
 from glm5lib.cli import main
+from glm5lib.engines.sim import run_standin
 from glm5lib.errors import ConfigError
-from glm5lib.server import run_standin
 from glm5lib.watch import Watch, WatchSettings
 
 pytestmark = [pytest.mark.slow]
@@ -87,11 +87,11 @@ def test_watching_the_stand_in_names_its_cap_without_sending_a_request(tmp_path)
 
 
 def test_a_server_without_metrics_or_that_serves_no_model_is_refused_first(tmp_path):
-    from glm5lib import server
+    from glm5lib.engines import sglang
     from glm5lib.engines.sglang.config import ServerConfig
 
     off = ServerConfig.from_argv(STANDIN).with_changes(enable_metrics=False)
-    with server.launch(off, backend="sim", log_path=tmp_path / "off.log") as srv:
+    with sglang.launch(off, backend="sim", log_path=tmp_path / "off.log") as srv:
         (tmp_path / "off.log").unlink()
         with pytest.raises(ConfigError, match="only when started with --enable-metrics"):
             Watch(WatchSettings(url=srv.base_url, run_dir=tmp_path / "run", window=5, duration=5))

@@ -146,10 +146,10 @@ def test_phase_log_is_empty_not_an_error_when_the_log_is_missing(tmp_path):
 
 @pytest.mark.slow
 def test_attaching_records_server_info_and_copies_the_log(tmp_path):
-    from glm5lib import server
+    from glm5lib.engines import sglang
     from glm5lib.engines.sglang.config import ServerConfig
 
-    own = server.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "own.log",
+    own = sglang.launch(ServerConfig.load("glm5-baseline"), backend="sim", log_path=tmp_path / "own.log",
                         ready_timeout=60)
     try:
         phase = tmp_path / "run" / "baseline"

@@ -28,8 +28,10 @@ LAYERS: list[tuple[str, ...]] = [
     ("glm5lib._version", "glm5lib.errors", "glm5lib.paths", "glm5lib.masking", "glm5lib.http",
      "glm5lib.rundir", "glm5lib.stepmodel", "glm5lib.cpus"),
     ("glm5lib.engines.sglang.config", "glm5lib.logs", "glm5lib._sglang_flags"),
-    ("glm5lib.engines", "glm5lib.server", "glm5lib.loadgen", "glm5lib.telemetry", "glm5lib.levels", "glm5lib.patching"),
-    ("glm5lib.diagnose", "glm5lib.phase", "glm5lib.stepbench"),
+    ("glm5lib.server", "glm5lib.loadgen", "glm5lib.telemetry"),
+    ("glm5lib.engines",),
+    ("glm5lib.levels", "glm5lib.patching"),
+    ("glm5lib.diagnose", "glm5lib.phase", "glm5lib.stepbench", "glm5lib.watch"),
     ("glm5lib.plots", "glm5lib.report", "glm5lib.progress", "glm5lib.widgets", "glm5lib.workbook", "glm5lib.tune"),
     ("glm5lib.cli", "glm5lib.__main__"),
 ]
@@ -197,8 +199,8 @@ LAZY_PAIRS = {
     ("glm5lib.engines.sglang.config", "glm5lib.logs"): "the stand-in imports config and starts without pandas, "
                                         "which the log parser needs",
     ("glm5lib.engines.sglang.config._sglang", "glm5lib.logs"): "the same import, where SGLangConfig now lives",
-    ("glm5lib.engines.sglang", "glm5lib.server"): "importing SGLang's configuration runs its engine package: "
-                                                  "the launcher (pandas) is loaded when a server is launched",
+    ("glm5lib.engines.sglang", "glm5lib.engines.sglang.launcher"): "importing SGLang's configuration runs its "
+                                                  "engine package: the launcher (pandas) is loaded when a server is launched",
 }
 
 

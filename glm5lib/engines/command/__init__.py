@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from glm5lib import http
 from glm5lib import server as server_mod
 from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest
 from glm5lib.errors import ConfigError
+from glm5lib.masking import mask_mapping
 
 __all__ = ["ADAPTER", "CAPABILITIES"]
 
@@ -36,6 +38,12 @@ def _launch(request: LaunchRequest) -> Any:
     )
 
 
+def _identify(url: str, api_key: str | None, timeout: float) -> dict[str, Any] | None:
+    """Any OpenAI-compatible server: its ``/v1/models``."""
+    models = http.get_json(url, "/v1/models", api_key=api_key, timeout=timeout)
+    return mask_mapping({"models": models}) if isinstance(models, dict) and "data" in models else None
+
+
 ADAPTER = EngineAdapter(
     name="command",
     title="an engine launched from a command",
@@ -44,4 +52,5 @@ ADAPTER = EngineAdapter(
     metrics={},
     log_engine=None,
     launcher=_launch,
+    identify=_identify,
 )

@@ -2,7 +2,7 @@
 
 SGLang's configuration is :class:`glm5lib.engines.sglang.config.ServerConfig` (``ServerArgs`` fields checked
 against the flag catalogue of the release in use); it is launched as ``python -m
-sglang.launch_server`` by :func:`glm5lib.server.launch`; its log is read by
+sglang.launch_server`` by :func:`launch` (:mod:`glm5lib.engines.sglang.launcher`); its log is read by
 :mod:`glm5lib.engines.sglang.log`. Its scheduler reserves KV room for the tokens an admitted request
 will still generate (``new_token_ratio``), logs one line per prefill and decode batch, and sends
 requests back to the queue by *retraction* when the KV pool runs out.
@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from glm5lib import http
 from glm5lib.engines.base import (
     Capabilities,
     EngineAdapter,
@@ -33,7 +34,7 @@ from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 from glm5lib.engines.sglang.stepbench import BENCHMARK
 from glm5lib.errors import ConfigError
 
-__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "SERVING_ROLES", "launch_from_server_config", "levers"]
+__all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "SERVING_ROLES", "launch", "launch_from_server_config", "levers", "server_info_of"]
 
 #: SGLang's serving front end: the HTTP server with its tokenizer manager (one process per
 #: ``--tokenizer-worker-num``, since 0.5.2; issue 6553) and the detokenizer (``--detokenizer-worker-num``,
@@ -123,16 +124,41 @@ def levers(release: str | None = None) -> list[Lever]:
 
 
 def launch_from_server_config(backend: str, request: LaunchRequest, extra_args: Sequence[str] = ()) -> Any:
-    """Launch ``backend`` of :func:`glm5lib.server.launch` (SGLang or the stand-in, both
+    """Launch ``backend`` of :func:`launch` (SGLang or the stand-in, both
     configured by a ServerConfig), ``extra_args`` before the request's own."""
     if request.config is None:
         raise ConfigError(f"BACKEND {backend!r} needs a server configuration (CONFIG)", field="CONFIG")
     # imported here: SGLang's configuration (this package's ``config``) stays readable without
     # the launcher's dependencies (pandas), for ``glm5 --help`` and the stand-in
-    from glm5lib import server as server_mod
+    from glm5lib.engines.sglang.launcher import launch
 
-    return server_mod.launch(request.config, backend=backend, log_path=request.log_path,
+    return launch(request.config, backend=backend, log_path=request.log_path,
                              ready_timeout=request.ready_timeout, extra_args=[*extra_args, *request.extra_args])
+
+
+#: names served from the launcher on first use (it loads pandas; SGLang's configuration does not)
+_LAUNCHER_NAMES = ("launch", "Server", "programs")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAUNCHER_NAMES:
+        import glm5lib.engines.sglang.launcher as launcher
+
+        return getattr(launcher, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def server_info_of(standin: bool):
+    """An ``identify`` hook: SGLang's server info at a URL, from SGLang (``standin=False``) or
+    from glm5lib's stand-in (which says so in it)."""
+
+    def identify(url: str, api_key: str | None, timeout: float) -> dict[str, Any] | None:
+        info = http.server_info(url, api_key=api_key, timeout=timeout)
+        if not info or isinstance(info.get("standin"), dict) != standin:
+            return None
+        return info
+
+    return identify
 
 
 def _releases() -> list[str]:
@@ -159,4 +185,6 @@ ADAPTER = EngineAdapter(
     change_hook=change_hook,
     graph_schedule=decode_graph_sizes,
     step_benchmark=BENCHMARK,
+    identify=server_info_of(standin=False),
+    config_from_info=ServerConfig.from_server_args,
 )

@@ -14,13 +14,14 @@ from typing import Any
 from glm5lib.engines.base import EngineAdapter, LaunchRequest, Program, StepBenchmark
 from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
 from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
-from glm5lib.engines.sglang import launch_from_server_config, levers
+from glm5lib.engines.sglang import launch_from_server_config, levers, server_info_of
 from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes, release_of
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 from glm5lib.engines.sglang.stepbench import bench_command, parse_bench_output
+from glm5lib.engines.sim.standin import StandinProcess, run_standin
 
-__all__ = ["ADAPTER", "BENCHMARK", "CAPABILITIES", "PROGRAM"]
+__all__ = ["ADAPTER", "BENCHMARK", "CAPABILITIES", "PROGRAM", "StandinProcess", "run_standin"]
 
 #: the stand-in's server: SGLang's flags of the release it is told to emulate, no model
 PROGRAM = Program("glm5lib.sim", requires_model=False, emulates_release=True)
@@ -60,4 +61,6 @@ ADAPTER = EngineAdapter(
     change_hook=change_hook,
     graph_schedule=decode_graph_sizes,
     step_benchmark=BENCHMARK,
+    identify=server_info_of(standin=True),
+    config_from_info=ServerConfig.from_server_args,
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from glm5lib import http
 from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever, ServingRole
 from glm5lib.engines.vllm._config import (
     CONFIG_FORMAT,
@@ -30,6 +31,7 @@ from glm5lib.engines.vllm.defaults import VLLM_AUTOMATIC_FIELDS, AutomaticValue,
 from glm5lib.engines.vllm.releases import BUNDLED_RELEASES, bundled_flags, bundled_release
 from glm5lib.engines.vllm.stepbench import BENCHMARK
 from glm5lib.errors import ConfigError
+from glm5lib.masking import mask_mapping
 
 __all__ = [
     "ADAPTER",
@@ -148,6 +150,15 @@ def _launch(request: LaunchRequest) -> Any:
                        api_key=request.api_key, extra_args=list(request.extra_args), port=request.port)
 
 
+def _identify(url: str, api_key: str | None, timeout: float) -> dict[str, Any] | None:
+    """vLLM's OpenAI server answers ``/version`` with its release."""
+    version = http.get_json(url, "/version", api_key=api_key, timeout=timeout)
+    if not (isinstance(version, dict) and "version" in version):
+        return None
+    models = http.get_json(url, "/v1/models", api_key=api_key, timeout=timeout)
+    return mask_mapping({"version": version["version"], "models": models})
+
+
 ADAPTER = EngineAdapter(
     name="vllm",
     title="vLLM",
@@ -164,4 +175,5 @@ ADAPTER = EngineAdapter(
     change_hook=_change_hook,
     graph_schedule=graph_sizes,
     step_benchmark=BENCHMARK,
+    identify=_identify,
 )

@@ -167,8 +167,8 @@ def standin_output(request, tmp_path_factory):
     """(release, the log of a stand-in emulating it after a few requests, its /metrics text)."""
     import urllib.request
 
+    from glm5lib.engines.sim import run_standin
     from glm5lib.http import get
-    from glm5lib.server import run_standin
 
     release = request.param
     log = tmp_path_factory.mktemp("standin") / "server.log"
@@ -198,8 +198,8 @@ def standin_variant_output(request, tmp_path_factory):
     its /metrics text)."""
     import urllib.request
 
+    from glm5lib.engines.sim import run_standin
     from glm5lib.http import get
-    from glm5lib.server import run_standin
 
     release = request.param
     log = tmp_path_factory.mktemp("standin-variant") / "server.log"
@@ -504,8 +504,8 @@ _TOKENIZER = textwrap.dedent("""
 def test_sglang_bench_serving_runs_against_the_standin(release, tmp_path):
     """SGLang's own bench_serving (a local tokenizer, random ids) against the stand-in; its
     printed block and JSONL record parse with parse_bench_result to the same numbers."""
+    from glm5lib.engines.sim import run_standin
     from glm5lib.logs import parse_bench_result
-    from glm5lib.server import run_standin
 
     python = _env(release)
     tokenizer = tmp_path / "tokenizer"

@@ -56,7 +56,7 @@ class SGLangConfig:
     ``SGLangConfig(model_path="zai-org/GLM-5", tp_size=8)``; every field SGLang knows reads as an
     attribute (its SGLang default when not set); :attr:`explicit` holds the fields that were set.
     Change with :meth:`with_changes`, compare with :meth:`diff`, launch with
-    :func:`glm5lib.server.launch`.
+    :func:`glm5lib.engines.sglang.launch`.
     """
 
     __slots__ = ("_cat", "_extras", "_meta", "_values")

@@ -1,27 +1,22 @@
-"""Launching SGLang or the stand-in from a :class:`~glm5lib.engines.sglang.config.ServerConfig`, and readiness.
+"""Launching SGLang or the stand-in from a :class:`~glm5lib.engines.sglang.config.ServerConfig`.
 
 :func:`launch` starts ``python -m sglang.launch_server`` (``backend="sglang"``) or the stand-in
 ``python -m glm5lib.sim`` (``backend="sim"``) as an argv list and returns a :class:`Server` once
-``/health`` answers 200 and the readiness line has been logged. A server that dies or logs an
-OOM/NaN/NCCL error while starting makes :func:`launch` raise
-:class:`~glm5lib.errors.ServerLaunchError` at once, with the cause and the lines that show it; an
-interrupt or any other exception while launching stops the half-started server before it
-propagates.
+``/health`` answers 200 and the readiness line has been logged
+(:func:`glm5lib.server.ready.spawn_ready`: a server that dies or logs an OOM/NaN/NCCL error while
+starting raises :class:`~glm5lib.errors.ServerLaunchError` at once, with the cause and the lines
+that show it). Each adapter holds its own program.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
-import subprocess
 import sys
-import time
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from glm5lib import engines, http
+from glm5lib import engines
 from glm5lib.engines.base import Program
 from glm5lib.engines.sglang.config import DEFAULT_RELEASE, ServerConfig, nearest_bundled
 from glm5lib.errors import ConfigError, ServerLaunchError
@@ -33,19 +28,20 @@ from glm5lib.server.process import (
     child_env,
     next_restart_log,
     prepare_log_path,
-    signals_deferred,
 )
+from glm5lib.server.ready import package_installed, spawn_ready
 
-__all__ = ["Program", "Server", "launch", "launch_error", "programs", "spawn_ready", "wait_ready"]
+__all__ = ["Server", "launch", "programs"]
 
 logger = logging.getLogger(__name__)
 
-# After a fatal line, how long to keep reading before deciding: the traceback that names the
-# specific cause (and the process exit) usually follows within a second.
-_FATAL_SETTLE_S = 3.0
 _QUIET_LEVELS = ("warning", "error", "critical")
 
-S = TypeVar("S", bound=ServerProcess)
+
+def programs() -> dict[str, Program]:
+    """``backend`` of :func:`launch` -> the program it starts: the registered engines that run
+    from a ServerConfig (SGLang and the stand-in), each adapter holding its own."""
+    return {a.name: a.program for a in engines.adapters() if a.program is not None and a.config_type is ServerConfig}
 
 
 class Server(ServerProcess):
@@ -91,24 +87,6 @@ def _as_config(config: ServerConfig | str | os.PathLike[str] | Sequence[str]) ->
         f"launch needs a ServerConfig, a config name/path or an argv list, got {type(config).__name__}",
         field="config",
     )
-
-
-def programs() -> dict[str, Program]:
-    """``backend`` of :func:`launch` -> the program it starts: the registered engines that run
-    from a ServerConfig (SGLang and the stand-in), each adapter holding its own."""
-    return {a.name: a.program for a in engines.adapters() if a.program is not None and a.config_type is ServerConfig}
-
-
-def package_installed(python: str, package: str) -> bool:
-    """Whether ``python`` can import ``package``."""
-    if Path(python).resolve() == Path(sys.executable).resolve():
-        return importlib.util.find_spec(package) is not None
-    done = subprocess.run(
-        [python, "-c", f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({package!r}) else 3)"],
-        capture_output=True,
-        timeout=60,
-    )
-    return done.returncode == 0
 
 
 def launch(
@@ -199,65 +177,3 @@ def launch(
     )
     logger.info("%s server ready at %s after %.1f s", backend, base_url, server.ready_at - server.started_at)
     return server
-
-
-def spawn_ready(make: Callable[[], S], ready_timeout: float, poll_interval: float) -> S:
-    """``make()`` (which spawns and registers a server) with interrupts held back until it is
-    registered, then :func:`wait_ready`; an interrupt, a launch error or anything else on the
-    way stops the half-started server before it propagates."""
-    server: S | None = None
-    try:
-        with signals_deferred():
-            server = make()
-        wait_ready(server, ready_timeout, poll_interval)
-    except BaseException:
-        if server is not None:
-            server.stop(grace=5.0)
-        raise
-    server.ready_at = time.time()
-    return server
-
-
-def launch_error(server: ServerProcess, cause: str, message: str) -> ServerLaunchError:
-    """The ServerLaunchError for ``server``: cause, exit status, the fatal lines and the log's tail."""
-    fatal = server.fatal_lines()
-    tail = server.tail()
-    lines = fatal[:10] + [line for line in tail[-15:] if line not in fatal[:10]] if fatal else tail[-25:]
-    return ServerLaunchError(
-        f"{server.backend} server did not start ({cause}): {message}; log: {server.log_path}",
-        cause=cause,
-        exit_code=server.returncode,
-        log_lines=lines,
-        log_path=str(server.log_path),
-    )
-
-
-def wait_ready(server: ServerProcess, ready_timeout: float, poll_interval: float) -> None:
-    """Return once ``server`` is ready; raise ServerLaunchError when it exits, logs a fatal line or times out."""
-    deadline = time.monotonic() + ready_timeout
-    ready_line = server.ready_line
-    path = server.ready_path
-    while True:
-        code = server.returncode
-        if code is not None:
-            server.join_output()  # read what it printed before dying
-            cause = server.crash_cause() or "exited"
-            raise launch_error(server, cause, f"the process exited with status {code} before it was ready")
-        first_fatal = server.first_fatal_at()
-        if first_fatal is not None and (time.monotonic() - first_fatal > _FATAL_SETTLE_S or not server.alive()):
-            cause = server.crash_cause() or "exited"
-            server.stop(grace=5.0)
-            raise launch_error(server, cause, "it logged a fatal error while starting")
-        if (first_fatal is None and (ready_line is None or server.ready_logged())
-                and http.get(server.base_url, path, api_key=server.api_key, timeout=2.0).ok):
-            return
-        if time.monotonic() > deadline:
-            raise launch_error(
-                server, "timeout",
-                f"not ready after {ready_timeout:.0f} s ("
-                + ("" if ready_line is None else
-                   f"readiness line {'seen' if server.ready_logged() else 'not seen'}, ")
-                + f"{path} not answering 200)",
-            )
-        if ready_line is None or server.ready_logged(timeout=poll_interval):
-            time.sleep(poll_interval)

@@ -1,4 +1,4 @@
-"""Start the stand-in for tests and notebooks: :func:`glm5lib.server.launch` with raw flags.
+"""Start the stand-in for tests and notebooks: :func:`glm5lib.engines.sglang.launcher.launch` with raw flags.
 
 ::
 
@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from glm5lib.engines.sglang.config import DEFAULT_RELEASE, ServerConfig
-from glm5lib.server.launcher import Server, launch
+from glm5lib.engines.sglang.launcher import Server, launch
 from glm5lib.server.ports import find_free_port
 
 __all__ = ["StandinProcess", "free_port", "run_standin"]
 
-#: What :func:`run_standin` yields (a :class:`glm5lib.server.Server`).
+#: What :func:`run_standin` yields (a :class:`glm5lib.engines.sglang.launcher.Server`).
 StandinProcess = Server
 #: A TCP port that nothing listens on right now.
 free_port = find_free_port
