@@ -18,7 +18,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from glm5lib import server as server_mod
 from glm5lib.errors import ConfigError, ServerLaunchError
+from glm5lib.logs import parse_log
 from glm5lib.masking import mask_mapping
 
 __all__ = ["FlagConfig", "engine_python", "local_model"]
@@ -199,3 +201,32 @@ def engine_python(package: str, override: str, missing: str) -> str:
     if importlib.util.find_spec(package) is not None:
         return sys.executable
     raise ServerLaunchError(missing, cause="not_found")
+
+
+def launch_engine(template: list[str], *, log_engine: str, title: str, **options: Any) -> Any:
+    """Start an engine's argv ``template`` (:func:`glm5lib.server.launch_command` with
+    ``options``); a start that fails quotes what the engine's own log says (read by its
+    ``log_engine`` adapter), and the server's log is read by that adapter."""
+    try:
+        srv = server_mod.launch_command(template, ready_path="/health", **options)
+    except ServerLaunchError as exc:
+        raise _explained(exc, log_engine, title) from None
+    srv.log_engine = log_engine
+    return srv
+
+
+def _explained(exc: ServerLaunchError, log_engine: str, title: str) -> ServerLaunchError:
+    """``exc`` quoting what the engine's own log says about the failed start."""
+    if exc.cause in ("port_in_use", "not_found") or not exc.log_path or not Path(exc.log_path).exists():
+        return exc
+    slog = parse_log(exc.log_path, engine=log_engine)
+    if slog.errors.empty:
+        return exc
+    first = slog.errors.iloc[0]
+    kind = slog.crash_cause() or first["kind"]
+    lines = [line for text in slog.errors["text"] for line in str(text).splitlines()][:20]
+    return ServerLaunchError(
+        f"{title} died while starting ({kind}): {first['message']}; log: {exc.log_path}",
+        cause=kind, exit_code=exc.exit_code, log_lines=lines + [ln for ln in exc.log_lines[-8:] if ln not in lines],
+        log_path=exc.log_path,
+    )

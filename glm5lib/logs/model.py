@@ -17,7 +17,7 @@ import pandas as pd
 from glm5lib.logs.fatal import ERROR_KINDS
 from glm5lib.masking import mask_mapping
 
-__all__ = ["ServerLog", "summarize"]
+__all__ = ["ServerLog", "parser_facts", "summarize"]
 
 @dataclass
 class ServerLog:
@@ -115,6 +115,21 @@ class ServerLog:
             f"{f', standin={self.standin!r}' if self.standin else ''})"
         )
 
+
+
+def parser_facts(parser: Any) -> dict[str, Any]:
+    """The :class:`ServerLog` fields every engine's parser keeps under the same names (what the
+    log says of the server and of itself), read off ``parser`` for its ``build``."""
+    return {
+        "server_args": dict(parser.server_args),
+        "ready_at": parser.ready_at,
+        "skipped": parser.skipped,
+        "skipped_examples": list(parser.skipped_examples),
+        "became_ready": parser.became_ready,
+        "lines": parser.lines,
+        "first_time": parser.first_time,
+        "last_time": parser.last_time,
+    }
 
 
 def summarize(slog: ServerLog) -> dict[str, Any]:

@@ -30,7 +30,7 @@ from glm5lib.diagnose import model as perf
 from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.errors import ConfigError, DiagnosisError
 
-__all__ = ["Landscape", "Point", "Prediction", "perfmodel_forecaster"]
+__all__ = ["Expected", "Landscape", "Point", "perfmodel_forecaster"]
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Point:
 
 
 @dataclass
-class Prediction:
+class Expected:
     value: float
     objective: float
     metrics: dict[str, float]
@@ -83,14 +83,14 @@ class Landscape:
     def add(self, point: Point) -> None:
         self.points = sorted([p for p in self.points if p.value != point.value] + [point], key=lambda p: p.value)
 
-    def predict(self, x: float) -> Prediction:
+    def predict(self, x: float) -> Expected:
         pts = self.points
         if not pts:
             raise ValueError("no measured point to forecast from")
         keys = ["objective", *self.metrics]
         for p in pts:
             if p.value == x:
-                return Prediction(x, p.objective, dict(p.metrics), "measured")
+                return Expected(x, p.objective, dict(p.metrics), "measured")
 
         def val(p: Point, key: str) -> float:
             return p.objective if key == "objective" else p.metrics.get(key, math.nan)
@@ -100,7 +100,7 @@ class Landscape:
             a, b = pts[hi - 1], pts[hi]
             w = (x - a.value) / (b.value - a.value)
             out = {k: val(a, k) + w * (val(b, k) - val(a, k)) for k in keys}
-            return Prediction(x, out.pop("objective"), out, "interpolated")
+            return Expected(x, out.pop("objective"), out, "interpolated")
         # the model's level is anchored on the nearest measured point whose batch held: a level whose
         # batch swung is no configuration's steady figure (its latencies read the swings)
         steady = [p for p in pts if p.held]
@@ -115,7 +115,7 @@ class Landscape:
                 log.info("performance model gave no forecast for %s=%s: %s", self.field, x, exc)
                 model = None
         if not model or not anchor:
-            return Prediction(x, math.nan, {k: math.nan for k in self.metrics}, "none", given=False,
+            return Expected(x, math.nan, {k: math.nan for k in self.metrics}, "none", given=False,
                               needs=f"a launch with {self.field}={x:g}: no performance model of the evidence")
         out: dict[str, float] = {}
         best: dict[str, float] = {}
@@ -128,7 +128,7 @@ class Landscape:
             edge = model.get("objective_high" if k == "objective" else f"{k}_low", math.nan)
             best[k] = float(edge) * scale
         given = bool(model.get("given")) and all(math.isfinite(out[k]) for k in keys)
-        return Prediction(x, max(out.pop("objective"), 0.0), out, "model" if given else "not forecast", given=given,
+        return Expected(x, max(out.pop("objective"), 0.0), out, "model" if given else "not forecast", given=given,
                           objective_high=best.pop("objective"), metrics_low=best,
                           needs=str(model.get("needs") or "") if not given else "")
 

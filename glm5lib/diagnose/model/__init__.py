@@ -8,7 +8,7 @@ the batch (running cap, KV pool, token budget), the step (a curve fitted on the 
 graphs' captured sizes and the cost of an eager step), the serving front end (one core per process),
 and, where one was taken, the engine's offline step benchmark. Modules:
 
-* :mod:`.core`: :class:`PerfModel`, :class:`Forecast`, :class:`Bounds`, :class:`Workload`;
+* :mod:`.core`: :class:`PerfModel`, :class:`Forecast`, :class:`Bounds`, :class:`RequestShape`;
 * :mod:`.levels`: a phase's sweep levels as the fit reads them;
 * :mod:`.curve`: the step curve and its alternatives;
 * :mod:`.graphs`: captured sizes, padding and the eager step's overhead with its source;
@@ -19,7 +19,14 @@ and, where one was taken, the engine's offline step benchmark. Modules:
 
 from __future__ import annotations
 
-from glm5lib.diagnose.model.core import MAX_BAND, Bounds, Forecast, PerfModel, StepParams, Workload
+from glm5lib.diagnose.model.core import (
+    MAX_BAND,
+    Bounds,
+    Forecast,
+    PerfModel,
+    RequestShape,
+    StepParams,
+)
 from glm5lib.diagnose.model.curve import Curve
 from glm5lib.diagnose.model.frontend import FrontEnd, RoleFit
 from glm5lib.diagnose.model.graphs import Eager
@@ -41,10 +48,10 @@ __all__ = [
     "FrontEnd",
     "PerfModel",
     "Recommendation",
+    "RequestShape",
     "RoleFit",
     "StepParams",
     "StepProfile",
-    "Workload",
     "forecast_text",
     "predict",
     "predict_remedy",

@@ -52,7 +52,7 @@ from glm5lib.diagnose.model.profile import StepProfile, read_profile
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams, nnls
 
-__all__ = ["MAX_BAND", "Bounds", "Forecast", "PerfModel", "StepParams", "Workload"]
+__all__ = ["MAX_BAND", "Bounds", "Forecast", "PerfModel", "RequestShape", "StepParams"]
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ GRAPH_FLOOR_SHARE = 0.05
 
 
 @dataclasses.dataclass
-class Workload:
+class RequestShape:
     """Mean prompt and output tokens of one request."""
 
     input_len: float
@@ -165,7 +165,7 @@ class PerfModel:
 
     curve: Curve
     bounds: Bounds
-    workload: Workload
+    workload: RequestShape
     engine: str
     # the curve is of eager steps (graphs off, or an engine without graphs): else of graph steps
     eager_base: bool
@@ -272,7 +272,7 @@ class PerfModel:
         sizes = bounds.graph_sizes if not eager_base else ()
         curve = fit_curve([p.running for p in use], [p.u_ms for p in use], [p.input_len for p in use],
                           [p.output_len for p in use], pad=lambda b: pad(b, sizes))
-        wl = Workload(float(np.median([p.input_len for p in points])), float(np.median([p.output_len for p in points])))
+        wl = RequestShape(float(np.median([p.input_len for p in points])), float(np.median([p.output_len for p in points])))
         model = cls(curve=curve, bounds=bounds, workload=wl, engine=engine, eager_base=eager_base,
                     frontend=frontend, levels=points, graphs_apply=graphs_apply, _adapter=adapter, _evidence=ev)
         if profile is not None:
@@ -358,7 +358,7 @@ class PerfModel:
         padded = pad(batch, sizes) if graph else batch
         return self.curve.step(batch, input_len, output_len, padded=padded, params=params)
 
-    def engine_step(self, batch: float, bounds: Bounds, wl: Workload) -> dict[str, Any]:
+    def engine_step(self, batch: float, bounds: Bounds, wl: RequestShape) -> dict[str, Any]:
         """One step at ``batch`` under ``bounds``: ``step_ms``, its relative ``down``/``up`` spread
         on throughput, ``eager``, ``sources`` and what is ``missing`` (None: nothing)."""
         largest = bounds.largest_graph
@@ -475,7 +475,7 @@ class PerfModel:
                           "written at start-up: set the pool in tokens to forecast it)")
 
     # -- the batch ----------------------------------------------------------------------------------
-    def running(self, concurrency: int, bounds: Bounds, workload: Workload) -> tuple[float, str]:
+    def running(self, concurrency: int, bounds: Bounds, workload: RequestShape) -> tuple[float, str]:
         """The batch the engine runs at ``concurrency`` under ``bounds``, and what binds it."""
         options: list[tuple[float, str]] = [(float(concurrency), "load")]
         if bounds.running_cap:
@@ -488,7 +488,7 @@ class PerfModel:
             options.append((max(1.0, bounds.token_budget * workload.output_len / ctx), "token_budget"))
         return min(options, key=lambda t: t[0])
 
-    def kv_bound(self, workload: Workload | None = None, *, headroom: float = 0.9) -> int | None:
+    def kv_bound(self, workload: RequestShape | None = None, *, headroom: float = 0.9) -> int | None:
         """The most requests the KV pool holds at their full length (``headroom`` of it), or None."""
         wl = workload or self.workload
         ctx = wl.input_len + wl.output_len
@@ -509,11 +509,11 @@ class PerfModel:
             raise ConfigError(f"changes must map engine field names to values, got {type(changes).__name__}",
                               field="changes")
         bounds, notes, unseen = self.with_changes(changes)
-        wl = Workload(float(input_len) if input_len is not None else self.workload.input_len,
+        wl = RequestShape(float(input_len) if input_len is not None else self.workload.input_len,
                       float(output_len) if output_len is not None else self.workload.output_len)
         return [self._one(c, bounds, wl, notes, unseen, dict(changes or {})) for c in levels]
 
-    def _one(self, c: int, bounds: Bounds, wl: Workload, notes: list[str], unseen: list[str],
+    def _one(self, c: int, bounds: Bounds, wl: RequestShape, notes: list[str], unseen: list[str],
              changes: Mapping[str, Any]) -> Forecast:
         batch, by = self.running(c, bounds, wl)
         step = self.engine_step(batch, bounds, wl)
@@ -576,7 +576,7 @@ class PerfModel:
             eager=bool(step["eager"]),
         )
 
-    def _needs(self, c: int, batch: float, bounds: Bounds, wl: Workload, changes: Mapping[str, Any],
+    def _needs(self, c: int, batch: float, bounds: Bounds, wl: RequestShape, changes: Mapping[str, Any],
                unseen: list[str], missing: str | None, eager: bool, by: str) -> tuple[str, dict[str, Any]]:
         """The one short measurement that would settle a forecast that is not given: in words, and as
         data a workbook or the tuner can act on."""
@@ -602,7 +602,7 @@ class PerfModel:
         return (f"{what}: {bench}, or {level}",
                 {"kind": "step_profile", "batches": [max(1, round(batch))], "graphs_off": graphs_off})
 
-    def benchmark_text(self, batches: Sequence[float], wl: Workload | None = None, *, graphs_off: bool | None = None) -> str:
+    def benchmark_text(self, batches: Sequence[float], wl: RequestShape | None = None, *, graphs_off: bool | None = None) -> str:
         """The engine's offline step benchmark at ``batches`` with this phase's arguments, as a
         command to run (one launch, no HTTP server); "" where the engine has none."""
         adapter = self._adapter or engines.get(self.engine, default=engines.COMMAND)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from glm5lib import rundir
 from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct
-from glm5lib.diagnose.model.core import Forecast, PerfModel, Workload, _levels
+from glm5lib.diagnose.model.core import Forecast, PerfModel, RequestShape, _levels
 from glm5lib.errors import ConfigError, DiagnosisError
 
 __all__ = ["Recommendation", "binding_words", "forecast_text", "model_of", "predict", "predict_remedy", "recommend_running_cap"]
@@ -184,7 +184,7 @@ def recommend_running_cap(
     chosen = None
     if model is not None:
         c = target_concurrency or value
-        wl = Workload(model.workload.input_len, model.workload.output_len)
+        wl = RequestShape(model.workload.input_len, model.workload.output_len)
         [chosen] = model.forecast({"running_cap": value}, [c], input_len=round(wl.input_len),
                                   output_len=round(wl.output_len))
         pred = chosen.predicted_tok_s

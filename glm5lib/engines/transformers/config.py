@@ -33,10 +33,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from glm5lib import server as server_mod
-from glm5lib.engines.flagconfig import FlagConfig, engine_python, local_model
-from glm5lib.errors import ConfigError, ServerLaunchError
-from glm5lib.logs import parse_log
+from glm5lib.engines.flagconfig import FlagConfig, engine_python, launch_engine, local_model
+from glm5lib.errors import ConfigError
 
 __all__ = [
     "BUNDLED_RELEASES",
@@ -264,29 +262,8 @@ def launch_transformers(
     template = serve_argv(config.with_changes(force_model=model), python, extra_args)
     # the engine checks PyPI for a newer release at start-up; a benchmark host may have no network
     base_env = {"HF_HUB_DISABLE_UPDATE_CHECK": "1", "NO_COLOR": "1"}
-    try:
-        srv = server_mod.launch_command(
-            template, port=port, host=host, model=model, log_path=log_path,
-            env={**base_env, **config.env, **(env or {})}, ready_timeout=ready_timeout, ready_path="/health",
-        )
-    except ServerLaunchError as exc:
-        raise _explain(exc) from None
-    srv.log_engine = "transformers"
-    return srv
+    return launch_engine(template, log_engine="transformers", title="transformers serve", port=port, host=host,
+                         model=model, log_path=log_path, env={**base_env, **config.env, **(env or {})},
+                         ready_timeout=ready_timeout)
 
 
-def _explain(exc: ServerLaunchError) -> ServerLaunchError:
-    """Quote what the engine's own log says about a failed start."""
-    if exc.cause in ("port_in_use", "not_found") or not exc.log_path or not Path(exc.log_path).exists():
-        return exc
-    slog = parse_log(exc.log_path, engine="transformers")
-    if slog.errors.empty:
-        return exc
-    first = slog.errors.iloc[0]
-    kind = slog.crash_cause() or first["kind"]
-    lines = [line for text in slog.errors["text"] for line in str(text).splitlines()][:20]
-    return ServerLaunchError(
-        f"transformers serve died while starting ({kind}): {first['message']}; log: {exc.log_path}",
-        cause=kind, exit_code=exc.exit_code, log_lines=lines + [ln for ln in exc.log_lines[-8:] if ln not in lines],
-        log_path=exc.log_path,
-    )

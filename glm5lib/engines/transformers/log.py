@@ -46,7 +46,7 @@ import pandas as pd
 
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
-from glm5lib.logs.model import ServerLog
+from glm5lib.logs.model import ServerLog, parser_facts
 from glm5lib.logs.text import EXC_LINE_RE, TRACEBACK, is_tqdm, strip_ansi
 from glm5lib.masking import mask_text
 
@@ -301,20 +301,13 @@ class TransformersParser:
 
     def build(self) -> ServerLog:
         return ServerLog(
-            server_args=dict(self.server_args),
+            **parser_facts(self),
             startup=dict(self.startup),
-            ready_at=self.ready_at,
             decode=_empty(DECODE_COLUMNS),
             prefill=_empty(PREFILL_COLUMNS),
             retractions=_frame(self.retract_rows, RETRACT_COLUMNS),
             errors=_errors_frame(self.errors),
             http=_http_frame(self.http_rows),
-            skipped=self.skipped,
-            skipped_examples=list(self.skipped_examples),
-            became_ready=self.became_ready,
-            lines=self.lines,
-            first_time=self.first_time,
-            last_time=self.last_time,
         )
 
     def drain(self) -> ServerLog:

@@ -34,11 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import cpus
-from glm5lib import server as server_mod
-from glm5lib.engines.flagconfig import FlagConfig, engine_python, local_model
+from glm5lib.engines.flagconfig import FlagConfig, engine_python, launch_engine, local_model
 from glm5lib.engines.vllm.releases import bundled_flags
-from glm5lib.errors import ConfigError, ServerLaunchError
-from glm5lib.logs import parse_log
+from glm5lib.errors import ConfigError
 from glm5lib.paths import data_dir
 
 __all__ = [
@@ -269,16 +267,9 @@ def launch_vllm(
                 "--host", "{host}", "--port", "{port}"]
     if api_key:
         template += ["--api-key", api_key]
-    try:
-        srv = server_mod.launch_command(
-            template, port=port, host=host, model=served, log_path=log_path,
-            env={"NO_COLOR": "1", **cpu_env(config), **config.env, **(env or {})},
-            ready_timeout=ready_timeout, ready_path="/health", api_key=api_key,
-        )
-    except ServerLaunchError as exc:
-        raise _explain(exc) from None
-    srv.log_engine = "vllm"
-    return srv
+    return launch_engine(template, log_engine="vllm", title="vLLM", port=port, host=host, model=served,
+                         log_path=log_path, env={"NO_COLOR": "1", **cpu_env(config), **config.env, **(env or {})},
+                         ready_timeout=ready_timeout, api_key=api_key)
 
 
 def cpu_env(config: VllmConfig | None = None) -> dict[str, str]:
@@ -291,20 +282,3 @@ def cpu_env(config: VllmConfig | None = None) -> dict[str, str]:
     if layout is None:
         return {}
     return {"VLLM_CPU_OMP_THREADS_BIND": cpus.format_cpus(layout.server)}
-
-
-def _explain(exc: ServerLaunchError) -> ServerLaunchError:
-    """Quote what vLLM's own log says about a failed start."""
-    if exc.cause in ("port_in_use", "not_found") or not exc.log_path or not Path(exc.log_path).exists():
-        return exc
-    slog = parse_log(exc.log_path, engine="vllm")
-    if slog.errors.empty:
-        return exc
-    first = slog.errors.iloc[0]
-    kind = slog.crash_cause() or first["kind"]
-    lines = [line for text in slog.errors["text"] for line in str(text).splitlines()][:20]
-    return ServerLaunchError(
-        f"vLLM died while starting ({kind}): {first['message']}; log: {exc.log_path}",
-        cause=kind, exit_code=exc.exit_code, log_lines=lines + [ln for ln in exc.log_lines[-8:] if ln not in lines],
-        log_path=exc.log_path,
-    )

@@ -73,7 +73,7 @@ from glm5lib.logs.access import access_frame, access_lines
 from glm5lib.logs.chunked import ACCESS_RE, read_lines
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.growing import GrowingTable
-from glm5lib.logs.model import ServerLog
+from glm5lib.logs.model import ServerLog, parser_facts
 from glm5lib.logs.server_args import parse_server_args
 from glm5lib.logs.text import split_chunk, strip_ansi
 from glm5lib.masking import mask_text
@@ -619,20 +619,13 @@ class VllmParser:
             block = self.server_args.get("block_size")
             startup["max_total_num_tokens"] = startup["num_gpu_blocks"] * (block if isinstance(block, int) else 16)
         return ServerLog(
-            server_args=dict(self.server_args),
+            **parser_facts(self),
             startup=startup,
-            ready_at=self.ready_at,
             decode=self._decode_frame(),
             prefill=_empty(("new_seq", "new_token", "cached_token", "token_usage", "running_req", "queue_req")),
             retractions=_frame(self.retract_rows, RETRACT_COLUMNS),
             errors=self._errors_frame(),
             http=self._http_frame(),
-            skipped=self.skipped,
-            skipped_examples=list(self.skipped_examples),
-            became_ready=self.became_ready,
-            lines=self.lines,
-            first_time=self.first_time,
-            last_time=self.last_time,
         )
 
     def drain(self) -> ServerLog:
