@@ -13,8 +13,10 @@ records which notebooks ran and how each ended.
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import logging
+import math
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +25,7 @@ from typing import Any
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, NotebookFailedError
+from glm5lib.loadgen.settings import check_concurrencies
 from glm5lib.phase import (
     BACKENDS,
     load_command,
@@ -36,6 +39,8 @@ from glm5lib.rundir import NOTEBOOKS_STATUS
 
 __all__ = [
     "BACKENDS",
+    "check_parameters",
+    "declared_parameters",
     "list_notebooks",
     "load_command",
     "notebooks_dir",
@@ -80,6 +85,81 @@ def parse_parameter(text: str) -> tuple[str, Any]:
     return name.upper(), value
 
 
+def declared_parameters(paths: Sequence[Path]) -> dict[str, dict[str, Any]]:
+    """Every parameter the notebooks ``paths`` declare in their ``parameters`` cells: name ->
+    ``defaults`` (each notebook's literal; one that is not a literal is left out), ``help`` (its
+    comment) and ``notebooks``."""
+    import papermill as pm
+
+    out: dict[str, dict[str, Any]] = {}
+    for path in paths:
+        for name, spec in pm.inspect_notebook(str(path)).items():
+            entry = out.setdefault(name, {"defaults": [], "help": spec.get("help") or "", "notebooks": []})
+            try:
+                entry["defaults"].append(ast.literal_eval(spec.get("default") or "None"))
+            except (ValueError, SyntaxError):
+                pass
+            entry["notebooks"].append(path.name)
+    return out
+
+
+# a parameter's kind, read off its default: what a value must be to take its place
+_KINDS: tuple[tuple[type | tuple[type, ...], tuple[type, ...], str], ...] = (
+    (bool, (bool,), "True or False"),
+    (int, (int,), "a whole number"),
+    (float, (int, float), "a number"),
+    (str, (str,), "a string"),
+    ((list, tuple), (list, tuple), "a list"),
+    (dict, (dict,), "a dict"),
+)
+
+
+def _kind(default: Any) -> tuple[tuple[type, ...], str] | None:
+    """What a value must be to take ``default``'s place (None: anything, for a None default)."""
+    for kind, accepted, words in _KINDS:
+        if isinstance(default, kind):
+            return accepted, words
+    return None
+
+
+def _fits(value: Any, default: Any) -> bool:
+    kind = _kind(default)
+    if kind is None:
+        return True
+    accepted, _words = kind
+    return isinstance(value, accepted) and (bool in accepted or not isinstance(value, bool))
+
+
+def check_parameters(params: Mapping[str, Any], paths: Sequence[Path]) -> None:
+    """A :class:`ConfigError` before any notebook runs for a parameter no notebook declares (with
+    the nearest names) or a value that cannot take its default's place (``CONCURRENCIES="abc"``:
+    a list of whole numbers of at least 1)."""
+    declared = declared_parameters(paths)
+    for name, value in params.items():
+        if name == "RUN_DIR":
+            continue
+        if name not in declared:
+            near = difflib.get_close_matches(name, list(declared), n=3)
+            raise ConfigError(
+                f"parameter {name} is declared by none of the notebooks run"
+                + (f"; did you mean {' or '.join(near)}?" if near else "")
+                + f" (they take {', '.join(sorted(declared))})", field=name, valid=sorted(declared))
+        spec = declared[name]
+        where = f"parameter {name}={value!r} is not valid"
+        hint = f" ({spec['help']})" if spec["help"] else ""
+        defaults = spec["defaults"]
+        if defaults and not any(_fits(value, d) for d in defaults):
+            kind = _kind(defaults[0])
+            raise ConfigError(f"{where}: it takes {kind[1] if kind else 'a Python literal'}, like its default "
+                              f"{defaults[0]!r}{hint}", field=name)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}: it takes a finite number{hint}", field=name)
+        if name.endswith("CONCURRENCIES") and isinstance(value, (list, tuple)):
+            if not value:
+                raise ConfigError(f"{where}: give at least one level, e.g. [1, 64, 256]", field=name)
+            check_concurrencies(value, name=f"{name} level", field=name)
+
+
 def run_workbook(
     parameters: Mapping[str, Any] | None = None,
     *,
@@ -93,7 +173,9 @@ def run_workbook(
 ) -> Path:
     """Execute the notebooks in order into a run folder and return that folder.
 
-    ``only`` restricts the run to notebooks whose number ``NN`` is listed. Raises
+    ``only`` restricts the run to notebooks whose number ``NN`` is listed. The parameters are
+    checked against what those notebooks declare before anything runs (:func:`check_parameters`).
+    Raises
     :class:`NotebookFailedError` naming the notebook and cell when one fails, after writing the
     report of what was done so far. ``report=False`` skips ``report.md``/``summary.json``.
     """
@@ -112,6 +194,7 @@ def run_workbook(
                 valid=[str(k) for k in sorted(known)],
             )
         paths = [p for p in paths if int(_NOTEBOOK_RE.match(p.name).group(1)) in wanted]
+    check_parameters(dict(parameters or {}), paths)
     out = Path(run_dir) if run_dir is not None else rundir.new_run_dir()
     out.mkdir(parents=True, exist_ok=True)
     params = dict(parameters or {})
