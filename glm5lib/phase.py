@@ -74,13 +74,14 @@ BACKENDS = tuple(engines.names())
 # the server of a phase
 # --------------------------------------------------------------------------------------------
 def _check_backend(backend: str) -> str:
-    if backend in BACKENDS or str(backend).startswith(("http://", "https://")):
+    # the registry as it is now: an engine registered from outside glm5lib is a backend too
+    if backend in engines.names() or str(backend).startswith(("http://", "https://")):
         return backend
-    choices = ", ".join(f"{name!r} ({engines.get(name).description})" for name in BACKENDS)
+    choices = ", ".join(f"{name!r} ({engines.get(name).description})" for name in engines.names())
     raise ConfigError(
         f"BACKEND {backend!r} is not valid: use {choices} or the http(s) URL of a running server to attach to",
         field="BACKEND",
-        valid=[*BACKENDS, "http://HOST:PORT"],
+        valid=[*engines.names(), "http://HOST:PORT"],
     )
 
 
@@ -122,7 +123,7 @@ def start_server(
     backend = _check_backend(backend)
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    if backend in BACKENDS:
+    if backend in engines.names():
         adapter = engines.get(backend)
         srv = adapter.launch(engines.LaunchRequest(
             config=config, log_path=folder / rundir.SERVER_LOG, ready_timeout=ready_timeout, api_key=api_key,
@@ -134,7 +135,7 @@ def start_server(
         if isinstance(srv, server_mod.CommandServer):
             (folder / rundir.COMMAND).write_text(json.dumps(srv.info(), indent=2, default=str) + "\n")
     else:
-        srv = server_mod.attach(backend, api_key=api_key, log_path=attach_log or None)
+        srv = engines.attach(backend, api_key=api_key, log_path=attach_log or None)
         cfg = getattr(srv, "config", None)
         if cfg is not None:
             cfg.save(folder / rundir.CONFIG)

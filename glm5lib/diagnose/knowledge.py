@@ -173,13 +173,27 @@ class _Flags:
         return intent_flags(field, self.release)
 
 
+class _LimitFlags:
+    """``{limit:NAME}`` in a remedy: the engine's flag for the neutral limit NAME, or words naming
+    the limit where its adapter has no field for it."""
+
+    def __init__(self, engine: str | None):
+        self.engine = engine
+
+    def __format__(self, limit: str) -> str:
+        adapter = engines_pkg.get(self.engine, default=engines_pkg.COMMAND) if self.engine else None
+        flag = adapter.capabilities.flag(limit) if adapter is not None else None
+        return flag or f"the engine's {limit.replace('_', ' ')} setting"
+
+
 def fill_remedy(text: str, release: str | None = None, *, lookup: Callable[[str], Any] | None = None,
-                **values: Any) -> str:
+                engine: str | None = None, **values: Any) -> str:
     """A remedy text with its placeholders filled: ``{flag:field}`` by the flags ``release``
     (default: the default release) takes for that field (:func:`glm5lib.engines.sglang.config.intent_flags`),
-    the others from ``values``, else ``lookup(name)`` (unknown ones and None read "default")."""
+    ``{limit:NAME}`` by ``engine``'s flag for a neutral limit, the others from ``values``, else
+    ``lookup(name)`` (unknown ones and None read "default")."""
     filled = {k: ("default" if v is None else v) for k, v in values.items()}
-    return text.format_map(_Blank({**filled, "flag": _Flags(release)}, lookup))
+    return text.format_map(_Blank({**filled, "flag": _Flags(release), "limit": _LimitFlags(engine)}, lookup))
 
 
 def remedy(intent: str, engine: str | None = None, *, release: str | None = None,
@@ -189,14 +203,16 @@ def remedy(intent: str, engine: str | None = None, *, release: str | None = None
     ``{placeholders}`` filled from ``values`` (see :func:`fill_remedy`); None where that engine
     has no such mechanism.
 
-    An engine the file does not know gets the default engine's wording; ``lookup`` fills the
-    placeholders ``values`` leaves (the evidence's ``arg``: the value a field has now)."""
+    An engine the file does not name (one registered from outside glm5lib, or whatever a command
+    ran) gets the neutral wording (``"*"``), in its own flags where its adapter maps the limit;
+    ``lookup`` fills the placeholders ``values`` leaves (the evidence's ``arg``: the value a
+    field has now)."""
     intents = load_remedies()
     if intent not in intents:
         raise DiagnosisError(f"no remedy for intent {intent!r}; known: {', '.join(sorted(intents))}")
     by_engine = intents[intent]
     engine = engine or engines_pkg.DEFAULT_ENGINE
-    text = by_engine[engine] if engine in by_engine else by_engine.get(engines_pkg.DEFAULT_ENGINE)
+    text = by_engine[engine] if engine in by_engine else by_engine.get("*", by_engine.get(engines_pkg.DEFAULT_ENGINE))
     if text is None:
         return None
-    return fill_remedy(text, release, lookup=lookup, **values)
+    return fill_remedy(text, release, lookup=lookup, engine=engine, **values)

@@ -80,6 +80,7 @@ __all__ = [
     "register",
     "sglang_knobs",
     "topic",
+    "unregister",
     "vllm_module",
     "vllm_python",
 ]
@@ -174,14 +175,29 @@ def get(name: str | EngineAdapter, default: str | None = None) -> EngineAdapter:
 
 
 def register(adapter: EngineAdapter, *, replace: bool = False) -> EngineAdapter:
-    """Add an engine's adapter (for an engine defined outside glm5lib); ConfigError on a name
-    already taken unless ``replace``."""
+    """Add an engine's adapter (for an engine defined outside glm5lib), with its log adapter
+    (``adapter.log_reader``) where it brings one: the one registration a new engine needs;
+    ConfigError on a name already taken unless ``replace``."""
     if not isinstance(adapter, EngineAdapter):
         raise ConfigError(f"register() takes an EngineAdapter, not {type(adapter).__name__}", field="adapter")
     if adapter.name in names() and not replace:
         raise ConfigError(f"engine {adapter.name!r} is already registered (pass replace=True)", field="name")
     _REGISTERED[adapter.name] = adapter
+    if adapter.log_reader is not None:
+        # here: the registry stays importable without the log reader's pandas (glm5 --help)
+        import glm5lib.logs.engine as log_engines
+
+        log_engines.register(adapter.log_reader)
     return adapter
+
+
+def unregister(name: str) -> None:
+    """Forget an engine :func:`register` added, and its log adapter (nothing for a bundled one)."""
+    adapter = _REGISTERED.pop(name, None)
+    if adapter is not None and adapter.log_reader is not None:
+        import glm5lib.logs.engine as log_engines
+
+        log_engines.unregister(adapter.log_reader.name)
 
 
 def config_types() -> tuple[type, ...]:

@@ -437,6 +437,9 @@ class EngineAdapter:
     #: (what ``identify`` returned) -> the engine's configuration, where it holds the server's
     #: arguments (SGLang's server info); None where it does not
     config_from_info: Callable[[Mapping[str, Any]], Any] | None = None
+    #: the log adapter (a ``glm5lib.logs.engine.LogEngine``) of an engine defined outside glm5lib,
+    #: registered with it (:func:`glm5lib.engines.register`); the bundled engines' are found by name
+    log_reader: Any = None
 
     def launch(self, request: LaunchRequest) -> Any:
         """Start this engine's server for ``request``; ConfigError when it cannot be launched."""

@@ -27,7 +27,8 @@ from glm5lib.errors import ConfigError
 if TYPE_CHECKING:  # the model imports nothing of this module: a type name only
     from glm5lib.logs.model import ServerLog
 
-__all__ = ["DETECT_BYTES", "ENGINE_MODULES", "LogEngine", "LogParser", "available_engines", "detect_engine", "log_adapter"]
+__all__ = ["DETECT_BYTES", "ENGINE_MODULES", "LogEngine", "LogParser", "available_engines", "detect_engine", "log_adapter",
+           "register", "unregister"]
 
 #: Engines and the modules holding their adapters; the first whose ``detect`` says yes wins.
 ENGINE_MODULES: dict[str, str] = {
@@ -35,6 +36,8 @@ ENGINE_MODULES: dict[str, str] = {
     "transformers": "glm5lib.engines.transformers.log",
     "sglang": "glm5lib.engines.sglang.log",
 }
+#: Log adapters of engines defined outside glm5lib (:func:`register`), asked before the modules above.
+_REGISTERED: dict[str, LogEngine] = {}
 #: The engine of a log no ``detect`` recognises.
 DEFAULT_ENGINE = "sglang"
 #: How much of a log's start ``detect`` sees.
@@ -105,9 +108,25 @@ class _Reading:
         return slog
 
 
+def register(reader: LogEngine) -> LogEngine:
+    """Add the log adapter of an engine defined outside glm5lib (``glm5lib.engines.register``
+    does it for an engine adapter's ``log_reader``); it is asked before the bundled ones."""
+    if not isinstance(reader, LogEngine):
+        raise ConfigError(f"register() takes a LogEngine, not {type(reader).__name__}", field="reader")
+    _REGISTERED[reader.name] = reader
+    return reader
+
+
+def unregister(name: str) -> None:
+    """Forget a log adapter :func:`register` added (nothing for a bundled or unknown name)."""
+    _REGISTERED.pop(name, None)
+
+
 def available_engines() -> list[str]:
-    """Names of the engines whose adapters are installed, in detection order."""
-    return [name for name, module in ENGINE_MODULES.items() if importlib.util.find_spec(module) is not None]
+    """Names of the engines whose adapters are installed, in detection order (those registered
+    from outside glm5lib first)."""
+    bundled = [name for name, module in ENGINE_MODULES.items() if importlib.util.find_spec(module) is not None]
+    return list(dict.fromkeys([*_REGISTERED, *bundled]))
 
 
 def log_adapter(name: str) -> LogEngine:
@@ -117,6 +136,8 @@ def log_adapter(name: str) -> LogEngine:
     if name not in valid:
         raise ConfigError(f"unknown log engine {name!r}: valid values are 'auto', " + ", ".join(map(repr, valid)),
                           field="engine", valid=["auto", *valid])
+    if name in _REGISTERED:
+        return _REGISTERED[name]
     # Adapters are plugins found by name: the log modules live in the engines' folders (a layer
     # above this one), imported only when a log of theirs is read.
     return importlib.import_module(ENGINE_MODULES[name]).ENGINE

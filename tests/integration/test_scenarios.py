@@ -203,7 +203,7 @@ def test_real_vllm_run_capped_by_max_num_seqs_leads_with_the_cap_in_vllms_flag(t
     frame = dg.diagnose(phase, write=False)
     top = frame.iloc[0]
     assert top["rule"] == "concurrency_cap", frame[["rule", "finding"]].to_string()
-    assert "at most 4 requests" in top["finding"] and "#queue-req averaged" in top["evidence"]
+    assert "at most 4 requests" in top["finding"] and "queued requests averaged" in top["evidence"]
     assert "--max-num-seqs" in top["suggestion"] and "--max-running-requests" not in top["suggestion"]
 
 

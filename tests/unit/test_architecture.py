@@ -196,6 +196,8 @@ LAZY_ALLOWED = {
 
 # (module, imported module) pairs imported inside a function on purpose, with the reason.
 LAZY_PAIRS = {
+    ("glm5lib.engines", "glm5lib.logs.engine"): "the registry lists engines without pandas (glm5 --help); an "
+                                                "engine registered from outside brings its log reader",
     ("glm5lib.engines.sglang.config", "glm5lib.logs"): "the stand-in imports config and starts without pandas, "
                                         "which the log parser needs",
     ("glm5lib.engines.sglang.config._sglang", "glm5lib.logs"): "the same import, where SGLangConfig now lives",

@@ -138,9 +138,9 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
     pool, pool_src = ev.kv_pool_tokens()
     max_new, max_src = ev.requested_max_tokens()
     parts = [
-        f"{_level_text(conc)} #running-req stayed at a median {_count(running)}"
+        f"{_level_text(conc)} running requests stayed at a median {_count(running)}"
         + (f", below the cap of {cap}" if cap else "")
-        + f", while #queue-req averaged {_num(queue)} and token usage only {usage:.2f}"
+        + f", while queued requests averaged {_num(queue)} and token usage only {usage:.2f}"
     ]
     confidence = 0.45
     target = int(min(c_ for c_ in (cap, conc) if c_)) if (cap or conc) else int(running * 2)
@@ -225,7 +225,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     parts = [
         f"{n_full} of {n_prefill} prefill batches ({_pct(share)}) took the whole budget of {budget:,} "
         f"tokens ({src}), {_pct(chunked)} of them one chunk of a longer prompt",
-        f"#queue-req behind them averaged {_num(float(queue.mean()))} while #running-req stayed at a "
+        f"queued requests behind them averaged {_num(float(queue.mean()))} while running requests stayed at a "
         f"median {_count(float(running.median()))}"
         + (f" of a limit of {int(limit)} (cap or offered load)" if limit else "")
         + f" and token usage at most {float(usage.max()):.2f}",
@@ -449,7 +449,7 @@ def rule_dp_imbalance(ev: Evidence) -> list[Finding]:
         return []
     text = (
         f"{len(per)} data-parallel ranks: DP{busy} ran {_count(hi)} requests on average, DP{idle} {_count(lo)}; "
-        "#queue-req per rank averaged "
+        "queued requests per rank averaged "
         + ", ".join(f"DP{k} {_num(float(v))}" for k, v in per["queue"].items())
     )
     return [

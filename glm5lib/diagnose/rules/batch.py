@@ -29,7 +29,7 @@ def _noun(d) -> str:
 
 
 def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
-    """Decode #running-req pinned at max-running-requests while requests queue and TTFT grows."""
+    """Running requests pinned at the running cap while requests queue and TTFT grows."""
     d = ev.active_decode()
     if d.empty:
         ev.skipped.append("concurrency_cap: no decode lines with running requests")
@@ -42,7 +42,7 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
         # No configured cap known: a plateau that requests queue behind is the signature.
         cap = int(running.max())
         inferred = True
-        cap_src = "the highest #running-req seen"
+        cap_src = "the most running requests seen"
     threshold = cap - max(0, math.floor(0.03 * cap))
     pinned = running >= threshold
     queued = queue > 0
@@ -65,13 +65,13 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
             lv_q = _col(lv, "queue_req").fillna(0)
             lv_pinned = (lv_run >= threshold) & (lv_q > 0)
             parts.append(
-                f"at concurrency {int(top['concurrency'])} #running-req stayed at {cap} on "
-                f"{_pct(float(lv_pinned.mean()))} of its {samples_text(lv)} while #queue-req "
+                f"at concurrency {int(top['concurrency'])} running requests stayed at {cap} on "
+                f"{_pct(float(lv_pinned.mean()))} of its {samples_text(lv)} while queued requests "
                 f"averaged {_num(float(lv_q.mean()))}"
             )
     parts += [
         ("over the whole log " if parts else "")
-        + f"#running-req stayed at {cap} on {_pct(share)} of {_noun(d)} while #queue-req averaged "
+        + f"running requests stayed at {cap} on {_pct(share)} of {_noun(d)} while queued requests averaged "
         f"{_num(float(queue[both].mean()))} (max {int(queue[both].max())}); "
         f"token usage there averaged {float(_col(d, 'token_usage')[both].mean()):.2f}, so KV was not the limit"
     ]
@@ -202,12 +202,12 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             peak_text += f" and was >= 0.95 on {_pct(share_full)} of {_noun(d)}"
         parts.append(peak_text)
         if full.any():
-            parts.append(f"#running-req there averaged {_num(float(running[full].mean()))}")
+            parts.append(f"running requests there averaged {_num(float(running[full].mean()))}")
         if held_signal:
             parts.append(
-                f"on {_pct(share_held)} of {_noun(d)} requests queued (#queue-req averaging "
+                f"on {_pct(share_held)} of {_noun(d)} requests queued (queued requests averaging "
                 f"{_num(float(_col(d, 'queue_req')[held].mean()))}) at usage >= 0.85 while "
-                f"#running-req ({_num(float(running[held].mean()))} on average) stayed below the cap"
+                f"running requests ({_num(float(running[held].mean()))} on average) stayed below the cap"
                 + (f" of {cap}" if cap else "")
             )
     if n_retract:
@@ -315,7 +315,7 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
             prediction=prediction,
             finding=f"CUDA graphs not used for batches above {int(max_bs)}",
             evidence=(
-                f"cuda graph: False on {int(over.sum())} of the {int(big.sum())} decode lines with #running-req above "
+                f"cuda graph: False on {int(over.sum())} of the {int(big.sum())} decode lines with running requests above "
                 f"{int(max_bs)} ({src}); those batches reached {int(running[over].max())} (p95 {p95:.0f}){cost}"
             ),
             suggestion=(

@@ -126,8 +126,8 @@ def rule_token_budget(ev: Evidence) -> list[Finding]:
     elif not (math_["sustained"] < 0.9 * limit and running <= 1.5 * math_["sustained"] + 1):
         return []
     parts = [
-        f"{_level_text(conc)} #running-req stayed at a median {_num(running)} (peak {_num(peak)}) of a limit of "
-        f"{int(limit)} (cap or offered load) while #queue-req averaged {_num(float(queue.mean()))} "
+        f"{_level_text(conc)} running requests stayed at a median {_num(running)} (peak {_num(peak)}) of a limit of "
+        f"{int(limit)} (cap or offered load) while queued requests averaged {_num(float(queue.mean()))} "
         f"(peak {int(queue.max())}) and KV usage peaked at {float(usage.max()):.2f} ({samples_text(lines)})",
         f"each engine step may take {budget:,} tokens ({bsrc}); a request brings {prompt:,.0f} prompt tokens "
         f"({psrc}) and generates {output:,.0f}: beside {_num(running)} decodes a step has {math_['room']:,.0f} "
@@ -199,8 +199,8 @@ def rule_load_bound(ev: Evidence) -> list[Finding]:
     if float(queue.median()) > 0 or float(queue.mean()) > 0.1 * conc or float(usage.max()) >= _KV_FULL:
         return []
     parts = [
-        f"at concurrency {int(conc)}, the highest level, #running-req ran a median {_num(med)} (peak "
-        f"{_num(peak)}) of the {int(conc)} requests offered, #queue-req 0 on "
+        f"at concurrency {int(conc)}, the highest level, running requests ran a median {_num(med)} (peak "
+        f"{_num(peak)}) of the {int(conc)} requests offered, queued requests 0 on "
         f"{_pct(float((queue == 0).mean()))} of {samples_text(lines)} (mean {_num(float(queue.mean()))}), "
         f"KV usage at most {float(usage.max()):.2f}"
     ]

@@ -54,7 +54,7 @@ def _ruled_out(field: str, current: Any, reference: Any, ev: Evidence) -> str | 
     if limit == "running_cap" and isinstance(current, int) and not d.empty:
         top = int(_col(d, "running_req").max())
         if top < current - max(1, math.floor(0.03 * current)):
-            return f"the cap was never reached (#running-req at most {top} of {current})"
+            return f"the cap was never reached (running requests at most {top} of {current})"
         if isinstance(reference, int) and current >= reference:
             return "this run already allows as many running requests as the reference"
     if (limit in ("kv_tokens", "kv_fraction") or field == "kv_cache_dtype") and not d.empty:

@@ -67,7 +67,7 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
         )
     else:
         parts.append(
-            f"#running-req reached {int(_col(d, 'running_req').max())}"
+            f"running requests reached {int(_col(d, 'running_req').max())}"
             + (f" of a cap of {cap}" if cap else "")
             + f", token usage at most {float(_col(d, 'token_usage').max()):.2f}"
         )
@@ -136,7 +136,7 @@ def _eager_at_top(ev: Evidence) -> str | None:
     if float(eager.mean()) < 0.5:
         return None
     return (f"at concurrency {int(conc)} {_pct(float(eager.mean()))} of the decode lines ran without a CUDA graph "
-            f"(#running-req median {_num(float(_col(lines, 'running_req').median()))})")
+            f"(running requests median {_num(float(_col(lines, 'running_req').median()))})")
 
 
 def _admission_held(ev: Evidence) -> bool:

@@ -264,7 +264,7 @@ def test_concurrency_cap_fires_with_numbers_and_a_kv_backed_recommendation():
     f = out[0]
     assert "64" in f.finding
     assert "stayed at 64 on 94% of decode lines" in f.evidence  # 31 of 33
-    assert "queue-req averaged 184 (max 190)" in f.evidence
+    assert "queued requests averaged 184 (max 190)" in f.evidence
     assert "860 -> 880 tok/s" in f.evidence and "300 -> 12,000 ms" in f.evidence
     assert f.confidence >= 0.85  # log and sweep agree
     # KV pool 500k tokens at 90% / 512 tokens per request = 878, bounded by the 256 offered -> 256
@@ -326,7 +326,7 @@ def test_cuda_graph_fires_above_max_bs():
         ev = dg.Evidence(decode=decode_frame(running, graph=graph), server_args=args)
         out = dg.rule_cuda_graph(ev)
         assert len(out) == 1
-        assert "cuda graph: False on 10 of the 10 decode lines with #running-req above 64" in out[0].evidence
+        assert "cuda graph: False on 10 of the 10 decode lines with running requests above 64" in out[0].evidence
         assert "above 64" in out[0].evidence and "reached 200" in out[0].evidence
         assert f"raise {flag} to about 200" in out[0].suggestion
 
@@ -557,7 +557,7 @@ def test_reference_diff_lists_unexplained_differences_in_rank_order():
     assert "disable_cuda_graph" in fields and "enable_flashinfer_allreduce_fusion" in fields
     assert "max_running_requests" not in fields  # cap never reached: ruled out
     ruled = [f for f in out if f.rule == "reference_diff_ruled_out"]
-    assert ruled and "never reached (#running-req at most 40 of 64)" in ruled[0].evidence
+    assert ruled and "never reached (running requests at most 40 of 64)" in ruled[0].evidence
     sev = [f.severity for f in diffs]
     assert sev == sorted(sev, reverse=True)
     assert "try --attention-backend triton" in diffs[0].suggestion
@@ -669,7 +669,7 @@ def test_kv_capacity_fires_when_requests_queue_below_the_cap_at_high_usage():
     )
     out = dg.rule_kv_capacity(ev)
     assert len(out) == 1
-    assert "on 100% of decode lines requests queued (#queue-req averaging 400)" in out[0].evidence
+    assert "on 100% of decode lines requests queued (queued requests averaging 400)" in out[0].evidence
     assert "below the cap of 2048" in out[0].evidence
     # the same queue at the cap is the concurrency cap's signature, not KV's
     at_cap = dg.Evidence(
@@ -743,7 +743,7 @@ def test_saturation_fires_below_cap_and_kv_and_splits_the_step():
     out = dg.rule_saturation(ev)
     assert len(out) == 1
     assert "256 to 1024 output throughput moved only 3,900 -> 4,100" in out[0].evidence
-    assert "#running-req reached 256 of a cap of 1024" in out[0].evidence
+    assert "running requests reached 256 of a cap of 1024" in out[0].evidence
     fixed = re.search(r"the fixed part is (\d+)% of a ([\d.]+) ms step", out[0].evidence)
     assert fixed and 85 <= int(fixed.group(1)) <= 95 and 60 < float(fixed.group(2)) < 70, out[0].evidence
     assert "per-step overhead" in out[0].suggestion
@@ -806,8 +806,8 @@ def test_concurrency_cap_quotes_the_level_above_the_cap_when_clocks_align():
     ev = dg.Evidence(decode=decode, sweep=sweep, server_args={"max_running_requests": 64})
     out = dg.rule_concurrency_cap(ev)
     assert out[0].evidence.startswith(
-        "at concurrency 256 #running-req stayed at 64 on 100% of its 20 decode lines while #queue-req averaged 190; "
-        "over the whole log #running-req stayed at 64 on 67% of decode lines"
+        "at concurrency 256 running requests stayed at 64 on 100% of its 20 decode lines while queued requests averaged 190; "
+        "over the whole log running requests stayed at 64 on 67% of decode lines"
     )
 
 

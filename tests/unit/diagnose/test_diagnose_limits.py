@@ -134,7 +134,7 @@ def test_each_level_takes_the_denser_source_and_the_cap_is_seen_where_the_log_is
     assert (lines["source"] == "log").all() and len(lines) == 10
     cap = dg.rule_concurrency_cap(ev)
     assert cap and "at most 1024 requests" in cap[0].finding
-    assert "#running-req stayed at 1024 on 69% of decode lines" in cap[0].evidence
+    assert "running requests stayed at 1024 on 69% of decode lines" in cap[0].evidence
     assert "(max 895)" in cap[0].evidence
 
 
