@@ -73,6 +73,7 @@ __all__ = [
     "SWEEP",
     "TUNE_BEST",
     "TUNE_CSV",
+    "WATCH",
     "new_run_dir",
     "phase_dir",
 ]
@@ -85,6 +86,7 @@ SERVER_LOG = "server.log"
 SWEEP = "sweep.csv"
 STEP_PROFILE = "step-profile.csv"
 STEP_PROFILE_LOG = "step-profile.log"
+WATCH = "watch.json"  # a watched phase: its levels are windows of a live server's own traffic
 REQUESTS = "requests.jsonl"
 GPU = "gpu.csv"
 METRICS = "metrics.csv"

@@ -55,7 +55,7 @@ __all__ = ["WATCH_COLUMNS", "Watch", "WatchResult", "WatchSettings", "histogram_
 
 log = logging.getLogger(__name__)
 
-WATCH_FILE = "watch.json"
+
 #: the columns of a watched phase's ``sweep.csv`` (those of a sweep level it can fill, and its own)
 WATCH_COLUMNS = [
     "concurrency", "mode", "window", "completed", "failed", "duration", "total_input_tokens", "total_output_tokens",
@@ -442,7 +442,7 @@ class Watch:
                 "what": "windows of real traffic watched through the engine's own /metrics (and log); no inference "
                         "request was sent. A window's concurrency is the offered load the engine's gauges read "
                         "(running + queued), not a load generator's."}
-        (folder / WATCH_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        (folder / rundir.WATCH).write_text(json.dumps(meta, indent=2) + "\n")
         rows: list[dict[str, Any]] = []
         stopped = "the duration is up"
         stop = stop or threading.Event()
@@ -489,7 +489,7 @@ class Watch:
             per_level(gpu, windows).to_csv(folder / rundir.POWER, index=False)
         meta.update(stopped=_now(), windows=len(rows), how_it_ended=stopped, scrapes=scraper.scrapes,
                     scrape_errors=scraper.errors, metrics_rows=len(metrics))
-        (folder / WATCH_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+        (folder / rundir.WATCH).write_text(json.dumps(meta, indent=2) + "\n")
         return WatchResult(folder, windows, self.engine, cost, stopped)
 
     def _window(self, frame: pd.DataFrame, t0: float, t1: float, k: int, cpu0: dict[str, float],

@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from glm5lib import diagnose, engines, phase
+from glm5lib import diagnose, engines, phase, rundir
 from glm5lib.cli import main
 from glm5lib.engines.sim import run_standin
 from glm5lib.errors import ConfigError
@@ -78,7 +78,7 @@ def test_watching_the_stand_in_names_its_cap_without_sending_a_request(tmp_path)
     for _, w in windows.iterrows():
         got = _received(out, w["start_time"], w["end_time"])
         assert w["output_throughput"] == pytest.approx(got, rel=0.10), (w["window"], w["output_throughput"], got)
-    meta = json.loads((tmp_path / "run" / "watch" / "watch.json").read_text())
+    meta = json.loads((tmp_path / "run" / "watch" / rundir.WATCH).read_text())
     assert "no inference request" in meta["what"] and meta["scrape_cost"]["wall_ms"] > 0
     watched = diagnose.diagnose(tmp_path / "run", phase="watch", write=False)
     swept = diagnose.diagnose(tmp_path / "run", phase="sweep", write=False)
