@@ -2,12 +2,13 @@
 #   make workbook   run the whole workbook on the stand-in server; prints where the results are
 #   make test       lint and run the test suite (what CI runs)
 #   make vllm       vLLM for CPU and a tiny model in .engines/ (about 3.5 GB), for the real-engine tests
+#   make transformers  transformers serve for CPU in .engines/ (shares vLLM's torch wheel), for its real-engine test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 ARGS ?=
 
-.PHONY: setup test test-quick test-integration test-vllm-scenarios workbook lint clean-notebooks vllm browser-deps sglang-envs tune-grid-fixture
+.PHONY: setup test test-quick test-integration test-vllm-scenarios workbook lint clean-notebooks vllm transformers browser-deps sglang-envs tune-grid-fixture
 
 setup: $(VENV)/.installed
 
@@ -57,6 +58,11 @@ clean-notebooks: setup
 ENGINES ?= .engines
 vllm:
 	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/vllm/install.sh
+
+# transformers serve (transformers[serving] 5.19 and the CPU torch vLLM pins) in $(ENGINES)/transformers,
+# for tests/integration/test_transformers_engine.py; its wheels shared with vLLM's in $(ENGINES)/wheels
+transformers:
+	ENGINES=$(ENGINES) PYTHON=$(PYTHON) bash scripts/transformers/install.sh
 
 # One CPU environment per supported SGLang release under .engines/ (for tests/integration/contract/)
 sglang-envs:

@@ -121,6 +121,24 @@ def _change_hook(name: str, value: Any, changes: Any, args: Any) -> tuple[str, A
         return None
 
 
+def _limits_hook(values: dict, sources: dict, names: dict, args: Any, startup: Any) -> None:
+    """The KV pool in tokens where the log gives it in blocks only (5.19 logs the cache's blocks,
+    not their tokens): the blocks in force times the configured block size (256 unless set)."""
+    if values.get("kv_tokens") is not None:
+        return
+    blocks = (startup or {}).get("cb_num_blocks") or (args or {}).get("cb_num_blocks")
+    size = (args or {}).get("cb_block_size") or DEFAULT_BLOCK_SIZE
+    try:
+        tokens = int(blocks) * int(size)
+    except (TypeError, ValueError):
+        return
+    if tokens > 0:
+        where = "start-up log line" if (startup or {}).get("cb_num_blocks") else "server arguments"
+        values["kv_tokens"] = tokens
+        sources["kv_tokens"] = f"{where} (blocks) x cb_block_size"
+        names["kv_tokens"] = "cb_num_blocks"
+
+
 def _launch(request: LaunchRequest) -> Any:
     config = request.config
     if config is None and request.model:
@@ -150,4 +168,5 @@ ADAPTER = EngineAdapter(
     automatic_resolver=transformers_automatic,
     releases=lambda: list(BUNDLED_RELEASES),
     change_hook=_change_hook,
+    limits_hook=_limits_hook,
 )

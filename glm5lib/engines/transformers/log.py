@@ -62,6 +62,10 @@ _FAILED_LOAD_RE = re.compile(r"^Failed to load (\S+): (.*)$")
 _DUMP_RE = re.compile(r"^(Model config|Generate config) (\w+) \{$")
 _PAGED_RE = re.compile(r"Paged cache initialized: self\.max_batch_tokens = (\d+), self\.num_blocks = (\d+), "
                        r"self\.block_size = (\d+)")
+# 5.19 (generation/continuous_batching/cache.py): the cache in sectors of one page of every layer's
+# KV (the configured num_blocks), their size in MB; the page's tokens are not logged
+_SECTORS_RE = re.compile(r"Paged cache initialized: self\.max_batch_tokens = (\d+), self\.num_sectors = (\d+), "
+                         r"mb_per_sector = (\d+)")
 _AVAILABLE_RE = re.compile(r"Memory available for cache allocation: (\d+) MB")
 _GRAPHS_RE = re.compile(r"Using cuda graphs for \(varlen, decode\) paths: \((True|False), (True|False)\)")
 _OFFLOAD_RE = re.compile(r"Offloaded (\d+) requests \((\d+) to CPU, (\d+) soft reset\): (\d+) starved requests "
@@ -251,6 +255,14 @@ class TransformersParser:
                 self.startup.setdefault("cb_block_size", size)
                 self.startup.setdefault("max_total_num_tokens", blocks * size)
                 self.startup.setdefault("kv_cache_tokens", blocks * size)
+                self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
+                return
+            p = _SECTORS_RE.search(msg)
+            if p:
+                tokens, sectors, mb = (int(g) for g in p.groups())
+                self.startup.setdefault("cb_max_batch_tokens", tokens)
+                self.startup.setdefault("cb_num_blocks", sectors)
+                self.startup.setdefault("cb_mb_per_block", mb)
                 self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
                 return
         if "Offloaded " in msg:

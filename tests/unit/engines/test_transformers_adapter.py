@@ -227,6 +227,18 @@ def test_the_paged_cache_line_gives_the_kv_pool_the_budget_and_the_running_cap()
     assert str(slog.first_time) == "2026-12-05 01:29:45.028000"  # the batching logger's lines are the timed ones
 
 
+def test_519s_paged_cache_line_gives_the_blocks_and_the_pool_comes_from_their_configured_size():
+    # 5.19 logs the cache in sectors (the configured blocks) and their MB, not the block's tokens
+    slog = parse_log(OWN / "5.19-cpu-cb-info.log")
+    s = slog.startup
+    assert (s["cb_max_batch_tokens"], s["cb_num_blocks"], s["cb_mb_per_block"]) == (64, 64, 0)
+    assert "cb_block_size" not in s and "max_total_num_tokens" not in s
+    assert s["max_running_requests"] == 64 and slog.became_ready and slog.errors.empty and slog.skipped == 0
+    assert et.ADAPTER.limits({"cb_block_size": 16}, s).kv_tokens == 64 * 16
+    default = et.ADAPTER.limits({}, s)
+    assert default.kv_tokens == 64 * 256 and "blocks" in default.source("kv_tokens")
+
+
 def test_an_offload_is_a_row_of_retractions():
     r = parse_log(CB_INFO).retractions
     assert len(r) == 1
