@@ -310,7 +310,8 @@ from pathlib import Path
 # the default actions, as in a terminal, whatever this process inherited (nohup ignores SIGHUP)
 signal.signal(signal.SIGHUP, signal.SIG_DFL)
 signal.signal(signal.SIGTERM, signal.SIG_DFL)
-from glm5lib import patching, server
+from glm5lib import patching
+from glm5lib.engines import sglang
 from glm5lib.loadgen import run_sweep
 
 site, run_dir = Path(sys.argv[1]), Path(sys.argv[2])
