@@ -6,7 +6,9 @@ links to files in the run folder), or ``None`` when the run has nothing for it. 
 provider with one line in :data:`PROVIDERS` (``"package.module:function"``, imported when the
 report is written, so this module imports none of them) or at run time with :func:`register`.
 Its sections appear in the Markdown and the HTML report after the run's own story, before the
-figures, in the order listed. A provider that fails costs only its own section (logged).
+figures, in the order listed. A provider that fails costs only its own section: in its place the
+report says which section is missing and why (and the log says so too), so a reader never takes
+an absent section for an absent finding.
 """
 
 from __future__ import annotations
@@ -54,14 +56,22 @@ def extra_sections(run_dir: str | Path) -> list[str]:
     """The Markdown of every provider's section for ``run_dir`` (providers with nothing left out)."""
     out = []
     for provider in PROVIDERS:
+        name = provider if isinstance(provider, str) else f"{provider.__module__}:{provider.__qualname__}"
         try:
             text = _resolve(provider)(Path(run_dir))
-        except Exception as exc:  # one section must not cost the whole report
-            log.warning("report section %s not written: %s", provider, exc)
+        except Exception as exc:  # any failure of one section must not cost the whole report
+            log.warning("report section %s not written: %s: %s", name, type(exc).__name__, exc)
+            out.append(_missing(name, f"{type(exc).__name__}: {exc}"))
             continue
         if text is not None and not isinstance(text, str):
-            log.warning("report section %s returned %s, not Markdown: left out", provider, type(text).__name__)
+            log.warning("report section %s returned %s, not Markdown: left out", name, type(text).__name__)
+            out.append(_missing(name, f"it returned {type(text).__name__}, not Markdown"))
             continue
         if text and text.strip():
             out.append(text)
     return out
+
+
+def _missing(name: str, why: str) -> str:
+    return (f"## A section not written\n\nThe section from `{name}` could not be written ({why}); "
+            "the rest of the report stands, and its evidence is still in the run folder.\n")
