@@ -396,7 +396,6 @@ def test_cli_sweep_reads_the_api_key_from_a_file_or_the_environment(server, tmp_
 
 
 def test_cli_sweep_with_the_server_log_attached(server, tmp_path, capsys):
-    pytest.importorskip("glm5lib.server")
     from glm5lib.cli import main
 
     code = main(["sweep", server.base_url + "/slow", "-c", "2", "-n", "2", "--output-len", "30",
@@ -406,7 +405,8 @@ def test_cli_sweep_with_the_server_log_attached(server, tmp_path, capsys):
 
 
 def test_attached_server_health_probes_pass_while_it_serves(server):
-    glm5_server = pytest.importorskip("glm5lib.server")
+    from glm5lib import server as glm5_server
+
     attached = glm5_server.attach(server.base_url + "/ok", log_path=server.log_path)
     df = _sweep(server.base_url + "/slow", [2], requests_per_level=2, output_len=80, server=attached,
                 health_interval=0.05)
@@ -500,7 +500,7 @@ def test_steady_window_of_a_queued_level_cut_at_its_deadline():
 
 
 def test_against_the_stand_in_server(tmp_path):
-    testing = pytest.importorskip("glm5lib.server.standin")
+    from glm5lib.engines import sim as testing
     with testing.run_standin("--max-running-requests", "8") as srv:
         for api in ("generate", "completions"):
             df = _sweep(srv.base_url, [2, 4], api=api, requests_per_level=4, output_len=8, input_len=32,
@@ -515,7 +515,7 @@ def test_against_the_stand_in_server(tmp_path):
 def test_random_ids_are_sized_from_the_served_models_vocabulary(tmp_path):
     """The model folder the server names (/get_model_info) gives the vocabulary the ids are drawn
     from; each level says so in prompt_source."""
-    testing = pytest.importorskip("glm5lib.server.standin")
+    from glm5lib.engines import sim as testing
     model = tmp_path / "tiny"
     model.mkdir()
     (model / "config.json").write_text('{"vocab_size": 2048}')
@@ -526,8 +526,8 @@ def test_random_ids_are_sized_from_the_served_models_vocabulary(tmp_path):
 
 
 def _launch_standin(*faults: str):
-    sglang = pytest.importorskip("glm5lib.engines.sglang")
-    pytest.importorskip("glm5lib.sim")
+    from glm5lib.engines import sglang
+
     extra = [a for f in faults for a in ("--sim-fault", f)]
     return sglang.launch(["--max-running-requests", "4"], backend="sim", extra_args=extra, ready_timeout=60)
 
@@ -684,7 +684,7 @@ def test_duration_bound_level_shorter_than_a_request_measures_the_steady_rate(tm
     long before one 256-token request could finish and the ramp-up (prefill of 64 prompts of
     1,024 tokens) takes a large part of it. Counting the whole level would read ~45% low.
     """
-    testing = pytest.importorskip("glm5lib.server.standin")
+    from glm5lib.engines import sim as testing
     from glm5lib.logs import parse_log
 
     conc = 64

@@ -659,7 +659,7 @@ def test_real_nvml_sampler_reads_power():
 # ---------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def standin():
-    testing = pytest.importorskip("glm5lib.server.standin")
+    from glm5lib.engines import sim as testing
     with testing.run_standin("--model-path", "zai-org/GLM-5-NVFP4", "--tp", "8",
                              "--sim-profile", "glm5-nvfp4-8x-rtxpro6000", "--enable-metrics") as srv:
         yield srv
