@@ -101,4 +101,6 @@ def test_the_report_speaks_of_its_engine_only(run):
     text = (folder / rundir.REPORT).read_text()
     assert f"max_seqs = {CAP}" in text and f"max_seqs = {RAISED}" in text
     assert "--max-seqs" in text and "Predicted beside measured" in text
-    assert not [w for w in FOREIGN if w in text.lower()]
+    # the client's self-check names the host's other busy processes, whatever they run: not the report's words
+    own = "\n".join(line for line in text.lower().splitlines() if "others:" not in line)
+    assert not [w for w in FOREIGN if w in own]

@@ -110,10 +110,16 @@ def test_the_forecast_is_stated_before_the_fix_and_set_beside_its_measurement(ru
     assert pred.loc[64, "predicted"] == pytest.approx(forecast.loc[64, "predicted_tok_s"])
     assert pred.loc[64, "measured"] == pytest.approx(fix[64])
     # notebook 3 took vLLM's offline step benchmark of the baseline (the forecast at 64 is 32x the
-    # cap's batch) and the forecast was given; on two shared cores the two launches' speeds move
-    # apart, so the band is held to the measurement net of that drift (read at 1 and 4)
-    assert (run / "baseline" / "step-profile.csv").is_file() and bool(forecast.loc[64, "given"])
-    shown = pred[["predicted", "low", "high", "measured", "error", "drift", "error_net_of_drift"]].to_string()
-    drift = pred.loc[64, "drift"] if pd.notna(pred.loc[64, "drift"]) else 1.0
-    assert pred.loc[64, "low"] <= pred.loc[64, "measured"] / drift <= pred.loc[64, "high"], shown
+    # cap's batch). A cap of 2 reads the served step's per-request part between batches 1 and 2
+    # only, so at 64 the band is wider than a forecast may be: stated as not forecast, naming the
+    # level that would settle it (the recorded pinned cap-4 pair, read between 1 and 4, is given
+    # within +3%: tests/unit/diagnose/test_model_recorded.py). A level that is given holds its
+    # band net of the launches' drift (read at 1 and 4; two shared cores move between launches).
+    assert (run / "baseline" / "step-profile.csv").is_file()
+    assert not bool(forecast.loc[64, "given"]) and "one level at concurrency 64" in str(forecast.loc[64, "needs"])
+    shown = pred[["predicted", "low", "high", "given", "measured", "error", "drift", "error_net_of_drift"]].to_string()
+    assert bool(pred.loc[1, "given"]), shown
+    for level in pred.index[pred["given"].astype(bool)]:
+        drift = pred.loc[level, "drift"] if pd.notna(pred.loc[level, "drift"]) else 1.0
+        assert pred.loc[level, "low"] <= pred.loc[level, "measured"] / drift <= pred.loc[level, "high"], shown
     assert "## Forecast beside measurement" in (run / "report.md").read_text()

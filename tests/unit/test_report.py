@@ -404,13 +404,15 @@ def test_contributed_sections_go_before_the_figures_in_both_reports(run, monkeyp
 
     report.register_section(forecast)
     report.register_section(broken)
-    report.register_section("glm5lib.report.conclude:list_phases")  # returns a list: not Markdown, left out
+    report.register_section("glm5lib.report.conclude:list_phases")  # returns a list: not Markdown, named
     with pytest.raises(ConfigError, match="neither a function"):
         report.register_section("no-colon")
     md = report.write_report(run).read_text()
     assert md.index("## Forecast beside measurement") < md.index("## Figures")
     assert md.index("## Next bottleneck") < md.index("## Forecast beside measurement")
-    assert "no model fitted" not in md
+    # a section that failed is named in its place with its cause, never silently dropped
+    assert md.count("## A section not written") == 2 and "RuntimeError: no model fitted" in md
+    assert "returned list, not Markdown" in md and md.index("## A section not written") < md.index("## Figures")
     page = (run / rundir.REPORT_HTML).read_text()
     assert "<h2>Forecast beside measurement</h2>" in page and "4,321" in page
 

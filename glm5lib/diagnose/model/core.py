@@ -588,6 +588,10 @@ class PerfModel:
         if by.startswith("frontend:"):
             return (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
                     "what this phase ran"), as_level
+        if missing is None and self.profile is not None and self.profile.covers(batch, eager):
+            lo, hi = self.seen["batch"]
+            return (f"{level}: the step profile covers batch {batch:g}, but what each request adds to a served "
+                    f"step was read at batches {lo:g}-{hi:g} only"), as_level
         graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
         bench = self.benchmark_text([batch], wl, graphs_off=graphs_off)
         if missing == "eager":

@@ -32,6 +32,17 @@ MIN_SPREAD = 0.05
 # A profile no level could scale is read as served steps: the prompts a served step folds in between
 # decode steps are missing from it, a few to a few tens of percent.
 UNSCALED_SPREAD = 0.15
+# The per-request part of a served step (``k`` ms a request) is a slope read off the phase's batches
+# only: beyond the largest of them its share of the step widens the spread by this much per doubling
+# beyond, per doubling of the batches it was read across (a slope read between batches 1 and 2 says
+# less of batch 64 than one read between 1 and 4: the recorded cap-2 vLLM workbook missed by -57% at
+# 64 where the pinned cap-4 pair came within +3%).
+PER_REQUEST_BEYOND_PER_DOUBLING = 0.10
+# A reading (the offline-to-served scale and the per-request part) taken across less than two
+# doublings of batch leaves the two fitted numbers nearly unchecked: beyond it, the whole served
+# step's spread widens by this much per doubling (a cap-2 baseline's reading at batches 1-2 forecast
+# its own raised run +62% to +84% off at 4 and 16 on two shared CPU cores).
+UNCHECKED_BEYOND_PER_DOUBLING = 0.15
 
 
 @dataclasses.dataclass
@@ -44,6 +55,8 @@ class StepProfile:
     scale: dict[str, float] = dataclasses.field(default_factory=dict)
     per_request: dict[str, float] = dataclasses.field(default_factory=dict)  # ms a step per request served
     spread: dict[str, float] = dataclasses.field(default_factory=dict)
+    read_up_to: dict[str, float] = dataclasses.field(default_factory=dict)  # the largest batch a kind was read at
+    read_from: dict[str, float] = dataclasses.field(default_factory=dict)  # and the smallest
 
     def kinds(self) -> list[str]:
         return [k for k, v in self.rows.items() if v]
@@ -90,7 +103,17 @@ class StepProfile:
         raw = self.raw(batch, eager)
         if raw is None:
             return None
-        return raw * self.scale[kind] + self.per_request.get(kind, 0.0) * batch, self.spread[kind]
+        engine, served = raw * self.scale[kind], self.per_request.get(kind, 0.0) * batch
+        spread = self.spread[kind]
+        seen = self.read_up_to.get(kind)
+        if seen and batch > seen:
+            beyond = math.log2(batch / seen)
+            across = math.log2(seen / max(self.read_from.get(kind, seen), 1e-9))
+            if served > 0:
+                spread += served / (engine + served) * PER_REQUEST_BEYOND_PER_DOUBLING * beyond / max(across, 1.0)
+            if across < 2.0:
+                spread += UNCHECKED_BEYOND_PER_DOUBLING * beyond
+        return engine + served, spread
 
     def fit_scale(self, levels: Sequence[tuple[float, float, bool]]) -> None:
         """Read each kind of step as served, from the phase's levels of that kind: ``levels`` are
@@ -121,6 +144,7 @@ class StepProfile:
             if a <= 0:
                 a, k = 1.0, max(float(np.median((y - raw) / b)), 0.0)
             fit = a * raw + k * b
+            self.read_up_to[kind], self.read_from[kind] = float(b.max()), float(b.min())
             self.scale[kind] = float(a)
             self.per_request[kind] = float(k)
             self.spread[kind] = max(float(np.max(np.abs(fit / y - 1.0))), MIN_SPREAD)
@@ -131,6 +155,9 @@ class StepProfile:
                     self.scale[kind] = self.scale[others[0]]
                     self.per_request[kind] = self.per_request[others[0]]
                     self.spread[kind] = 2.0 * self.spread[others[0]]
+                    if others[0] in self.read_up_to:
+                        self.read_up_to[kind] = self.read_up_to[others[0]]
+                        self.read_from[kind] = self.read_from[others[0]]
                 else:  # read as served: the prompts a served step folds in are not in it
                     self.scale[kind], self.per_request[kind], self.spread[kind] = 1.0, 0.0, UNSCALED_SPREAD
 
