@@ -29,6 +29,6 @@ timeout $((LEFT + 15)) python3 scripts/gpu/run_sglang_h200.py --model "$MODEL" -
   2>&1 | tee "$OUT_DIR/plan-$(date +%H%M%S).log" | grep -v " INFO glm5lib.loadgen" | tail -c 6000
 code=${PIPESTATUS[0]}
 pkill -TERM -f "sglang.launch_server" 2>/dev/null; sleep 1; pkill -KILL -f "sglang.launch_server|sglang::" 2>/dev/null
-tar czf "$OUT_DIR/run.tar.gz" -C "$(dirname "$RUN")" "$(basename "$RUN")"
+tar czf "$OUT_DIR/run.tar.gz" --exclude=requests.jsonl -C "$(dirname "$RUN")" "$(basename "$RUN")"
 ls -la "$OUT_DIR"
 exit "$code"

@@ -21,6 +21,14 @@ The plan (SGLang's own argument names; the baseline is the capped config of ``--
    value, under ``--slo`` (phases ``grid/grid-N``, ``grid/tune.csv``).
 7. ``tune``: ``glm5lib.tune`` over the same lever, load and limit from the capped baseline, at
    most ``--max-launches`` launches, then the winner measured again (``tune/``).
+
+The next bottleneck's plan (``--steps baseline,predict-next,glm5-fix,frontend,next,tune,grid``):
+
+- ``predict-next``: ``glm5 predict`` from the baseline, before either launch, for glm5lib's fix
+  (``--glm5-fix``: the cap raised with graphs kept and the graph ceiling raised to it) and for the
+  front-end remedy on top of it (``--frontend``).
+- ``glm5-fix``, ``frontend``: notebook 04 with those changes (phases of the same names); notebook
+  05 then reads ``--next-phase``.
 """
 
 from __future__ import annotations
@@ -42,7 +50,7 @@ from glm5lib.errors import NotebookFailedError  # noqa: E402
 
 log = logging.getLogger("run_sglang_h200")
 
-STEPS = ("baseline", "predict", "fix", "fix-graphs-off", "next", "grid", "tune")
+STEPS = ("baseline", "predict", "fix", "fix-graphs-off", "next", "grid", "tune", "predict-next", "glm5-fix", "frontend")
 #: seconds a step takes beyond its launches and levels (notebook start-up, reports)
 OVERHEAD_S = 20.0
 
@@ -115,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
                          "break the cohorts a closed loop of equal requests forms (1: all equal)")
     ap.add_argument("--slo", default="median_tpot_ms<=20")
     ap.add_argument("--max-launches", type=int, default=4)
-    ap.add_argument("--steps", default=",".join(STEPS))
+    ap.add_argument("--steps", default="baseline,predict,fix,fix-graphs-off,next,grid,tune")
+    ap.add_argument("--glm5-fix", default='{"max_running_requests": 1024, "cuda_graph_max_bs": 1024}',
+                    help="glm5lib's fix, as JSON of SGLang fields")
+    ap.add_argument("--frontend", default='{"tokenizer_worker_num": 4, "stream_interval": 4}',
+                    help="the front-end remedy, as JSON of SGLang fields, on top of --glm5-fix")
+    ap.add_argument("--next-phase", default="fix", help="the phase notebook 05 reads")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -133,13 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     }
     kept = {"max_running_requests": args.raised}
     seed_fix = {"max_running_requests": args.raised, "disable_cuda_graph": True, "disable_radix_cache": True}
+    glm5_fix = json.loads(args.glm5_fix)
+    frontend = {**glm5_fix, **json.loads(args.frontend)}
     sweep_s = len(levels) * (args.duration + 5)
 
     def notebooks(only, launches, **params):
         plan.need(launches, launches * sweep_s)
         started = time.monotonic()
         try:
-            workbook.run_workbook({**common, **params}, run_dir=run, only=only, progress=False)
+            # the notebooks run are given what they declare (the workbook refuses any other name)
+            paths = [p for p in workbook.list_notebooks() if int(p.name[:2]) in only]
+            declared = workbook.declared_parameters(paths)
+            given = {k: v for k, v in {**common, **params}.items() if k in declared}
+            workbook.run_workbook(given, run_dir=run, only=only, progress=False)
         finally:
             if launches:
                 # the launch's own cost: the step less its levels
@@ -185,13 +204,20 @@ def main(argv: list[str] | None = None) -> int:
             elif step == "predict":
                 predict(kept, "graphs-kept")
                 predict(seed_fix, "seed-fix")
+            elif step == "predict-next":
+                predict(glm5_fix, "glm5-fix")
+                predict(frontend, "frontend")
+            elif step == "glm5-fix":
+                notebooks([4], 1, FIX_CHANGES=glm5_fix, PHASE="glm5-fix")
+            elif step == "frontend":
+                notebooks([4], 1, FIX_CHANGES=frontend, PHASE="frontend")
             elif step == "fix":
                 notebooks([4], 1, FIX_CHANGES=kept, PHASE="fix")
             elif step == "fix-graphs-off":
                 notebooks([4], 1, FIX_CHANGES=seed_fix, PHASE="fix-graphs-off")
             elif step == "next":
                 try:
-                    notebooks([5], 0, PHASE="fix")
+                    notebooks([5], 0, PHASE=args.next_phase)
                 except NotebookFailedError as exc:
                     log.warning("notebook 05 did not complete: %s", exc)
             elif step == "grid":
