@@ -200,101 +200,156 @@ def diff_configs(
     """
     cur = resolve_config(current)
     ref = resolve_config(reference)
-    cur_startup = {**cur.startup, **(current_startup or {})}
-    ref_startup = {**ref.startup, **(reference_startup or {})}
+    cur_side = (cur.args, {**cur.startup, **(current_startup or {})})
+    ref_side = (ref.args, {**ref.startup, **(reference_startup or {})})
     impact = load_impact()
-    rows = []
     # renamed fields and "CUDA graphs off" spelt per phase line up across releases
     fields = {shown_as(f, cur.args, ref.args) for f in set(cur.args) | set(ref.args)}
     releases = {"current": release_of(cur.args), "reference": release_of(ref.args)}
+    rows = []
     for field in sorted(fields):
-        a, a_how, a_explicit = _side(field, cur.args, cur_startup)
-        b, b_how, b_explicit = _side(field, ref.args, ref_startup)
-        if a == b:
-            continue
-        entry = impact.get(field, {})
-        context = is_context_field(field)
-        cls = "none" if context else entry.get("impact", "unknown")
-        rationale = entry.get("rationale", "not in the impact table: check SGLang's documentation")
-        if context:
-            rationale = f"context, not a setting to change: {rationale}"
-        resolved = "; ".join(
-            f"{side}: None, {how}" for side, how in (("current", a_how), ("reference", b_how)) if how
+        row = _diff_row(field, cur_side, ref_side, impact.get(field, {}), releases)
+        if row is not None:
+            rows.append(row)
+    return _ranked_frame(rows, hide_irrelevant, cur.label, ref.label)
+
+
+def _diff_row(
+    field: str,
+    cur_side: tuple[Mapping[str, Any], Mapping[str, Any]],
+    ref_side: tuple[Mapping[str, Any], Mapping[str, Any]],
+    entry: Mapping[str, Any],
+    releases: Mapping[str, str],
+) -> dict[str, Any] | None:
+    """One field's row of the diff (with its sort key, ``_order``), or None where both sides run
+    the same value. ``*_side``: (server arguments, start-up facts); ``entry``: its impact-table row."""
+    cur_args, ref_args = cur_side[0], ref_side[0]
+    a, a_how, a_explicit = _side(field, *cur_side)
+    b, b_how, b_explicit = _side(field, *ref_side)
+    if a == b:
+        return None
+    context = is_context_field(field)
+    resolved = "; ".join(
+        f"{side}: None, {how}" for side, how in (("current", a_how), ("reference", b_how)) if how
+    )
+    # A field only one side's release has: a difference only where that side set it.
+    only = _release_only(field, cur_args, ref_args, releases)
+    changed = _default_changed(field, cur_args, ref_args, releases) if only is None else None
+    kind, cls, rationale = _judged(entry, context, only, changed)
+    # None where SGLang's default is None means "chosen at start": the values may not differ.
+    auto_side = _automatic_side(field, a, b, only, kind)
+    automatic = auto_side is not None
+    if automatic:
+        rationale += (
+            f" ({auto_side}: None = chosen automatically at start, so the running values may agree;"
+            " compare the resolved value in that server's log)"
         )
-        # A field only one side's release has: a difference only where that side set it.
-        only = _release_only(field, cur.args, ref.args, releases)
-        kind = "context" if context else "setting"
-        if only is not None and not only[3]:
-            kind, cls = "release", "none"
-            rationale = f"not in SGLang {only[2]}: the {only[0]} side has SGLang {only[1]}'s default"
-        elif only is not None:
-            rationale = (
-                f"new in SGLang {only[1]}, the reference (SGLang {only[2]}) cannot have set it: "
-                if only[0] == "current"
-                else f"not in SGLang {only[2]}, set by the reference (SGLang {only[1]}): "
-            ) + rationale
-        changed = _default_changed(field, cur.args, ref.args, releases) if only is None else None
-        if changed is not None and not context:
-            reason, is_set = changed
-            if not any(is_set.values()) and cls in ("unknown", "none"):
-                kind, cls = "default", "none"
-                rationale = f"{reason}; each side has its own release's default"
-            elif not any(is_set.values()):
-                # neither side chose it, but the servers do run with different values of a
-                # setting that matters: ranked, saying where the difference comes from
-                rationale = f"{reason}; each side has its own release's default, and it matters: {rationale}"
-            else:
-                who = " and ".join(side for side, s in is_set.items() if s)
-                rationale = f"{reason}; set by the {who} side: {rationale}"
-        # None where SGLang's default is None means "chosen at start": the values may not differ.
-        auto = [side for side, v in (("current", a), ("reference", b)) if v is None]
-        automatic = (
-            only is None
-            and kind != "default"
-            and bool(auto)
-            and config_defaults().get(field, None) is None
+    signature = _cap_signature(field, a, b, a_explicit)
+    if signature:
+        rationale += (
+            f" (an explicit {a:,} against {b:,}"
+            + (" chosen automatically" if not b_explicit else "")
+            + ": the signature of a cap)"
         )
-        if automatic:
-            rationale += (
-                f" ({auto[0]}: None = chosen automatically at start, so the running values may agree;"
-                " compare the resolved value in that server's log)"
-            )
-        signature = (
-            engines.limit_of(field) in CAPACITY_LIMITS
-            and a_explicit
-            and isinstance(a, (int, float))
-            and isinstance(b, (int, float))
-            and a <= _CAP_SIGNATURE_RATIO * b
-        )
-        if signature:
-            rationale += (
-                f" (an explicit {a:,} against {b:,}"
-                + (" chosen automatically" if not b_explicit else "")
-                + ": the signature of a cap)"
-            )
-        rows.append(
-            {
-                "field": field,
-                "current": mask_value(field, a),
-                "reference": mask_value(field, b),
-                "impact": cls,
-                "rationale": rationale,
-                "flag": flag_of(field, releases["current"]),
-                "automatic": automatic,
-                "kind": kind,
-                "resolved": resolved,
-                # what adopting the other side's value is known to cost (the impact table's word)
-                "cost": entry.get("cost", "") if not context else "",
-                "_order": (
-                    _KIND_ORDER[kind],
-                    IMPACT_ORDER[cls],
-                    not signature,
-                    automatic,
-                    -float(entry.get("weight", 0)),
-                    field,
-                ),
-            }
-        )
+    return {
+        "field": field,
+        "current": mask_value(field, a),
+        "reference": mask_value(field, b),
+        "impact": cls,
+        "rationale": rationale,
+        "flag": flag_of(field, releases["current"]),
+        "automatic": automatic,
+        "kind": kind,
+        "resolved": resolved,
+        # what adopting the other side's value is known to cost (the impact table's word)
+        "cost": entry.get("cost", "") if not context else "",
+        "_order": (
+            _KIND_ORDER[kind],
+            IMPACT_ORDER[cls],
+            not signature,
+            automatic,
+            -float(entry.get("weight", 0)),
+            field,
+        ),
+    }
+
+
+def _judged(
+    entry: Mapping[str, Any],
+    context: bool,
+    only: tuple[str, str, str, bool] | None,
+    changed: tuple[str, dict[str, bool]] | None,
+) -> tuple[str, str, str]:
+    """(kind, impact class, rationale) of a differing field: the impact table's word, unless the
+    field is context, of one side's release only (``only``) or its default changed (``changed``)."""
+    cls = "none" if context else entry.get("impact", "unknown")
+    rationale = entry.get("rationale", "not in the impact table: check SGLang's documentation")
+    if context:
+        rationale = f"context, not a setting to change: {rationale}"
+    kind = "context" if context else "setting"
+    if only is not None:
+        return _judged_release_only(only, kind, cls, rationale)
+    if changed is not None and not context:
+        return _judged_default_changed(changed, kind, cls, rationale)
+    return kind, cls, rationale
+
+
+def _judged_release_only(
+    only: tuple[str, str, str, bool], kind: str, cls: str, rationale: str
+) -> tuple[str, str, str]:
+    """(kind, impact class, rationale) of a field one side's release has: a ``release`` row left at
+    its default, else ranked, saying which side's release could set it."""
+    side, release, other, is_set = only
+    if not is_set:
+        return "release", "none", f"not in SGLang {other}: the {side} side has SGLang {release}'s default"
+    return kind, cls, (
+        f"new in SGLang {release}, the reference (SGLang {other}) cannot have set it: "
+        if side == "current"
+        else f"not in SGLang {other}, set by the reference (SGLang {release}): "
+    ) + rationale
+
+
+def _judged_default_changed(
+    changed: tuple[str, dict[str, bool]], kind: str, cls: str, rationale: str
+) -> tuple[str, str, str]:
+    """(kind, impact class, rationale) of a setting whose default differs between the releases: a
+    ``default`` row where neither side chose it and it does not matter, else ranked, saying why."""
+    reason, is_set = changed
+    if not any(is_set.values()) and cls in ("unknown", "none"):
+        return "default", "none", f"{reason}; each side has its own release's default"
+    if not any(is_set.values()):
+        # neither side chose it, but the servers do run with different values of a
+        # setting that matters: ranked, saying where the difference comes from
+        return kind, cls, f"{reason}; each side has its own release's default, and it matters: {rationale}"
+    who = " and ".join(side for side, s in is_set.items() if s)
+    return kind, cls, f"{reason}; set by the {who} side: {rationale}"
+
+
+def _automatic_side(
+    field: str, a: Any, b: Any, only: tuple[str, str, str, bool] | None, kind: str
+) -> str | None:
+    """The first side whose value the engine chooses at start (None unresolved, where SGLang's
+    default is None too), so that the running values may agree; None where neither is."""
+    auto = [side for side, v in (("current", a), ("reference", b)) if v is None]
+    if only is None and kind != "default" and bool(auto) and config_defaults().get(field, None) is None:
+        return auto[0]
+    return None
+
+
+def _cap_signature(field: str, a: Any, b: Any, a_explicit: bool) -> bool:
+    """Whether the current side sets a capacity limit explicitly far below the reference's value."""
+    return (
+        engines.limit_of(field) in CAPACITY_LIMITS
+        and a_explicit
+        and isinstance(a, (int, float))
+        and isinstance(b, (int, float))
+        and a <= _CAP_SIGNATURE_RATIO * b
+    )
+
+
+def _ranked_frame(rows: list[dict[str, Any]], hide_irrelevant: bool, cur_label: Any, ref_label: Any) -> pd.DataFrame:
+    """The rows sorted and ranked as a frame of :data:`DIFF_COLUMNS`, the context, release and
+    default rows kept in its ``attrs`` (and only there when ``hide_irrelevant``)."""
     rows.sort(key=lambda r: r["_order"])
     frame = pd.DataFrame(rows, columns=[*DIFF_COLUMNS, "_order"]).drop(columns="_order")
     frame["rank"] = range(1, len(frame) + 1)
@@ -310,6 +365,6 @@ def diff_configs(
     frame.attrs["context"] = context_rows
     frame.attrs["release_only"] = release_rows
     frame.attrs["default_changed"] = default_rows
-    frame.attrs["current"] = cur.label
-    frame.attrs["reference"] = ref.label
+    frame.attrs["current"] = cur_label
+    frame.attrs["reference"] = ref_label
     return frame
