@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+
+import pandas as pd
 
 from glm5lib import engines
 from glm5lib.diagnose.evidence import (
@@ -17,7 +20,7 @@ from glm5lib.diagnose.evidence import (
     samples_text,
 )
 from glm5lib.diagnose.knowledge import remedy
-from glm5lib.diagnose.model import predict_remedy, recommend_running_cap
+from glm5lib.diagnose.model import Recommendation, predict_remedy, recommend_running_cap
 from glm5lib.diagnose.model.queries import model_of
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
@@ -28,130 +31,44 @@ def _noun(d) -> str:
     return samples_text(d).split(" ", 1)[1]
 
 
+@dataclass(frozen=True, eq=False)
+class _Pinned:
+    """Where the running requests sat at the cap while others queued (the rule's signature)."""
+
+    cap: int
+    source: str  # where the cap was read
+    inferred: bool  # no configured cap known: the plateau read from the decode samples
+    threshold: int  # running requests at or above this count as at the cap
+    both: pd.Series  # the decode samples at the cap with requests queued
+    share: float  # their share of the decode samples
+
+
 def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
     """Running requests pinned at the running cap while requests queue and TTFT grows."""
     d = ev.active_decode()
     if d.empty:
         ev.skipped.append("concurrency_cap: no decode lines with running requests")
         return []
-    cap, cap_src = ev.cap()
-    running = _col(d, "running_req")
-    queue = _col(d, "queue_req").fillna(0)
-    inferred = False
-    if cap is None:
-        # No configured cap known: a plateau that requests queue behind is the signature.
-        cap = int(running.max())
-        inferred = True
-        cap_src = "the most running requests seen"
-    threshold = cap - max(0, math.floor(0.03 * cap))
-    pinned = running >= threshold
-    queued = queue > 0
-    both = pinned & queued
-    share = float(both.mean())
-    if both.sum() < 3 or share < 0.2:
+    pin = _pinned_at_cap(ev, d)
+    if pin is None:
         return []
-    if inferred and float(_col(d, "token_usage").where(both).max()) >= 0.9:
-        return []  # a KV-bound plateau, handled by the KV rule
-
-    parts = []
+    cap = pin.cap
     s = ev.sweep_sorted()
-    # The sharpest evidence: the decode lines of the highest offered level above the cap.
-    above_cap = s[s["concurrency"] > cap] if not s.empty else s
-    if len(above_cap):
-        top = above_cap.iloc[-1]
-        lv = ev.decode_in_level(top)
-        if len(lv) >= 3:
-            lv_run = _col(lv, "running_req")
-            lv_q = _col(lv, "queue_req").fillna(0)
-            lv_pinned = (lv_run >= threshold) & (lv_q > 0)
-            parts.append(
-                f"at concurrency {int(top['concurrency'])} running requests stayed at {cap} on "
-                f"{_pct(float(lv_pinned.mean()))} of its {samples_text(lv)} while queued requests "
-                f"averaged {_num(float(lv_q.mean()))}"
-            )
-    parts += [
-        ("over the whole log " if parts else "")
-        + f"running requests stayed at {cap} on {_pct(share)} of {_noun(d)} while queued requests averaged "
-        f"{_num(float(queue[both].mean()))} (max {int(queue[both].max())}); "
-        f"token usage there averaged {float(_col(d, 'token_usage')[both].mean()):.2f}, so KV was not the limit"
-    ]
-    confidence = 0.45 if inferred else 0.7
-    if not s.empty and "output_throughput" in s:
-        above = s[s["concurrency"] > cap]
-        at = s[s["concurrency"] <= cap]
-        if len(above):
-            hi = above.iloc[-1]
-            lo = at.iloc[-1] if len(at) else None
-            ttft_col = "median_ttft_ms" if "median_ttft_ms" in s else "mean_ttft_ms"
-            if lo is not None:
-                t0, t1 = float(lo["output_throughput"]), float(hi["output_throughput"])
-                sentence = (
-                    f"from concurrency {int(lo['concurrency'])} to {int(hi['concurrency'])} output "
-                    f"throughput moved {_num(t0)} -> {_num(t1)} tok/s"
-                )
-                grew = False
-                if ttft_col in s:
-                    a, b = float(lo[ttft_col]), float(hi[ttft_col])
-                    grew = b > 2 * max(a, 1e-9)
-                    sentence += (
-                        f" while {ttft_col.split('_')[0]} TTFT grew {_num(a)} -> {_num(b)} ms"
-                    )
-                plateau = t1 < 1.3 * t0 and hi["concurrency"] >= 2 * lo["concurrency"]
-                parts.append(sentence)
-                if plateau and grew:
-                    confidence += 0.2
-                elif plateau or grew:
-                    confidence += 0.1
-            elif ttft_col in s:
-                parts.append(
-                    f"median TTFT at concurrency {int(hi['concurrency'])} was {_num(float(hi[ttft_col]))} ms"
-                )
-    if inferred:
+    parts = _pinned_evidence(ev, d, s, pin)
+    confidence = 0.45 if pin.inferred else 0.7
+    plateau_parts, bonus = _plateau_evidence(s, cap)
+    parts += plateau_parts
+    confidence += bonus
+    if pin.inferred:
         parts.append("the configured cap is unknown; the plateau was read from the decode lines")
     else:
-        parts.append(f"cap read from the {cap_src}")
+        parts.append(f"cap read from the {pin.source}")
 
-    rec = None
-    pool, _ = ev.kv_pool_tokens()
-    ctx, _ = ev.context_tokens()
-    target = int(s["concurrency"].max()) if not s.empty else None
-    if pool and ctx:
-        rec = recommend_running_cap(
-            pool,
-            ctx,
-            target_concurrency=target,
-            current_cap=cap,
-            ran_batch=int(running.max()),
-            say_throughput=False,  # the forecast below is the performance model's, as glm5 predict's
-        )
-    if rec is not None and rec.value is not None and rec.value > cap:
-        suggestion = f"{remedy('raise_running_cap', ev.engine, release=ev.release, current=cap, value=rec.value)}: {rec.reason}"
-    else:
-        suggestion = (
-            remedy("raise_running_cap", ev.engine, release=ev.release, current=cap, value="as many as the KV pool holds")
-            + " (check token usage stays below ~0.95 with no retractions after the change)"
-        )
-        if rec is not None and rec.reason:
-            suggestion += f"; no figure recommended: {rec.reason}"
-    suggestion += (
-        "; the known cost: every step grows with the batch, so TPOT rises as throughput does, and a cap above "
-        "what the KV pool holds turns into retractions"
-    )
-    ref_args = ev.reference_args or {}
-    ref_cap = engines.limits_in(ref_args).running_cap
-    if isinstance(ref_cap, int) and ref_cap > cap:
-        suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
+    rec = _recommended_cap(ev, cap, int(_col(d, "running_req").max()), s)
+    suggestion = _raise_cap_suggestion(ev, cap, rec)
     raised = rec.value if rec is not None and rec.value is not None and rec.value > cap else None
-    changes: dict[str, int] = {}
-    model = model_of(ev)
-    ceiling = model.bounds.graph_max_batch if model is not None and model.bounds.graphs else None
-    if raised and ceiling and raised > ceiling and ev.adapter().capabilities.field("graph_max_batch"):
-        # above the graph ceiling every step runs eagerly (SGLang issue 33483): raise it with the cap
-        changes["graph_max_batch"] = raised
-        suggestion += (
-            f"; with graphs kept, also {remedy('cover_batch_with_graphs', ev.engine, release=ev.release, value=raised)}: "
-            f"the engine captures decode graphs only up to {ceiling}, and a batch above that runs eagerly"
-        )
+    changes, graph_text = _graph_ceiling_change(ev, raised)
+    suggestion += graph_text
     prediction = predict_remedy(
         ev, raised, f"raising the cap to {raised}" + (" and the graph ceiling with it" if changes else "")
         if raised else "without the cap", changes=changes or None,
@@ -170,6 +87,149 @@ def rule_concurrency_cap(ev: Evidence) -> list[Finding]:
             covers=("running_cap",),
         )
     ]
+
+
+def _pinned_at_cap(ev: Evidence, d: pd.DataFrame) -> _Pinned | None:
+    """The running requests pinned at the cap (configured, or the plateau seen) while requests
+    queued, on enough decode samples; None where they were not, or the plateau is the KV pool's."""
+    cap, cap_src = ev.cap()
+    running = _col(d, "running_req")
+    queue = _col(d, "queue_req").fillna(0)
+    inferred = False
+    if cap is None:
+        # No configured cap known: a plateau that requests queue behind is the signature.
+        cap = int(running.max())
+        inferred = True
+        cap_src = "the most running requests seen"
+    threshold = cap - max(0, math.floor(0.03 * cap))
+    pinned = running >= threshold
+    queued = queue > 0
+    both = pinned & queued
+    share = float(both.mean())
+    if both.sum() < 3 or share < 0.2:
+        return None
+    if inferred and float(_col(d, "token_usage").where(both).max()) >= 0.9:
+        return None  # a KV-bound plateau, handled by the KV rule
+    return _Pinned(cap, cap_src, inferred, threshold, both, share)
+
+
+def _pinned_evidence(ev: Evidence, d: pd.DataFrame, s: pd.DataFrame, pin: _Pinned) -> list[str]:
+    """What the decode samples say: at the highest offered level above the cap (the sharpest
+    evidence, where it has samples enough) and over the whole log."""
+    cap, both = pin.cap, pin.both
+    queue = _col(d, "queue_req").fillna(0)
+    parts = []
+    above_cap = s[s["concurrency"] > cap] if not s.empty else s
+    if len(above_cap):
+        top = above_cap.iloc[-1]
+        lv = ev.decode_in_level(top)
+        if len(lv) >= 3:
+            lv_run = _col(lv, "running_req")
+            lv_q = _col(lv, "queue_req").fillna(0)
+            lv_pinned = (lv_run >= pin.threshold) & (lv_q > 0)
+            parts.append(
+                f"at concurrency {int(top['concurrency'])} running requests stayed at {cap} on "
+                f"{_pct(float(lv_pinned.mean()))} of its {samples_text(lv)} while queued requests "
+                f"averaged {_num(float(lv_q.mean()))}"
+            )
+    parts += [
+        ("over the whole log " if parts else "")
+        + f"running requests stayed at {cap} on {_pct(pin.share)} of {_noun(d)} while queued requests averaged "
+        f"{_num(float(queue[both].mean()))} (max {int(queue[both].max())}); "
+        f"token usage there averaged {float(_col(d, 'token_usage')[both].mean()):.2f}, so KV was not the limit"
+    ]
+    return parts
+
+
+def _plateau_evidence(s: pd.DataFrame, cap: int) -> tuple[list[str], float]:
+    """What the sweep says from the last level at or below the cap to the highest above it
+    (throughput flat, TTFT growing), and how much that adds to the finding's confidence."""
+    if s.empty or "output_throughput" not in s:
+        return [], 0.0
+    above = s[s["concurrency"] > cap]
+    at = s[s["concurrency"] <= cap]
+    if not len(above):
+        return [], 0.0
+    hi = above.iloc[-1]
+    lo = at.iloc[-1] if len(at) else None
+    ttft_col = "median_ttft_ms" if "median_ttft_ms" in s else "mean_ttft_ms"
+    if lo is None:
+        if ttft_col in s:
+            return [f"median TTFT at concurrency {int(hi['concurrency'])} was {_num(float(hi[ttft_col]))} ms"], 0.0
+        return [], 0.0
+    t0, t1 = float(lo["output_throughput"]), float(hi["output_throughput"])
+    sentence = (
+        f"from concurrency {int(lo['concurrency'])} to {int(hi['concurrency'])} output "
+        f"throughput moved {_num(t0)} -> {_num(t1)} tok/s"
+    )
+    grew = False
+    if ttft_col in s:
+        a, b = float(lo[ttft_col]), float(hi[ttft_col])
+        grew = b > 2 * max(a, 1e-9)
+        sentence += f" while {ttft_col.split('_')[0]} TTFT grew {_num(a)} -> {_num(b)} ms"
+    plateau = t1 < 1.3 * t0 and hi["concurrency"] >= 2 * lo["concurrency"]
+    if plateau and grew:
+        return [sentence], 0.2
+    if plateau or grew:
+        return [sentence], 0.1
+    return [sentence], 0.0
+
+
+def _recommended_cap(ev: Evidence, cap: int, ran_batch: int, s: pd.DataFrame) -> Recommendation | None:
+    """The running cap the KV pool allows for the sweep's top concurrency (a recommendation with
+    its reason), or None where the pool or the context length is unknown."""
+    pool, _ = ev.kv_pool_tokens()
+    ctx, _ = ev.context_tokens()
+    target = int(s["concurrency"].max()) if not s.empty else None
+    if not (pool and ctx):
+        return None
+    return recommend_running_cap(
+        pool,
+        ctx,
+        target_concurrency=target,
+        current_cap=cap,
+        ran_batch=ran_batch,
+        say_throughput=False,  # the forecast below is the performance model's, as glm5 predict's
+    )
+
+
+def _raise_cap_suggestion(ev: Evidence, cap: int, rec: Recommendation | None) -> str:
+    """The remedy: raise the cap (to the recommended figure where there is one above it), its known
+    cost, and the reference run's cap where it was higher."""
+    if rec is not None and rec.value is not None and rec.value > cap:
+        suggestion = f"{remedy('raise_running_cap', ev.engine, release=ev.release, current=cap, value=rec.value)}: {rec.reason}"
+    else:
+        suggestion = (
+            remedy("raise_running_cap", ev.engine, release=ev.release, current=cap, value="as many as the KV pool holds")
+            + " (check token usage stays below ~0.95 with no retractions after the change)"
+        )
+        if rec is not None and rec.reason:
+            suggestion += f"; no figure recommended: {rec.reason}"
+    suggestion += (
+        "; the known cost: every step grows with the batch, so TPOT rises as throughput does, and a cap above "
+        "what the KV pool holds turns into retractions"
+    )
+    ref_args = ev.reference_args or {}
+    ref_cap = engines.limits_in(ref_args).running_cap
+    if isinstance(ref_cap, int) and ref_cap > cap:
+        suggestion += f"; the reference run ({ev.reference_label or 'reference'}) used {ref_cap}"
+    return suggestion
+
+
+def _graph_ceiling_change(ev: Evidence, raised: int | None) -> tuple[dict[str, int], str]:
+    """The graph ceiling raised with the cap where the raised cap passes it (above it every step
+    runs eagerly), and what the suggestion says of it; nothing where graphs are off or it fits."""
+    changes: dict[str, int] = {}
+    model = model_of(ev)
+    ceiling = model.bounds.graph_max_batch if model is not None and model.bounds.graphs else None
+    if raised and ceiling and raised > ceiling and ev.adapter().capabilities.field("graph_max_batch"):
+        # above the graph ceiling every step runs eagerly (SGLang issue 33483): raise it with the cap
+        changes["graph_max_batch"] = raised
+        return changes, (
+            f"; with graphs kept, also {remedy('cover_batch_with_graphs', ev.engine, release=ev.release, value=raised)}: "
+            f"the engine captures decode graphs only up to {ceiling}, and a batch above that runs eagerly"
+        )
+    return changes, ""
 
 
 def rule_kv_capacity(ev: Evidence) -> list[Finding]:
