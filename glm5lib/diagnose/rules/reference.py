@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pandas as pd
+
 from glm5lib import engines
 from glm5lib.diagnose.diff import diff_configs
 from glm5lib.diagnose.evidence import Evidence, Finding, _col
@@ -103,46 +105,63 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
         why = _ruled_out(field, row["current"], row["reference"], ev)
         if why:
             ruled.append(f"{field} ({why})")
-            continue
-        if row["impact"] not in ("high", "medium"):
+        elif row["impact"] not in ("high", "medium"):
             minor.append(f"{field}={shown(row['current'])} vs {shown(row['reference'])}")
-            continue
-        if row.get("automatic"):
+        elif row.get("automatic"):
             automatic.append(f"{field}: {shown(row['current'])} here, {shown(row['reference'])} there")
-            continue
-        severity = (0.5 if row["impact"] == "high" else 0.35) - 0.1 * (int(row["rank"]) - 1) / n
-        cost = str(row.get("cost") or "")
-        if field in _GPU_FIELDS and host_gpus(ev) is None:
-            cost = ("the host's GPU count is unknown (no environment.json in the run folder: glm5 env --json > "
-                    "RUN/environment.json records it); try it only where the GPUs exist")
-        if cost:
-            # a switch with a known cost comes after the differences that cost nothing to try
-            severity *= 0.5
         else:
-            cost = "not forecast: measure it alone, one launch, before keeping it"
-        ref_value = row["reference"]
-        try_it = (
-            row["flag"]
-            if isinstance(ref_value, bool) and ref_value
-            else f"{row['flag']} {ref_value}"
-        )
-        if isinstance(ref_value, bool) and not ref_value:
-            try_it = f"without {row['flag']}"
-        out.append(
-            Finding(
-                finding=f"differs from {label}: {field} = {shown(row['current'])} here, {shown(ref_value)} there",
-                evidence=f"diff rank {int(row['rank'])} ({row['impact']} impact): {row['rationale']}"
-                + (f" [{row['resolved']}]" if row.get("resolved") else "")
-                + "; not ruled out by this run's evidence; its cost: " + cost,
-                suggestion=f"try {try_it} (one change at a time, same sweep)",
-                confidence=0.35,
-                rule="reference_diff",
-                severity=round(severity, 4),
-                covers=(field,),
-            )
-        )
+            out.append(_difference_finding(ev, row, label, n))
     # a switch with a known cost after those that cost nothing to try (stable: diff rank otherwise)
     out.sort(key=lambda f: -f.severity)
+    out += _summary_findings(label, ruled, automatic, minor)
+    if "model_path" in context | set(diff["field"]):
+        for f in out:
+            if f.rule == "reference_diff":
+                f.evidence += (
+                    f" (the reference runs another model, {ev.reference_args.get('model_path')!r})"
+                )
+    return out
+
+
+def _difference_finding(ev: Evidence, row: pd.Series, label: str, n: int) -> Finding:
+    """The finding of one difference the evidence cannot rule out (``row``: its row of the diff
+    of ``n`` rows): its severity by impact and rank, halved where trying it has a known cost."""
+    field = row["field"]
+    severity = (0.5 if row["impact"] == "high" else 0.35) - 0.1 * (int(row["rank"]) - 1) / n
+    cost = str(row.get("cost") or "")
+    if field in _GPU_FIELDS and host_gpus(ev) is None:
+        cost = ("the host's GPU count is unknown (no environment.json in the run folder: glm5 env --json > "
+                "RUN/environment.json records it); try it only where the GPUs exist")
+    if cost:
+        # a switch with a known cost comes after the differences that cost nothing to try
+        severity *= 0.5
+    else:
+        cost = "not forecast: measure it alone, one launch, before keeping it"
+    ref_value = row["reference"]
+    return Finding(
+        finding=f"differs from {label}: {field} = {shown(row['current'])} here, {shown(ref_value)} there",
+        evidence=f"diff rank {int(row['rank'])} ({row['impact']} impact): {row['rationale']}"
+        + (f" [{row['resolved']}]" if row.get("resolved") else "")
+        + "; not ruled out by this run's evidence; its cost: " + cost,
+        suggestion=f"try {_try_it(row['flag'], ref_value)} (one change at a time, same sweep)",
+        confidence=0.35,
+        rule="reference_diff",
+        severity=round(severity, 4),
+        covers=(field,),
+    )
+
+
+def _try_it(flag: str, ref_value: Any) -> str:
+    """How to try the reference's value: its switch on or off, or its flag with the value."""
+    if isinstance(ref_value, bool):
+        return flag if ref_value else f"without {flag}"
+    return f"{flag} {ref_value}"
+
+
+def _summary_findings(label: str, ruled: list[str], automatic: list[str], minor: list[str]) -> list[Finding]:
+    """The findings that gather the differences ruled out, those chosen automatically on one side
+    and the minor ones (each only where there are some)."""
+    out: list[Finding] = []
     if ruled:
         out.append(
             Finding(
@@ -180,10 +199,4 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
                 severity=0.1,
             )
         )
-    if "model_path" in context | set(diff["field"]):
-        for f in out:
-            if f.rule == "reference_diff":
-                f.evidence += (
-                    f" (the reference runs another model, {ev.reference_args.get('model_path')!r})"
-                )
     return out
