@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
+from glm5lib.diagnose.model import PerfModel
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.errors import ConfigError
 from glm5lib.levels import level_windows
@@ -31,15 +32,7 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
         return []
     thr = _col(s, "output_throughput")
     conc = s["concurrency"]
-    hit = None
-    for i in range(len(s) - 1, 0, -1):
-        for j in range(i - 1, -1, -1):
-            if conc[i] >= 1.8 * conc[j]:
-                if thr[i] < 1.15 * thr[j]:
-                    hit = (j, i)
-                break
-        if hit:
-            break
+    hit = _flat_pair(conc, thr)
     if hit is None:
         return []
     j, i = hit
@@ -50,13 +43,8 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
         return []
     d = ev.active_decode()
     cap, _ = ev.cap()
-    if not d.empty:
-        running = _col(d, "running_req")
-        queued = _col(d, "queue_req").fillna(0) > 0
-        if cap and float(((running >= cap - math.floor(0.03 * cap)) & queued).mean()) >= 0.2:
-            return []  # the concurrency cap explains it
-        if float(((_col(d, "token_usage") >= 0.85) & queued).mean()) >= 0.15:
-            return []  # the KV pool explains it
+    if not d.empty and _cap_or_kv_explains(d, cap):
+        return []
     parts = [
         f"from concurrency {int(conc[j])} to {int(conc[i])} output throughput moved only "
         f"{_num(float(thr[j]))} -> {_num(float(thr[i]))} tok/s"
@@ -86,27 +74,8 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
                       "kernel launches: cover those batches with graphs (the cuda_graph finding) before judging "
                       "the kernels; " + suggestion.split(": ", 1)[1])
     elif model is not None and model.params.per_seq_ms > 0:
-        b = int(_col(d, "running_req").max())
-        p = model.params
-        step = model.curve.step(b, model.workload.input_len, model.workload.output_len)
-        fixed = p.fixed_ms / step if step > 0 else 0.0
-        parts.append(
-            f"the performance model ({model.curve.describe()}): at {b} running the fixed part is {_pct(fixed)} "
-            f"of a {step:.1f} ms step"
-        )
-        if fixed >= 0.5:
-            suggestion = (
-                "most of each decode step does not depend on the batch: per-step overhead (kernel "
-                "launches without CUDA graphs, all-reduce latency over PCIe without P2P, scheduler CPU "
-                "time); try CUDA graphs at these batch sizes, GPU P2P for the custom all-reduce, and "
-                "check the overlap scheduler is on; " + suggestion.split(": ", 1)[1]
-            )
-        else:
-            suggestion = (
-                "most of each decode step grows with the batch: the kernels are the limit (MoE GEMMs, "
-                "attention, FP4 GEMM tactics); try other --moe-runner-backend / --attention-backend "
-                "choices, FlashInfer autotuning, fp8 KV cache; " + suggestion.split(": ", 1)[1]
-            )
+        part, suggestion = _step_split(model, int(_col(d, "running_req").max()), suggestion)
+        parts.append(part)
     return [
         Finding(
             finding="throughput saturated: more concurrent requests no longer help",
@@ -117,6 +86,52 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
             severity=0.5,
         )
     ]
+
+
+def _flat_pair(conc: pd.Series, thr: pd.Series) -> tuple[int, int] | None:
+    """(j, i): the highest level ``i`` whose throughput rose less than 15% over the nearest level
+    ``j`` below it offering at most 1/1.8 of its concurrency; None where every such pair grew."""
+    for i in range(len(conc) - 1, 0, -1):
+        for j in range(i - 1, -1, -1):
+            if conc[i] >= 1.8 * conc[j]:
+                if thr[i] < 1.15 * thr[j]:
+                    return j, i
+                break
+    return None
+
+
+def _cap_or_kv_explains(d: pd.DataFrame, cap: int | None) -> bool:
+    """Whether the decode samples put the plateau on the running cap (pinned at it with requests
+    queued on a fifth of them) or the KV pool (nearly full with requests queued on 15%)."""
+    running = _col(d, "running_req")
+    queued = _col(d, "queue_req").fillna(0) > 0
+    if cap and float(((running >= cap - math.floor(0.03 * cap)) & queued).mean()) >= 0.2:
+        return True  # the concurrency cap explains it
+    return float(((_col(d, "token_usage") >= 0.85) & queued).mean()) >= 0.15  # the KV pool explains it
+
+
+def _step_split(model: PerfModel, b: int, suggestion: str) -> tuple[str, str]:
+    """What the performance model says of the step at ``b`` running (its fixed share) and the
+    suggestion it points to: per-step overhead where that share is half or more, else kernels."""
+    p = model.params
+    step = model.curve.step(b, model.workload.input_len, model.workload.output_len)
+    fixed = p.fixed_ms / step if step > 0 else 0.0
+    part = (
+        f"the performance model ({model.curve.describe()}): at {b} running the fixed part is {_pct(fixed)} "
+        f"of a {step:.1f} ms step"
+    )
+    if fixed >= 0.5:
+        return part, (
+            "most of each decode step does not depend on the batch: per-step overhead (kernel "
+            "launches without CUDA graphs, all-reduce latency over PCIe without P2P, scheduler CPU "
+            "time); try CUDA graphs at these batch sizes, GPU P2P for the custom all-reduce, and "
+            "check the overlap scheduler is on; " + suggestion.split(": ", 1)[1]
+        )
+    return part, (
+        "most of each decode step grows with the batch: the kernels are the limit (MoE GEMMs, "
+        "attention, FP4 GEMM tactics); try other --moe-runner-backend / --attention-backend "
+        "choices, FlashInfer autotuning, fp8 KV cache; " + suggestion.split(": ", 1)[1]
+    )
 
 
 def _eager_at_top(ev: Evidence) -> str | None:
