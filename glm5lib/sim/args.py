@@ -172,14 +172,8 @@ def _default_max_running(total_tokens: int, context_len: int) -> int:
 def parse_sim_argv(argv: list[str]) -> SimArgs:
     """Parse the stand-in's command line; raises ConfigError with the offending flag and valid ones."""
     sim, rest = _split_sim([str(a) for a in argv])
-    release = sim.get("--sim-release") or DEFAULT_RELEASE
-    if release not in BUNDLED_RELEASES:
-        raise ConfigError(
-            f"--sim-release {release!r}: the stand-in emulates {', '.join(BUNDLED_RELEASES)}",
-            field="--sim-release", valid=list(BUNDLED_RELEASES),
-        )
+    release = _release(sim)
     config = ServerConfig.from_argv(rest, release=release)
-    specs = config.catalogue.specs
     # the largest graph batch is cuda_graph_max_bs up to 0.5.9, cuda_graph_max_bs_decode later
     max_bs = config.catalogue.field_name("cuda_graph_max_bs") or "cuda_graph_max_bs"
     profile = load_profile(sim.get("--sim-profile"))
@@ -187,8 +181,59 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     explicit = config.explicit
     notes: list[str] = []
 
+    values = _server_values(config, profile, max_bs, notes)
+    # decode graphs: 0.5.23's own switches for the phase win over the legacy all-graphs one
+    cuda_graph = not graphs_off_for(values, "decode")
+    capacity = _kv_capacity(profile, values, cuda_graph, notes)
+    if values.get("max_running_requests") is None:
+        values["max_running_requests"] = _default_max_running(capacity, values["context_length"])
+    # SGLang never captures graphs for batches larger than the running cap.
+    values[max_bs] = min(int(values[max_bs]), int(values["max_running_requests"]))
+    seed = int(sim.get("--sim-seed") or values["random_seed"] or 0)
+
+    if values["schedule_policy"] != "fcfs" and "schedule_policy" in explicit:
+        notes.append(f"schedule_policy={values['schedule_policy']!r} is modelled as 'fcfs'")
+    _resolve_speculative(values, notes)
+    shape = line_shape(release, values, graphs_off=cuda_graphs_off(values))
+    not_modelled = [config.catalogue.specs[name].flag for name in explicit if name not in MODELLED_FIELDS]
+    step = _step_context(values, max_bs, cuda_graph, moe_autotune=bool(sim.get("--sim-moe-autotune", False)))
+    notes += _profile_notes(profile, values, step)
+
+    return SimArgs(
+        config=config,
+        profile=profile,
+        faults=faults,
+        zero_delay=bool(sim.get("--sim-zero-delay", False)),
+        moe_autotune=step.moe_autotune,
+        seed=seed,
+        access_log=not sim.get("--sim-no-access-log", False),
+        server_args=values,
+        not_modelled=not_modelled,
+        notes=notes,
+        max_total_num_tokens=capacity,
+        step=step,
+        release=release,
+        shape=shape,
+    )
+
+
+def _release(sim: dict[str, Any]) -> str:
+    """The SGLang release to emulate (``--sim-release``, else the newest bundled one)."""
+    release = sim.get("--sim-release") or DEFAULT_RELEASE
+    if release not in BUNDLED_RELEASES:
+        raise ConfigError(
+            f"--sim-release {release!r}: the stand-in emulates {', '.join(BUNDLED_RELEASES)}",
+            field="--sim-release", valid=list(BUNDLED_RELEASES),
+        )
+    return release
+
+
+def _server_values(config: ServerConfig, profile: Profile, max_bs: str, notes: list[str]) -> dict[str, Any]:
+    """Every ServerArgs field of ``config``, those the model needs and the command line left
+    unset taken from the profile (each such choice the user may not expect added to ``notes``)."""
+    explicit = config.explicit
     values: dict[str, Any] = {
-        name: getattr(config, name) for name, spec in specs.items()
+        name: getattr(config, name) for name, spec in config.catalogue.specs.items()
         if spec.in_server_args and not name.startswith("_")  # private fields of 0.5.1x ServerArgs
     }
     if config.catalogue.graphs_by_phase and "disable_cuda_graph" in values:
@@ -217,9 +262,13 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         values["mem_fraction_static"] = float(profile["memory"]["default_mem_fraction_static"])
     if values.get("random_seed") is None:
         values["random_seed"] = 0
+    return values
 
-    # decode graphs: 0.5.23's own switches for the phase win over the legacy all-graphs one
-    cuda_graph = not graphs_off_for(values, "decode")
+
+def _kv_capacity(profile: Profile, values: dict[str, Any], cuda_graph: bool, notes: list[str]) -> int:
+    """The KV pool in tokens: the profile's memory at the static fraction, rescaled for a TP group
+    other than the profile's, bounded by ``max_total_tokens``, whole pages."""
+    hw = profile["hardware"]
     capacity = profile.kv_capacity_tokens(values["mem_fraction_static"], cuda_graph)
     # Weights are split over the TP group; a smaller group holds more per GPU.
     tp_ratio = int(hw["num_gpus"]) / max(1, int(values["tp_size"]))
@@ -234,15 +283,12 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         capacity = min(capacity, int(values["max_total_tokens"]))
     page = max(1, int(values["page_size"]))
     capacity -= capacity % page
-    if values.get("max_running_requests") is None:
-        values["max_running_requests"] = _default_max_running(capacity, values["context_length"])
-    # SGLang never captures graphs for batches larger than the running cap.
-    values[max_bs] = min(int(values[max_bs]), int(values["max_running_requests"]))
-    seed = int(sim.get("--sim-seed") or values["random_seed"] or 0)
+    return capacity
 
-    if values["schedule_policy"] != "fcfs" and "schedule_policy" in explicit:
-        notes.append(f"schedule_policy={values['schedule_policy']!r} is modelled as 'fcfs'")
 
+def _resolve_speculative(values: dict[str, Any], notes: list[str]) -> None:
+    """With speculative decoding on, its step counts as SGLang chooses them where none is given,
+    and a note that its step times are not modelled."""
     spec_fields = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
     if values.get("speculative_algorithm"):
         if all(values.get(f) is None for f in spec_fields):
@@ -252,20 +298,18 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
             f"--speculative-algorithm {values['speculative_algorithm']}: decode lines carry a nominal "
             f"accept len of {NOMINAL_ACCEPT_LENGTH:.2f}; speculative decoding's step times are not modelled"
         )
-    shape = line_shape(release, values, graphs_off=cuda_graphs_off(values))
 
-    not_modelled = []
-    for name in explicit:
-        if name not in MODELLED_FIELDS:
-            not_modelled.append(specs[name].flag)
 
+def _step_context(values: dict[str, Any], max_bs: str, cuda_graph: bool, *, moe_autotune: bool) -> StepContext:
+    """What the step-time model reads of the resolved arguments, the decode graph sizes captured
+    among them (SGLang's schedule up to the ceiling, trimmed to the running cap)."""
     graph_top = int(values[max_bs])
     running = int(values.get("max_running_requests") or graph_top)
     # SGLang captures its schedule up to the ceiling, trimmed to the request pool (the cap)
     sizes = [b for b in decode_graph_sizes(graph_top) if b <= running]
     if sizes and graph_top > running and running not in sizes:
         sizes.append(running)
-    step = StepContext(
+    return StepContext(
         attention_backend=str(values["attention_backend"]),
         cuda_graph=cuda_graph,
         cuda_graph_max_bs=int(values[max_bs]),
@@ -273,8 +317,14 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
         allreduce_fusion=bool(values["enable_flashinfer_allreduce_fusion"]),
         moe_runner_backend=str(values["moe_runner_backend"]),
         fp4_gemm_backend=str(values["fp4_gemm_runner_backend"]),
-        moe_autotune=bool(sim.get("--sim-moe-autotune", False)),
+        moe_autotune=moe_autotune,
     )
+
+
+def _profile_notes(profile: Profile, values: dict[str, Any], step: StepContext) -> list[str]:
+    """Where the profile cannot time what was asked for: a backend without a factor of its own,
+    an autotune it did not measure, an all-reduce fusion these GPUs do not support."""
+    notes = []
     for flag_field, table in (
         ("attention_backend", "attention_backend"),
         ("moe_runner_backend", "moe_runner_backend"),
@@ -295,20 +345,4 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
             "--enable-flashinfer-allreduce-fusion: not supported on these GPUs per the profile; "
             "it changes nothing (as on SM120)"
         )
-
-    return SimArgs(
-        config=config,
-        profile=profile,
-        faults=faults,
-        zero_delay=bool(sim.get("--sim-zero-delay", False)),
-        moe_autotune=step.moe_autotune,
-        seed=seed,
-        access_log=not sim.get("--sim-no-access-log", False),
-        server_args=values,
-        not_modelled=not_modelled,
-        notes=notes,
-        max_total_num_tokens=capacity,
-        step=step,
-        release=release,
-        shape=shape,
-    )
+    return notes
