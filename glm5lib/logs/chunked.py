@@ -25,6 +25,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -247,8 +248,8 @@ def _feed_chunk(parser: Any, chunk: bytes, crs: bool) -> None:
             parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle
         )
     parser.lines = base + n + extra
-    _finish_chunk(parser, found, kind, acc_idx, (acc_rows, acc_codes), sched_idx, sched_time, clock_pos, clock_val,
-                  extra_pos, extra_cum, base)
+    _finish_chunk(parser, _BulkRows(found, kind, acc_idx, (acc_rows, acc_codes), sched_idx, sched_time,
+                                    clock_pos, clock_val, extra_pos, extra_cum, base))
 
 
 def _runs(parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle):
@@ -293,32 +294,49 @@ def _runs(parser, buf, nl_at, kind, n, base, crs, sched_at, sched_idx, settle):
     return clock_pos, clock_val, extra_pos, extra_cum, extra
 
 
-def _finish_chunk(parser, found, kind, acc_idx, acc_rows, sched_idx, sched_time, clock_pos, clock_val,
-                  extra_pos, extra_cum, base) -> None:
-    """Rows read in bulk into the parser's tables, at their places in the whole log."""
+@dataclass(slots=True)
+class _BulkRows:
+    """What one chunk's bulk reading found, and where its lines sit in the whole log."""
 
-    def real(idx: np.ndarray) -> np.ndarray:
+    found: list[tuple[Any, ...]]  # per scheduler shape: (its chunk regex, line indices, table, times)
+    kind: np.ndarray  # per line: 0 line by line, 1 scheduler, 2 access, 3 access demoted
+    acc_idx: np.ndarray  # the access lines' indices
+    acc_rows: tuple[Any, np.ndarray]  # the access lines' distinct rows and each line's code
+    sched_idx: np.ndarray  # the scheduler lines' indices, in line order
+    sched_time: np.ndarray  # their times (datetime64[ns])
+    clock_pos: list[int]  # the last line of each run read line by line (-1: before the chunk)
+    clock_val: list[str | None]  # the parser's clock after it
+    extra_pos: list[int]  # the last line of each run that counted more lines than newlines
+    extra_cum: list[int]  # the lines counted in excess up to it
+    base: int  # the whole log's line number of the chunk's first line
+
+    def real(self, idx: np.ndarray) -> np.ndarray:
         """Line numbers of the whole log (runs split at a carriage return count more lines)."""
-        if not extra_pos:
-            return idx + base
-        k = np.searchsorted(np.array(extra_pos, dtype=np.int64), idx)
-        cum = np.concatenate(([0], np.array(extra_cum, dtype=np.int64)))
-        return idx + base + cum[k]
+        if not self.extra_pos:
+            return idx + self.base
+        k = np.searchsorted(np.array(self.extra_pos, dtype=np.int64), idx)
+        cum = np.concatenate(([0], np.array(self.extra_cum, dtype=np.int64)))
+        return idx + self.base + cum[k]
 
+
+def _finish_chunk(parser: Any, bulk: _BulkRows) -> None:
+    """Rows read in bulk into the parser's tables, at their places in the whole log."""
+    real = bulk.real
     # ---- scheduler rows into the shapes' frames
-    for cs, idx, table, times in found:
+    for cs, idx, table, times in bulk.found:
         cs.shape.raw.append(_raw_part(cs, real(idx), table, times))
-    del found
+    bulk.found = []
 
     # ---- access rows: each takes the clock of the last line before it that set one
-    keep = kind[acc_idx] == 2 if len(acc_idx) else np.empty(0, dtype=bool)
+    acc_idx = bulk.acc_idx
+    keep = bulk.kind[acc_idx] == 2 if len(acc_idx) else np.empty(0, dtype=bool)
     if keep.any():
-        distinct, codes = acc_rows
+        distinct, codes = bulk.acc_rows
         if not keep.all():
             codes, acc_idx = codes[keep], acc_idx[keep]
-        gap_time = to_timestamps(pd.Series(clock_val, dtype=object)).to_numpy(dtype="datetime64[ns]")
-        pos = np.concatenate((np.array(clock_pos, dtype=np.int64), sched_idx))
-        val = np.concatenate((gap_time, sched_time))
+        gap_time = to_timestamps(pd.Series(bulk.clock_val, dtype=object)).to_numpy(dtype="datetime64[ns]")
+        pos = np.concatenate((np.array(bulk.clock_pos, dtype=np.int64), bulk.sched_idx))
+        val = np.concatenate((gap_time, bulk.sched_time))
         order = np.argsort(pos, kind="stable")
         pos, val = pos[order], val[order]
         frame = access_frame(distinct, codes)
