@@ -184,17 +184,8 @@ class _Parser:
             line = lines[i]
             if indices is not None and i != prev + 1 and i > 0:
                 # Lines parsed in bulk came in between: they set the clock and end tracebacks.
-                if marks is not None and prev >= 0:
-                    if timed_line is not None:
-                        self._sync_clock(timed_line)
-                    marks.append((prev, self.last_time_str))
-                timed_line = lines[i - 1]
-                if blocks_open:
-                    self._close_blocks()
-                    blocks_open = False
-                if args_open:
-                    self._try_finish_args(final=True)
-                    args_open = False
+                timed_line = self._after_bulk(lines, i, prev, timed_line, marks, blocks_open, args_open)
+                blocks_open = args_open = False
             prev = i
             # Fast path: a scheduler line of a shape seen before: one regex match, no state.
             if "batch" in line and not args_open:
@@ -254,12 +245,38 @@ class _Parser:
             self._slow(line, base + i)
             args_open = self._args_buffer is not None
             blocks_open = bool(self._open_blocks)
+        self._end_feed(lines, indices is not None, prev, timed_line, marks, blocks_open, base)
+
+    def _after_bulk(
+        self, lines: list[str], i: int, prev: int, timed_line: str | None,
+        marks: list[tuple[int, str | None]] | None, blocks_open: bool, args_open: bool,
+    ) -> str:
+        """What the lines read in bulk between ``prev`` and ``i`` did: the run before them marked,
+        tracebacks and a wrapped server_args line ended; returns the line whose time they leave
+        on the clock (read lazily, as the fast path's)."""
+        if marks is not None and prev >= 0:
+            if timed_line is not None:
+                self._sync_clock(timed_line)
+            marks.append((prev, self.last_time_str))
+        timed_line = lines[i - 1]
+        if blocks_open:
+            self._close_blocks()
+        if args_open:
+            self._try_finish_args(final=True)
+        return timed_line
+
+    def _end_feed(
+        self, lines: list[str], bulk: bool, prev: int, timed_line: str | None,
+        marks: list[tuple[int, str | None]] | None, blocks_open: bool, base: int,
+    ) -> None:
+        """After the last line parsed here: the last run marked, the lines read in bulk after it
+        (``bulk``: some were) ending tracebacks, the line count and the clock brought up to date."""
         if marks is not None and prev >= 0:
             if timed_line is not None:
                 self._sync_clock(timed_line)
                 timed_line = None
             marks.append((prev, self.last_time_str))
-        if indices is not None and prev != len(lines) - 1 and lines:
+        if bulk and prev != len(lines) - 1 and lines:
             timed_line = lines[-1]
             if blocks_open:
                 self._close_blocks()
