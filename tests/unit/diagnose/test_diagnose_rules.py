@@ -284,3 +284,61 @@ def test_graph_remedy_is_spelt_for_the_release_of_the_evidence():
                        ({"cuda_graph_max_bs": 64, "version": "0.5.9"}, "--cuda-graph-max-bs")):
         out = dg.rule_cuda_graph(dg.Evidence(decode=decode_frame(running, graph=graph), server_args=args))
         assert f"raise {flag} to about 200 " in out[0].suggestion
+
+
+def test_saturation_pairs_the_highest_flat_level_with_the_nearest_level_far_enough_below():
+    from glm5lib.diagnose.rules.throughput import _flat_pair
+
+    conc = pd.Series([1, 64, 200, 256, 1024])
+    assert _flat_pair(conc, pd.Series([10.0, 600, 900, 1000, 1100])) == (3, 4)  # 1,024 over 256: +10%
+    assert _flat_pair(conc, pd.Series([10.0, 950, 990, 1000, 2000])) == (1, 3)  # 256 over 64 (200 is too near)
+    assert _flat_pair(conc, pd.Series([10.0, 600, 900, 1200, 2000])) is None
+
+
+def test_saturation_leaves_a_plateau_to_the_cap_or_the_kv_pool_where_they_explain_it():
+    from glm5lib.diagnose.rules.throughput import _cap_or_kv_explains
+
+    pinned = decode_frame([64] * 10, queue=5, usage=0.3)
+    assert _cap_or_kv_explains(pinned, 64) and not _cap_or_kv_explains(pinned, 256)
+    assert _cap_or_kv_explains(decode_frame([30] * 10, queue=5, usage=0.9), 256)
+    assert not _cap_or_kv_explains(decode_frame([30] * 10, queue=0, usage=0.9), 30)
+
+
+def test_saturation_splits_the_step_into_its_fixed_and_per_request_parts():
+    from types import SimpleNamespace
+
+    from glm5lib.diagnose.rules.throughput import _step_split
+
+    def model(fixed_ms: float, step_ms: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            params=SimpleNamespace(fixed_ms=fixed_ms), workload=SimpleNamespace(input_len=1, output_len=1),
+            curve=SimpleNamespace(step=lambda b, i, o: step_ms, describe=lambda: "a curve"),
+        )
+
+    base = "saturated: profile one decode step"
+    part, text = _step_split(model(45.0, 50.0), 256, base)
+    assert part == "the performance model (a curve): at 256 running the fixed part is 90% of a 50.0 ms step"
+    assert text.startswith("most of each decode step does not depend on the batch") and text.endswith(base.split(": ")[1])
+    part, text = _step_split(model(5.0, 50.0), 256, base)
+    assert "the fixed part is 10%" in part and text.startswith("most of each decode step grows with the batch")
+
+
+def test_concurrency_cap_reads_the_plateau_from_the_last_level_under_the_cap_to_the_top():
+    from glm5lib.diagnose.rules.batch import _plateau_evidence
+
+    flat = sweep_frame([32, 64, 256], [1000.0, 1900, 2000], [100.0, 150, 2000])
+    [sentence], bonus = _plateau_evidence(flat, 64)
+    assert sentence.startswith("from concurrency 64 to 256 output throughput moved 1,900 -> 2,000 tok/s")
+    assert "TTFT grew 150 -> 2,000 ms" in sentence and bonus == 0.2
+    assert _plateau_evidence(sweep_frame([32, 64, 256], [1000.0, 1900, 5000], [100.0, 150, 160]), 64)[1] == 0.0
+    assert _plateau_evidence(flat, 256) == ([], 0.0)  # no level above the cap
+    [only], bonus = _plateau_evidence(sweep_frame([256], [2000.0], [900.0]), 64)
+    assert only == "median TTFT at concurrency 256 was 900 ms" and bonus == 0.0
+
+
+def test_reference_diff_says_how_to_try_the_reference_value():
+    from glm5lib.diagnose.rules.reference import _try_it
+
+    assert _try_it("--disable-radix-cache", True) == "--disable-radix-cache"
+    assert _try_it("--enable-metrics", False) == "without --enable-metrics"
+    assert _try_it("--max-running-requests", 1024) == "--max-running-requests 1024"

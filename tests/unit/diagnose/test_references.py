@@ -196,3 +196,34 @@ def test_log_summary_shows_the_release_own_graph_batch_field(capsys):
     assert "cuda_graph_max_bs" not in shown and shown["disable_cuda_graph"] is True
     assert main(["logs", str(FIXTURE)]) == 0
     assert "cuda_graph_max_bs_decode = None" in capsys.readouterr().out
+
+
+def test_a_field_of_one_release_is_ranked_only_where_its_side_set_it():
+    from glm5lib.diagnose.diff import _judged_release_only
+
+    left = _judged_release_only(("current", "0.5.23", "0.5.9", False), "setting", "high", "why")
+    assert left == ("release", "none", "not in SGLang 0.5.9: the current side has SGLang 0.5.23's default")
+    kind, cls, text = _judged_release_only(("reference", "0.5.23", "0.5.9", True), "setting", "high", "why")
+    assert (kind, cls) == ("setting", "high")
+    assert text == "not in SGLang 0.5.9, set by the reference (SGLang 0.5.23): why"
+
+
+def test_a_changed_default_is_ranked_where_a_side_set_it_or_it_matters():
+    from glm5lib.diagnose.diff import _judged_default_changed
+
+    reason = "default changed: SGLang 0.5.9 1, SGLang 0.5.23 2"
+    unset = (reason, {"current": False, "reference": False})
+    assert _judged_default_changed(unset, "setting", "unknown", "why")[:2] == ("default", "none")
+    assert _judged_default_changed(unset, "setting", "high", "why") == (
+        "setting", "high", f"{reason}; each side has its own release's default, and it matters: why")
+    set_here = (reason, {"current": True, "reference": False})
+    assert _judged_default_changed(set_here, "setting", "low", "why")[2] == f"{reason}; set by the current side: why"
+
+
+def test_an_explicit_capacity_far_below_the_other_side_is_a_cap_signature():
+    from glm5lib.diagnose.diff import _cap_signature
+
+    assert _cap_signature("max_running_requests", 64, 1024, True)
+    assert not _cap_signature("max_running_requests", 64, 1024, False)  # chosen automatically
+    assert not _cap_signature("max_running_requests", 512, 1024, True)
+    assert not _cap_signature("log_level", 1, 1024, True)  # not a capacity limit
