@@ -12,6 +12,7 @@ limit-meeting candidate is saved as a config file the workbook loads (``tune-bes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -26,15 +27,16 @@ import pandas as pd
 
 from glm5lib import cpus as cpu_layout
 from glm5lib import engines, rundir
-from glm5lib.diagnose.evidence import load_evidence
-from glm5lib.errors import ConfigError
+from glm5lib.diagnose.evidence import Evidence, EvidenceCache
+from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.loadgen.settings import check_concurrencies
-from glm5lib.phase import measure_phase, phase_log
-from glm5lib.tune.goal import Goal, request_goodput
+from glm5lib.phase import measure_phase
+from glm5lib.tune.goal import Goal, goodput_of
 from glm5lib.tune.levers import Lever, engine_levers, lever_for, parse_lever, safe_bounds
 from glm5lib.tune.model import Landscape, Point, perfmodel_forecaster
 
-__all__ = ["TUNE_COLUMNS", "TuneResult", "Workload", "config_of", "grid", "grid_values", "load_tune", "recheck", "tune"]
+__all__ = ["TUNE_COLUMNS", "SearchOptions", "TuneResult", "Workload", "config_of", "grid", "grid_values", "load_tune",
+           "recheck", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +81,31 @@ class Workload:
                                   field=name)
         if not (isinstance(self.duration, (int, float)) and math.isfinite(self.duration) and self.duration > 0):
             raise ConfigError(f"--duration {self.duration!r} must be a positive number of seconds", field="duration")
+
+
+@dataclass
+class SearchOptions:
+    """How :func:`tune` and :func:`grid` choose and judge candidates (each field may also be given
+    to them as a keyword of its own)."""
+
+    #: the lever to search, as ``--lever`` takes it (``FIELD`` or ``FIELD=LOW:HIGH``; the first
+    #: counts); None: the lever the goal's limits point at
+    levers: Sequence[str] | None = None
+    #: the engine release whose levers apply (None: the configuration's)
+    release: str | None = None
+    #: how much one configuration's measurements differ between launches (a fraction)
+    noise: float = 0.03
+    #: the room under each limit a winner must leave (a fraction)
+    margin: float = 0.03
+    #: forecast unmeasured values with the performance model (else measured points only)
+    use_model: bool = True
+
+    def check(self) -> None:
+        if not (0 <= self.noise < 1 and 0 <= self.margin < 1):
+            raise ConfigError("noise and margin are fractions between 0 and 1", field="noise")
+
+
+_OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(SearchOptions))
 
 
 @dataclass
@@ -147,38 +174,67 @@ def _engine_of(backend: str, config: Any) -> str:
     return backend
 
 
-def _level_row(folder: Path, concurrency: int) -> dict[str, Any] | None:
-    path = folder / rundir.SWEEP
-    if not path.exists():
+#: the errors reading a phase's evidence can raise: a folder that is not a phase, a configuration or
+#: a table that cannot be read (pandas' parser errors are ValueErrors)
+_UNREADABLE = (DiagnosisError, ConfigError, OSError, ValueError, KeyError)
+
+
+def _reader() -> EvidenceCache:
+    """Candidates' evidence, each phase read once per measurement; a table a candidate left
+    half-written is left out rather than costing the search."""
+    return EvidenceCache(partial=True)
+
+
+def _evidence(folder: Path, phases: EvidenceCache | None = None) -> Evidence | None:
+    """``folder``'s evidence, read once per measurement through ``phases`` (a one-off read without);
+    None where the folder holds no phase or its evidence cannot be read."""
+    if not folder.is_dir():
         return None
-    sweep = pd.read_csv(path)
+    try:
+        return (phases or _reader()).load(folder)
+    except _UNREADABLE as exc:  # evidence only: what cannot be read is left out
+        log.debug("%s: evidence unreadable (%s: %s)", folder, type(exc).__name__, exc)
+        return None
+
+
+def _level_row(folder: Path, concurrency: int, phases: EvidenceCache | None = None) -> dict[str, Any] | None:
+    """``folder``'s sweep row at ``concurrency`` (the last one measured there); None without one."""
+    if not (folder / rundir.SWEEP).exists():
+        return None
+    ev = _evidence(folder, phases)
+    sweep = ev.sweep if ev is not None else None
+    if sweep is None or sweep.empty or "concurrency" not in sweep:
+        return None
     rows = sweep[sweep["concurrency"] == concurrency]
     return rows.iloc[-1].to_dict() if not rows.empty else None
 
 
-def _scheduler_row(folder: Path, concurrency: int) -> dict[str, Any] | None:
+def _scheduler_row(folder: Path, concurrency: int, phases: EvidenceCache | None = None) -> dict[str, Any] | None:
     """``folder``'s level at ``concurrency`` as the evidence's level table has it (running, queued,
     whether the batch held, from the level's densest source); None where it cannot be read."""
+    ev = _evidence(folder, phases)
+    if ev is None:
+        return None
     try:
-        table = load_evidence(folder.parent, phase=folder.name).level_table()
-    except Exception:  # evidence only: what cannot be read is left out
+        table = ev.level_table()
+    except (KeyError, ValueError, TypeError) as exc:  # evidence only: what cannot be read is left out
+        log.debug("%s: no level table (%s)", folder, exc)
         return None
     rows = table[table["concurrency"] == int(concurrency)]
     return rows.iloc[-1].to_dict() if not rows.empty else None
 
 
-def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any] | None = None) -> float:
+def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any] | None = None,
+             phases: EvidenceCache | None = None) -> float:
     """The median running batch of ``folder``'s level at ``concurrency`` (``row``: its level-table
     row, read here when not given); the whole log's where no level has one."""
     if concurrency is not None:
-        row = row if row is not None else _scheduler_row(folder, concurrency)
+        row = row if row is not None else _scheduler_row(folder, concurrency, phases)
         value = float(row.get("running_median", math.nan)) if row else math.nan
         if math.isfinite(value) and value > 0:
             return value
-    try:
-        decode = phase_log(folder).decode
-    except Exception:  # evidence only: a log that cannot be read leaves the column empty
-        return math.nan
+    ev = _evidence(folder, phases)
+    decode = ev.log_lines() if ev is not None else None
     if decode is None or decode.empty or "running_req" not in decode:
         return math.nan
     busy = pd.to_numeric(decode["running_req"], errors="coerce")
@@ -186,22 +242,22 @@ def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any
     return float(busy.median()) if not busy.empty else math.nan
 
 
-def batch_held(folder: Path, concurrency: int, row: Mapping[str, Any] | None = None) -> tuple[bool, str]:
+def batch_held(folder: Path, concurrency: int, row: Mapping[str, Any] | None = None,
+               phases: EvidenceCache | None = None) -> tuple[bool, str]:
     """Whether ``folder``'s level at ``concurrency`` held the batch its load and cap allow
     (the evidence's level table: ``batch_held``; ``row``: its level-table row, read here when
     not given), and why; True where the evidence has nothing to judge it by."""
-    row = row if row is not None else _scheduler_row(folder, concurrency)
+    row = row if row is not None else _scheduler_row(folder, concurrency, phases)
     if not row or row.get("batch_held") is None or (isinstance(row.get("batch_held"), float)
                                                      and math.isnan(row["batch_held"])):
         return True, "no scheduler figures to judge the level by"
     return bool(row["batch_held"]), str(row.get("held_note") or "")
 
 
-def _startup(folder: Path) -> dict[str, Any]:
-    try:
-        return dict(phase_log(folder).startup or {})
-    except Exception:
-        return {}
+def _startup(folder: Path, phases: EvidenceCache | None = None) -> dict[str, Any]:
+    """The start-up facts ``folder``'s server log states ({} without a readable log)."""
+    ev = _evidence(folder, phases)
+    return dict(ev.startup or {}) if ev is not None else {}
 
 
 def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workload,
@@ -231,14 +287,18 @@ def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workl
     return measure
 
 
-def _evaluate(folder: Path, goal: Goal, workload: Workload) -> dict[str, Any]:
-    row = _level_row(folder, workload.concurrency)
+def _evaluate(folder: Path, goal: Goal, workload: Workload, phases: EvidenceCache | None = None) -> dict[str, Any]:
+    """What ``folder``'s level at the target load measured against the goal, from its evidence
+    (read once for every figure here)."""
+    phases = phases or _reader()
+    row = _level_row(folder, workload.concurrency, phases)
     if row is None:
         raise ConfigError(f"phase {folder.name} has no level at concurrency {workload.concurrency}",
                           field="phase")
     out: dict[str, Any] = {"output_throughput": float(row.get("output_throughput", math.nan))}
     if goal.goodput:
-        out["goodput"] = request_goodput(folder, workload.concurrency, goal.goodput)
+        ev = phases.load(folder)
+        out["goodput"] = goodput_of(ev.sweep, ev.requests, workload.concurrency, goal.goodput)
     for lim in goal.limits:
         out[lim.metric] = float(row.get(lim.metric, math.nan)) if row.get(lim.metric) is not None else math.nan
     out["objective"] = goal.score(out)
@@ -246,10 +306,10 @@ def _evaluate(folder: Path, goal: Goal, workload: Workload) -> dict[str, Any]:
     binding = goal.binding(out)
     out["binding_limit"] = str(binding) if binding else ""
     out["binding_ratio"] = binding.ratio(out) if binding else math.nan
-    row = _scheduler_row(folder, workload.concurrency)  # the evidence read once for both
-    out["running"] = _running(folder, workload.concurrency, row)
+    row = _scheduler_row(folder, workload.concurrency, phases)
+    out["running"] = _running(folder, workload.concurrency, row, phases)
     out["completed"] = int(row.get("completed", 0) or 0)
-    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, row)
+    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, row, phases)
     return out
 
 
@@ -481,8 +541,8 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
 # --------------------------------------------------------------------------------------------
 # the two searches
 # --------------------------------------------------------------------------------------------
-def _setup(config: Any, backend: str, goal: Goal, workload: Workload, levers: Sequence[str] | None,
-           evidence: Path | None, release: str | None) -> tuple[str, Lever, str]:
+def _setup(config: Any, backend: str, goal: Goal, workload: Workload, options: SearchOptions,
+           evidence: Path | None, phases: EvidenceCache) -> tuple[str, Lever, str]:
     engine = _engine_of(backend, config)
     workload.check()
     goal.check_workload(output_len=workload.output_len)
@@ -490,8 +550,8 @@ def _setup(config: Any, backend: str, goal: Goal, workload: Workload, levers: Se
     if from_config and config is None:
         raise ConfigError(f"--backend {backend}: a config to tune from is needed (--config or RUN_DIR --phase)",
                           field="config")
-    known = engine_levers(engine, release or getattr(config, "release", None))
-    chosen = [parse_lever(text, known) for text in (levers or [])]
+    known = engine_levers(engine, options.release or getattr(config, "release", None))
+    chosen = [parse_lever(text, known) for text in (options.levers or [])]
     if not known and not chosen:
         raise ConfigError(f"a {engine} engine's levers are given as flags: --lever --max-batch=1:256",
                           field="lever")
@@ -499,7 +559,7 @@ def _setup(config: Any, backend: str, goal: Goal, workload: Workload, levers: Se
     if from_config:
         # a lever the config's engine or release lacks is refused here, before anything launches
         config.with_changes(**{lever.field: lever.clamp(lever.low)})
-    startup = _startup(evidence) if evidence is not None else {}
+    startup = _startup(evidence, phases) if evidence is not None else {}
     others = {lev.field: config.get(lev.field) for lev in known} if from_config else {}
     lever, bounded = safe_bounds(lever, engine, concurrency=workload.concurrency, input_len=workload.input_len,
                                  output_len=workload.output_len, startup=startup, config=others)
@@ -518,8 +578,8 @@ def _model_levels(forecaster: Any, measured: Sequence[Any], start: float | None,
     return [light] if light < workload.concurrency else []
 
 
-def _same_workload(folder: Path, workload: Workload) -> bool:
-    row = _level_row(folder, workload.concurrency)
+def _same_workload(folder: Path, workload: Workload, phases: EvidenceCache | None = None) -> bool:
+    row = _level_row(folder, workload.concurrency, phases)
     if row is None:
         return False
     try:
@@ -631,86 +691,117 @@ def _save_best(config: Any, run: Path, best: Mapping[str, Any] | None, lever: Le
     return path
 
 
+def _options(options: SearchOptions | None, launch: dict[str, Any]) -> SearchOptions:
+    """``options`` with any of its fields given as keywords beside the launch's (``levers=...``,
+    ``noise=...``: the spelling callers used before the options were grouped) taken out of
+    ``launch`` and set on it."""
+    given = {name: launch.pop(name) for name in list(launch) if name in _OPTION_FIELDS}
+    return dataclasses.replace(options or SearchOptions(), **given)
+
+
 def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, backend: str = "sim",
-         max_launches: int = 4, levers: Sequence[str] | None = None, evidence_phase: str | None = None,
-         noise: float = 0.03, margin: float = 0.03, release: str | None = None,
-         measure: Measure | None = None, use_model: bool = True, **launch: Any) -> TuneResult:
+         max_launches: int = 4, evidence_phase: str | None = None, measure: Measure | None = None,
+         options: SearchOptions | None = None, **launch: Any) -> TuneResult:
     """Search the lever for the most objective under the goal's limits, in at most ``max_launches``.
 
     ``evidence_phase`` is a phase of ``run_dir`` already measured at the target load: it is the
-    first point, at no launch. ``launch`` is passed to :func:`default_measure` (``sim_profile``,
-    ``command``, ``model``, ``ready_timeout``, ``progress``, ``cpus``: see :mod:`glm5lib.cpus`). Raises ConfigError before any
-    launch for a bad goal, workload, lever or budget.
+    first point, at no launch. ``options`` (:class:`SearchOptions`: the lever, the release, the
+    noise and margin, the model) may also be given field by field as keywords (``levers=``,
+    ``noise=``...). ``launch`` is passed to :func:`default_measure` (``sim_profile``, ``command``,
+    ``model``, ``ready_timeout``, ``progress``, ``cpus``: see :mod:`glm5lib.cpus`). Raises
+    ConfigError before any launch for a bad goal, workload, lever or budget.
     """
     run = Path(run_dir)
+    opts = _options(options, launch)
     if not (isinstance(max_launches, int) and max_launches >= 1):
         raise ConfigError(f"--max-launches {max_launches!r} must be at least 1", field="max_launches")
-    if not (0 <= noise < 1 and 0 <= margin < 1):
-        raise ConfigError("noise and margin are fractions between 0 and 1", field="noise")
+    opts.check()
     evidence = run / evidence_phase if evidence_phase else None
     if evidence is not None and not (evidence / rundir.SWEEP).exists():
         raise ConfigError(f"phase {evidence_phase!r} of {run} has no {rundir.SWEEP}", field="phase")
-    engine, lever, why = _setup(config, backend, goal, workload, levers, evidence, release)
+    phases = _reader()
+    engine, lever, why = _setup(config, backend, goal, workload, opts, evidence, phases)
     run.mkdir(parents=True, exist_ok=True)
     measure = measure or default_measure(config, backend=backend, run_dir=run, workload=workload, **launch)
     forecaster = perfmodel_forecaster(run, engine=engine, concurrency=workload.concurrency,
                                       input_len=workload.input_len, output_len=workload.output_len,
-                                      objective=goal.objective, metrics=[lim.metric for lim in goal.limits]
-                                      ) if use_model else None
-    land = Landscape(lever.field, lever.acts_on, [lim.metric for lim in goal.limits], forecaster=forecaster)
+                                      objective=goal.objective, metrics=[lim.metric for lim in goal.limits],
+                                      phases=phases) if opts.use_model else None
+    search = _Search(run, goal, workload, lever, opts, phases,
+                     Landscape(lever.field, lever.acts_on, [lim.metric for lim in goal.limits], forecaster=forecaster))
     previous = load_tune(run)
-    measured: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    launches = 0
+    start = _start_value(config, lever, _startup(evidence, phases) if evidence is not None else {}, engine)
+    if evidence is not None and _same_workload(evidence, workload, phases):
+        changes = {lever.field: lever.clamp(start)} if start is not None else {}
+        search.take(evidence, changes, 0, "evidence", None, f"measured phase {evidence_phase}: the starting evidence; {why}")
+    elif evidence is not None:
+        log.info("phase %s was not measured at %d concurrent %d+%d-token requests: its config and start-up "
+                 "facts are used, its levels are not a point of this landscape", evidence_phase,
+                 workload.concurrency, workload.input_len, workload.output_len)
+    launches, step = 0, 1
+    while launches < max_launches:
+        proposal = search.first(start, why) if not search.measured else search.propose()
+        if proposal.value is None:
+            stopped = proposal.reason
+            break
+        changes = {lever.field: lever.clamp(proposal.value)}
+        phase = f"tune-{step}"
+        if _reuse(previous, "tune", phase, changes) and _level_row(run / phase, workload.concurrency, phases):
+            log.info("%s already measured with %s: read again, not relaunched", phase, changes)
+        else:
+            log.info("%s: launching with %s: %s", phase, changes, proposal.reason)
+            measure(changes, phase, _model_levels(forecaster, search.measured, start, workload))
+        launches += 1
+        search.take(run / phase, changes, step, "tune", proposal, proposal.reason)
+        step += 1
+    else:
+        stopped = f"the budget of {max_launches} launches is spent"
+    best = _pick(search.rows, opts.noise, opts.margin)
+    path = _save_best(config, run, best, lever, goal)
+    return TuneResult("tune", goal, lever, pd.DataFrame(search.rows), best, launches, stopped, path)
 
-    def take(folder: Path, changes: Mapping[str, Any], step: int, kind: str, proposal, reason: str) -> None:
-        result = _evaluate(folder, goal, workload)
+
+@dataclass
+class _Search:
+    """One tuning run's state: the candidates measured, their ``tune.csv`` rows and the landscape
+    the next proposal is read from."""
+
+    run: Path
+    goal: Goal
+    workload: Workload
+    lever: Lever
+    options: SearchOptions
+    phases: EvidenceCache
+    land: Landscape
+    measured: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def take(self, folder: Path, changes: Mapping[str, Any], step: int, kind: str, proposal: _Proposal | None,
+             reason: str) -> None:
+        """Read one measured candidate into the landscape and ``tune.csv``."""
+        result = _evaluate(folder, self.goal, self.workload, self.phases)
+        lever = self.lever
         x = lever.clamp(changes.get(lever.field)) if changes.get(lever.field) is not None else None
         result["x"] = x
         if not result["batch_held"]:
             log.info("%s: %s; no winner while a steady candidate meets the limits", folder.name, result["held_note"])
             reason = f"{reason}; not a winner: {result['held_note']}"
         if x is not None:
-            land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name,
-                           held=bool(result["batch_held"])))
-            measured.append(result)
-        rows.append(_record(run, kind, step, folder.name, lever, changes, result, proposal, reason))
+            self.land.add(Point(float(x), result["objective"], {k: result[k] for k in self.land.metrics}, folder.name,
+                                held=bool(result["batch_held"])))
+            self.measured.append(result)
+        self.rows.append(_record(self.run, kind, step, folder.name, lever, changes, result, proposal, reason))
 
-    start_startup = _startup(evidence) if evidence is not None else {}
-    start = _start_value(config, lever, start_startup, engine)
-    if evidence is not None and _same_workload(evidence, workload):
-        changes = {lever.field: lever.clamp(start)} if start is not None else {}
-        take(evidence, changes, 0, "evidence", None, f"measured phase {evidence_phase}: the starting evidence; {why}")
-    elif evidence is not None:
-        log.info("phase %s was not measured at %d concurrent %d+%d-token requests: its config and start-up "
-                 "facts are used, its levels are not a point of this landscape", evidence_phase,
-                 workload.concurrency, workload.input_len, workload.output_len)
-    step = 1
-    while launches < max_launches:
-        if not measured:
-            value = start if start is not None else float(np.sqrt(float(lever.low) * float(lever.high)))
-            proposal = _Proposal(value, f"the configuration as given, to read which limit binds ({why})"
-                                 if start is not None else f"the middle of the safe range ({why})")
-        else:
-            proposal = _propose(land, lever, goal, measured, noise=noise, margin=margin)
-            if proposal.value is None:
-                stopped = proposal.reason
-                break
-        changes = {lever.field: lever.clamp(proposal.value)}
-        phase = f"tune-{step}"
-        if _reuse(previous, "tune", phase, changes) and _level_row(run / phase, workload.concurrency):
-            log.info("%s already measured with %s: read again, not relaunched", phase, changes)
-        else:
-            log.info("%s: launching with %s: %s", phase, changes, proposal.reason)
-            measure(changes, phase, _model_levels(forecaster, measured, start, workload))
-        launches += 1
-        take(run / phase, changes, step, "tune", proposal, proposal.reason)
-        step += 1
-    else:
-        stopped = f"the budget of {max_launches} launches is spent"
-    best = _pick(rows, noise, margin)
-    path = _save_best(config, run, best, lever, goal)
-    return TuneResult("tune", goal, lever, pd.DataFrame(rows), best, launches, stopped, path)
+    def first(self, start: float | None, why: str) -> _Proposal:
+        """The first candidate: the configuration as given, else the middle of the safe range."""
+        lever = self.lever
+        if start is not None:
+            return _Proposal(start, f"the configuration as given, to read which limit binds ({why})")
+        return _Proposal(float(np.sqrt(float(lever.low) * float(lever.high))), f"the middle of the safe range ({why})")
+
+    def propose(self) -> _Proposal:
+        return _propose(self.land, self.lever, self.goal, self.measured, noise=self.options.noise,
+                        margin=self.options.margin)
 
 
 def grid_values(lever: Lever, points: int = 8) -> list[float | int]:
@@ -720,12 +811,14 @@ def grid_values(lever: Lever, points: int = 8) -> list[float | int]:
 
 
 def grid(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, backend: str = "sim",
-         levers: Sequence[str] | None = None, values: Sequence[float] | None = None, points: int = 8,
-         release: str | None = None, measure: Measure | None = None, noise: float = 0.03,
-         save_best: bool = False, **launch: Any) -> TuneResult:
-    """Measure every value of the grid over the tuner's lever (phases ``grid-1``...)."""
+         values: Sequence[float] | None = None, points: int = 8, measure: Measure | None = None,
+         save_best: bool = False, options: SearchOptions | None = None, **launch: Any) -> TuneResult:
+    """Measure every value of the grid over the tuner's lever (phases ``grid-1``...); ``options``
+    and ``launch`` as for :func:`tune`."""
     run = Path(run_dir)
-    _engine, lever, why = _setup(config, backend, goal, workload, levers, None, release)
+    opts = _options(options, launch)
+    phases = _reader()
+    _engine, lever, why = _setup(config, backend, goal, workload, opts, None, phases)
     if values:
         bad = [v for v in values if not (float(lever.low) <= float(v) <= float(lever.high))]
         if bad:
@@ -741,9 +834,9 @@ def grid(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
     for i, value in enumerate(values, start=1):
         changes = {lever.field: value}
         phase = f"grid-{i}"
-        if not (_reuse(previous, "grid", phase, changes) and _level_row(run / phase, workload.concurrency)):
+        if not (_reuse(previous, "grid", phase, changes) and _level_row(run / phase, workload.concurrency, phases)):
             measure(changes, phase, ())
-        result = _evaluate(run / phase, goal, workload)
+        result = _evaluate(run / phase, goal, workload, phases)
         rows.append(_record(run, "grid", i, phase, lever, changes, result, None,
                             f"grid point {i} of {len(values)} ({why})"))
     best = _pick(rows, 0.0)
@@ -766,10 +859,11 @@ def recheck(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, re
     changes = dict(result.best["changes"])
     phase = f"{result.kind}-check"
     previous = load_tune(run)
+    phases = _reader()
     if not (_reuse(previous, "check", phase, changes)
-            and all(_level_row(run / phase, c) for c in {workload.concurrency, *levels})):
+            and all(_level_row(run / phase, c, phases) for c in {workload.concurrency, *levels})):
         measure(changes, phase, tuple(levels))
-    measured = _evaluate(run / phase, goal, workload)
+    measured = _evaluate(run / phase, goal, workload, phases)
     _record(run, "check", 0, phase, result.lever, changes, measured, None,
             f"the winner ({result.best['phase']}) measured again")
     return {"phase": phase, "changes": changes, **{k: v for k, v in measured.items() if k != "x"}}
