@@ -401,8 +401,21 @@ class _Proposal:
     source: str = ""
 
 
-def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], *,
-             noise: float, margin: float) -> _Proposal:
+@dataclass
+class _Bounds:
+    """What the measured candidates leave open on the lever, read once per proposal."""
+
+    room: float  # the binding ratio a measured candidate may have and still count as meeting the limits
+    best: float | None  # the most objective measured with that room
+    per_step: bool  # the running lever under per-step (TPOT, ITL) limits only
+    ceiling: float  # nothing above it can meet a per-step limit
+    floor: float  # below it the batch only shrinks (per-step limits)
+    taken: list[float]  # the values measured
+    need: float  # the binding ratio a forecast must leave
+    near_miss: bool  # the ceiling met the limits with a little less room than the margin asks
+
+
+def _bounds(lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], noise: float, margin: float) -> _Bounds:
     # a candidate counts as meeting the limits when it met them with the margin's room (what the
     # winner needs, _pick): one that met a limit with less room is no end to the search
     room = _room(margin, noise)
@@ -412,13 +425,12 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     # value that broke such a limit (or left it less than the margin's room) can meet it, and below
     # the best value that met every limit the batch only shrinks (TTFT and end-to-end latency can
     # fall with a larger batch: queueing)
-    per_step = lever.acts_on == "running" and goal.limits and all(lim.quantity in ("tpot", "itl")
-                                                                  for lim in goal.limits)
+    per_step = bool(lever.acts_on == "running" and goal.limits and all(lim.quantity in ("tpot", "itl")
+                                                                       for lim in goal.limits))
     broken = [m["x"] for m in measured
               if any(lim.quantity in ("tpot", "itl") and not lim.ratio(m) <= room for lim in goal.limits)]
     ceiling = min(broken) if broken and lever.acts_on == "running" else math.inf
     floor_ = max((m["x"] for m in feasible), default=-math.inf) if per_step else -math.inf
-    taken = [m["x"] for m in measured]
     # A forecast must leave the margin (it carries the model's error as well as the noise). Next to
     # a value measured to meet the limits with a little less room than the margin asks (a near
     # miss: short of it by less than half the noise), the forecast is anchored on that measurement:
@@ -428,103 +440,122 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     # with half the throughput). A value that met the limit with no room to speak of is no anchor.
     need = 1.0 - margin
     # (the ceiling is a value that left the limits less than the room: a near miss if it met them)
-    near_miss = bool(per_step) and any(m["x"] == ceiling and m["slo_met"] and math.isfinite(m["objective"])
-                                       and _ratio(m) <= min(room + noise / 2, 1.0) for m in measured)
+    near_miss = per_step and any(m["x"] == ceiling and m["slo_met"] and math.isfinite(m["objective"])
+                                 and _ratio(m) <= min(room + noise / 2, 1.0) for m in measured)
     if near_miss:
         need = max(need, room - 2 * ROOM_TOLERANCE)
+    return _Bounds(room, best, per_step, ceiling, floor_, [m["x"] for m in measured], need, near_miss)
 
-    def bracketed(why: str) -> _Proposal | None:
-        # the forecast promises nothing, but the limit lies between two measured values far
-        # apart, and up to it the batch only grows: measure where the limit is reached
-        target = need if near_miss else need - noise
-        inside = _bracket(lever, measured, ceiling, target, room) if per_step else None
-        if inside is None:
-            return None
-        return _Proposal(inside, f"{why}, but the limit is crossed between {lever.field}={max(floor_, 0):g} and "
-                                 f"{ceiling:g}: trying where it is interpolated to reach {target:.0%} of the limit",
-                         source="bracket")
 
-    options = []
-    unsure = []  # values the model does not forecast, each with whether its band leaves it a chance
-    for x in _ladder(lever, taken):
-        if x >= ceiling or any(abs(x - t) <= max(0.03 * t, 0.5 if lever.kind == "int" else 0.0) for t in taken):
+def _open_values(land: Landscape, lever: Lever, goal: Goal, b: _Bounds, noise: float) -> tuple[list, list]:
+    """The untried values the bounds leave open: ``options`` the model forecasts, as (value,
+    forecast, worst ratio to a limit), and ``unsure`` ones it does not, as (value, forecast,
+    whether its band leaves it a chance to beat the best and meet the limits)."""
+    options, unsure = [], []
+    for x in _ladder(lever, b.taken):
+        if x >= b.ceiling or any(abs(x - t) <= max(0.03 * t, 0.5 if lever.kind == "int" else 0.0) for t in b.taken):
             continue
-        if x < floor_ and best is not None:
+        if x < b.floor and b.best is not None:
             continue  # below the best limit-meeting value of a growing landscape: less throughput
         p = land.predict(x)
         if not p.given:
             lows = [p.metrics_low.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
-            could_meet = all(not math.isfinite(r) or r <= need for r in lows)
-            could_beat = best is None or not math.isfinite(p.objective_high) or p.objective_high > best * (1 + noise)
+            could_meet = all(not math.isfinite(r) or r <= b.need for r in lows)
+            could_beat = b.best is None or not math.isfinite(p.objective_high) or p.objective_high > b.best * (1 + noise)
             unsure.append((x, p, could_meet and could_beat))
             continue
         ratios = [p.metrics.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
         worst = max((r for r in ratios if math.isfinite(r)), default=0.0)
         options.append((x, p, worst))
-    if not options and not unsure:
-        return _Proposal(None, "every value the evidence leaves open has been measured")
+    return options, unsure
 
-    def measure_unsure(why: str) -> _Proposal | None:
-        # the model cannot say: measure the open value nearest the evidence, the measurement a
-        # forecast that is not given names (a launch there), rather than guess
-        chances = [u for u in unsure if u[2] and math.isfinite(u[1].objective)]
-        if not chances:
-            return None
-        # the model's point ranks them though its band is too wide to act on: the most objective
-        # whose point meets the limits, else the one nearest the evidence
-        meets = [u for u in chances if all(not math.isfinite(u[1].metrics.get(lim.metric, math.nan))
-                                           or u[1].metrics[lim.metric] / lim.value <= need for lim in goal.limits)]
-        if meets:
-            x, p, _ = max(meets, key=lambda u: (u[1].objective, -u[0]))
-        else:
-            x, p, _ = min(chances, key=lambda u: min(abs(math.log(max(u[0], 1e-9) / max(t, 1e-9))) for t in taken))
-        needs = f" ({p.needs})" if p.needs else ""
-        return _Proposal(x, f"{why}; {lever.field}={lever.clamp(x)} is not forecast{needs}: measuring it, the value "
-                            "nearest the evidence whose band could beat the best and meet the limits",
-                         p.objective, math.nan, "measure")
 
-    ok = [o for o in options if o[2] <= need and math.isfinite(o[1].objective)]
-    probe = _probe(lever, taken, ceiling, best)
-    if ok:
-        x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
-        if best is not None and p.objective <= best * (1.0 + noise):
-            unsure_pick = measure_unsure(f"no forecast beats the best measured ({best:,.0f}) by more than the noise")
-            if unsure_pick is not None:
-                return unsure_pick
-            if probe is not None:
-                return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is "
-                                        f"the model's prior, not evidence (its best forecast: {p.objective:,.0f} at "
-                                        f"{lever.clamp(x)}): measuring twice the value before trusting it",
-                                 source="probe")
-            inside = bracketed(f"no forecast beats the best measured ({best:,.0f}) by more than the noise")
-            if inside is not None:
-                return inside
-            return _Proposal(None, f"no candidate is forecast to beat the best measured ({best:,.0f}) by more than "
-                                   f"the noise ({noise:.0%}): the best forecast is {p.objective:,.0f} at "
-                                   f"{lever.field}={lever.clamp(x)}")
-        binding = goal.binding(p.metrics)
-        why = (f"{p.source} forecast: {p.objective:,.0f} {goal.objective.replace('_', ' ')} with "
-               f"{binding.metric} {p.metrics.get(binding.metric, math.nan):,.0f} ms against {binding.value:g}"
-               if binding else f"{p.source} forecast: {p.objective:,.0f}")
-        if near_miss:
-            why += (f"; {lever.field}={ceiling:g} met the limits with less room than the margin asks, so a value "
-                    f"next to it needs a measurement's room ({need:.0%} of the limit)")
-        return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
-                         p.objective, worst, p.source)
-    unsure_pick = measure_unsure("no value the model forecasts meets every limit" + (
-        f" better than the best measured ({best:,.0f})" if best is not None else ""))
-    if unsure_pick is not None:
-        return unsure_pick
-    if best is not None:
+def _bracketed(lever: Lever, measured: Sequence[dict[str, Any]], b: _Bounds, noise: float, why: str) -> _Proposal | None:
+    """The forecast promises nothing, but the limit lies between two measured values far apart, and
+    up to it the batch only grows: measure where the limit is reached."""
+    target = b.need if b.near_miss else b.need - noise
+    inside = _bracket(lever, measured, b.ceiling, target, b.room) if b.per_step else None
+    if inside is None:
+        return None
+    return _Proposal(inside, f"{why}, but the limit is crossed between {lever.field}={max(b.floor, 0):g} and "
+                             f"{b.ceiling:g}: trying where it is interpolated to reach {target:.0%} of the limit",
+                     source="bracket")
+
+
+def _measure_unsure(unsure: Sequence[tuple], lever: Lever, goal: Goal, b: _Bounds, why: str) -> _Proposal | None:
+    """The model cannot say: measure the open value nearest the evidence, the measurement a
+    forecast that is not given names (a launch there), rather than guess."""
+    chances = [u for u in unsure if u[2] and math.isfinite(u[1].objective)]
+    if not chances:
+        return None
+    # the model's point ranks them though its band is too wide to act on: the most objective
+    # whose point meets the limits, else the one nearest the evidence
+    meets = [u for u in chances if all(not math.isfinite(u[1].metrics.get(lim.metric, math.nan))
+                                       or u[1].metrics[lim.metric] / lim.value <= b.need for lim in goal.limits)]
+    if meets:
+        x, p, _ = max(meets, key=lambda u: (u[1].objective, -u[0]))
+    else:
+        x, p, _ = min(chances, key=lambda u: min(abs(math.log(max(u[0], 1e-9) / max(t, 1e-9))) for t in b.taken))
+    needs = f" ({p.needs})" if p.needs else ""
+    return _Proposal(x, f"{why}; {lever.field}={lever.clamp(x)} is not forecast{needs}: measuring it, the value "
+                        "nearest the evidence whose band could beat the best and meet the limits",
+                     p.objective, math.nan, "measure")
+
+
+def _probe_proposal(probe: float, lever: Lever, forecast: str) -> _Proposal:
+    return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is the "
+                            f"model's prior, not evidence ({forecast}): measuring twice the value before trusting it",
+                     source="probe")
+
+
+def _from_forecasts(ok: Sequence[tuple], unsure: Sequence[tuple], lever: Lever, goal: Goal,
+                    measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> _Proposal:
+    """The most objective value forecast to meet every limit, unless it cannot beat the best
+    measured by more than the noise (then a measurement that could settle it, or the end)."""
+    x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
+    if b.best is not None and p.objective <= b.best * (1.0 + noise):
+        short = f"no forecast beats the best measured ({b.best:,.0f}) by more than the noise"
+        picked = _measure_unsure(unsure, lever, goal, b, short)
+        if picked is not None:
+            return picked
+        probe = _probe(lever, b.taken, b.ceiling, b.best)
         if probe is not None:
-            return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is the "
-                                    "model's prior, not evidence (it forecasts no larger value meeting them): "
-                                    "measuring twice the value before trusting it", source="probe")
-        inside = bracketed("no untried value is forecast to meet the limits")
+            return _probe_proposal(probe, lever, f"its best forecast: {p.objective:,.0f} at {lever.clamp(x)}")
+        inside = _bracketed(lever, measured, b, noise, short)
+        if inside is not None:
+            return inside
+        return _Proposal(None, f"no candidate is forecast to beat the best measured ({b.best:,.0f}) by more than "
+                               f"the noise ({noise:.0%}): the best forecast is {p.objective:,.0f} at "
+                               f"{lever.field}={lever.clamp(x)}")
+    binding = goal.binding(p.metrics)
+    why = (f"{p.source} forecast: {p.objective:,.0f} {goal.objective.replace('_', ' ')} with "
+           f"{binding.metric} {p.metrics.get(binding.metric, math.nan):,.0f} ms against {binding.value:g}"
+           if binding else f"{p.source} forecast: {p.objective:,.0f}")
+    if b.near_miss:
+        why += (f"; {lever.field}={b.ceiling:g} met the limits with less room than the margin asks, so a value "
+                f"next to it needs a measurement's room ({b.need:.0%} of the limit)")
+    return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
+                     p.objective, worst, p.source)
+
+
+def _without_forecast(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever, goal: Goal,
+                      measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> _Proposal:
+    """No value is forecast to meet every limit: measure one the model cannot judge, probe, bracket,
+    halve, or try the value forecast closest to the limits."""
+    picked = _measure_unsure(unsure, lever, goal, b, "no value the model forecasts meets every limit" + (
+        f" better than the best measured ({b.best:,.0f})" if b.best is not None else ""))
+    if picked is not None:
+        return picked
+    if b.best is not None:
+        probe = _probe(lever, b.taken, b.ceiling, b.best)
+        if probe is not None:
+            return _probe_proposal(probe, lever, "it forecasts no larger value meeting them")
+        inside = _bracketed(lever, measured, b, noise, "no untried value is forecast to meet the limits")
         if inside is not None:
             return inside
         return _Proposal(None, f"no untried value is forecast to meet the limits better than the best measured "
-                               f"({best:,.0f})")
+                               f"({b.best:,.0f})")
+    taken = b.taken
     if not options:
         # no forecast at all (one batch size measured, no model): halve the smallest value tried
         x = lever.clamp(max(float(lever.low), 0.5 * min(taken))) if taken else None
@@ -536,6 +567,19 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     x, p, worst = min(options, key=lambda o: (o[2], o[0]))
     return _Proposal(x, f"no value is forecast to meet every limit yet: trying the one forecast closest "
                         f"({p.source} forecast {worst:.2f}x the binding limit)", p.objective, worst, p.source)
+
+
+def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], *,
+             noise: float, margin: float) -> _Proposal:
+    """The next candidate of the lever, and why; its value is None where the search should stop."""
+    b = _bounds(lever, goal, measured, noise, margin)
+    options, unsure = _open_values(land, lever, goal, b, noise)
+    if not options and not unsure:
+        return _Proposal(None, "every value the evidence leaves open has been measured")
+    ok = [o for o in options if o[2] <= b.need and math.isfinite(o[1].objective)]
+    if ok:
+        return _from_forecasts(ok, unsure, lever, goal, measured, b, noise)
+    return _without_forecast(options, unsure, lever, goal, measured, b, noise)
 
 
 # --------------------------------------------------------------------------------------------
