@@ -27,8 +27,8 @@ from typing import Any
 
 from glm5lib import rundir
 from glm5lib.diagnose import model as perf
-from glm5lib.diagnose.evidence import EvidenceCache
 from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.tune.phases import EvidenceCache
 
 __all__ = ["Expected", "Landscape", "Point", "perfmodel_forecaster"]
 

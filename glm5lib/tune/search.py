@@ -27,13 +27,14 @@ import pandas as pd
 
 from glm5lib import cpus as cpu_layout
 from glm5lib import engines, rundir
-from glm5lib.diagnose.evidence import Evidence, EvidenceCache
+from glm5lib.diagnose.evidence import Evidence
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.loadgen.settings import check_concurrencies
 from glm5lib.phase import measure_phase
 from glm5lib.tune.goal import Goal, goodput_of
 from glm5lib.tune.levers import Lever, engine_levers, lever_for, parse_lever, safe_bounds
 from glm5lib.tune.model import Landscape, Point, perfmodel_forecaster
+from glm5lib.tune.phases import EvidenceCache
 
 __all__ = ["TUNE_COLUMNS", "SearchOptions", "TuneResult", "Workload", "config_of", "grid", "grid_values", "load_tune",
            "recheck", "tune"]

@@ -8,8 +8,9 @@ import pandas as pd
 
 from glm5lib import report, rundir
 from glm5lib.diagnose import evidence as evidence_module
-from glm5lib.diagnose.evidence import EvidenceCache, load_evidence
+from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.report import conclude
+from glm5lib.tune.phases import EvidenceCache
 
 # SGLang's start-up line: the arguments the engine ran with
 LOG = ("[2026-12-04 17:44:48] server_args=ServerArgs(model_path='/m', tp_size=1, max_running_requests=128, "

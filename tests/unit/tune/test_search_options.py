@@ -8,10 +8,9 @@ import pandas as pd
 import pytest
 
 from glm5lib import rundir, tune
-from glm5lib.diagnose import evidence as evidence_module
 from glm5lib.engines import vllm as ev
 from glm5lib.errors import ConfigError
-from glm5lib.tune import search
+from glm5lib.tune import phases, search
 from tests.unit.tune.test_replay_vllm_grid import META, _replay
 
 
@@ -58,13 +57,13 @@ def test_bad_noise_or_margin_is_refused_before_any_launch(tmp_path):
 def test_each_candidate_is_read_once_per_measurement(tmp_path, monkeypatch):
     base, workload, goal, space = _setup()
     reads: list[str] = []
-    real = evidence_module.load_evidence
+    real = phases.load_evidence
 
     def counting(run_dir, *args, **kwargs):
         reads.append(kwargs.get("phase"))
         return real(run_dir, *args, **kwargs)
 
-    monkeypatch.setattr(evidence_module, "load_evidence", counting)
+    monkeypatch.setattr(phases, "load_evidence", counting)
     result = tune.tune(base, tmp_path, goal, workload, backend="vllm", max_launches=3, levers=[space],
                        measure=_replay(tmp_path, []))
     measured = list(result.candidates["phase"])
