@@ -18,10 +18,9 @@ one precedence holds for every reader, stated here:
   has comes from that source.
 - **Scheduler figures** (running, queued, KV use): per sweep level, the denser of the server log's
   decode lines and the ``/metrics`` gauges' scrapes (:meth:`Evidence.active_decode`); outside every
-  level, the log's; the gauges alone where the log has no decode line (``decode_source``). A
-  figure of the whole phase over time (:meth:`Evidence.timeline`) is drawn from the log's lines
-  unless the gauges saw, inside the levels, a larger running batch than the log's lines ever
-  show (a log that writes a line every N steps misses the peak).
+  level, the log's; the gauges alone where the log has no decode line (``decode_source``). Over
+  the whole phase (:meth:`Evidence.timeline`), the log's lines unless the gauges saw a larger
+  running batch inside the levels (:meth:`Evidence.gauges_saw_more`: the log missed the peak).
 - **Engine**: the log's own word (``startup["engine"]``), else the engine the command names, else
   the one whose ``/metrics`` names were scraped.
 """
@@ -274,21 +273,19 @@ class Evidence:
             return None
         return float(levels["max_running"].max())
 
+    def gauges_saw_more(self) -> bool:
+        """Whether the gauges saw, inside the levels, a larger running batch than the log's decode
+        lines ever show, or the log has none (raises as :meth:`gauge_levels` does)."""
+        peak, logged = self.gauge_peak(), self.log_lines()
+        return peak is not None and (logged is None or logged.empty or peak > int(logged["running_req"].max()))
+
     def timeline(self) -> pd.DataFrame | None:
-        """Running and queued requests over the whole phase, for a figure (the module's precedence):
-        the log's decode lines, or the gauges' scrapes where, inside the levels, they saw a larger
-        running batch than the log's lines (or the log has none); None when neither has any.
-        Raises as :meth:`gauge_levels` does."""
-        logged = self.log_lines()
-        gauges = self.gauges
-        if gauges is None or gauges.empty or "queue_req" not in gauges:
-            return logged
-        peak = self.gauge_peak()
-        if peak is None:
-            return logged
-        if logged is None or logged.empty or peak > int(logged["running_req"].max()):
-            return gauges
-        return logged
+        """Running and queued requests over the whole phase, for a figure: the gauges' scrapes
+        where they saw more (:meth:`gauges_saw_more`) and counted the queue, else the log's lines."""
+        g = self.gauges
+        if g is None or g.empty or "queue_req" not in g or not self.gauges_saw_more():
+            return self.log_lines()
+        return g
 
     def _level_windows(self) -> list[tuple[float, float]]:
         s = self.sweep

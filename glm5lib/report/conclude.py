@@ -108,6 +108,8 @@ def _gauge_stats(ev: Evidence, cap: int | None) -> dict | None:
         stats["max_queue_req"] = int(levels["max_queued"].max())
     if cap:
         stats["reached_cap"] = bool(stats["max_running_req"] >= cap)
+    # the evidence's precedence: the gauges saw a batch the log's decode lines missed (or it has none)
+    stats["log_missed_peak"] = ev.gauges_saw_more()
     return stats
 
 

@@ -122,3 +122,16 @@ def test_the_cache_reads_a_phase_again_only_when_a_file_of_it_changed(tmp_path):
     again = cache.load(folder)
     assert again is not first and cache.loads == 2
     assert again.server_args["max_running_requests"] == 1024
+
+
+def test_the_markdown_takes_the_summarys_word_on_whether_the_log_missed_the_peak():
+    from glm5lib.report.markdown import _decode_line
+
+    phase = {"running_cap": 1024, "decode": {"decode_lines": 12, "max_running_req": 256, "max_queue_req": 0},
+             "gauges": {"samples": 20, "max_running_req": 1024, "max_queue_req": 150, "reached_cap": True,
+                        "log_missed_peak": False}}
+    assert not any(line.startswith("Server gauges") for line in _decode_line(phase))
+    phase["gauges"]["log_missed_peak"] = True
+    assert any("missed the peak" in line for line in _decode_line(phase))
+    del phase["gauges"]["log_missed_peak"]  # a summary written before the key: read by its peaks
+    assert any("missed the peak" in line for line in _decode_line(phase))
