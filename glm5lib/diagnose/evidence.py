@@ -4,6 +4,25 @@ An :class:`Evidence` bundle holds tidy frames in the log parser's schema (decode
 lines, retractions, errors), the sweep, per-request records, GPU samples, the server arguments,
 start-up facts and the environment snapshot. Rules read only these, never an engine's raw lines,
 so a bundle can be built by hand in a test or from any engine's adapter.
+
+:func:`load_evidence` is the one reading of a phase folder: the rules, the performance model, the
+report (:mod:`glm5lib.report.conclude`) and the tuner (:mod:`glm5lib.tune.search`) read a phase
+through it, and none of them opens the phase's files again. Where two sources give the same fact,
+one precedence holds for every reader, stated here:
+
+- **Server arguments** (``Evidence.server_args``, and the limits read from them): the server log's
+  arguments win over the configuration's (``config.json``), which win over the flags of the
+  command a ``command`` backend ran (``command.json``). The log records what the engine actually
+  ran with (its release's defaults and the values it resolved at start-up included); the
+  configuration is what was asked, the command's flags what was typed. A field only one source
+  has comes from that source.
+- **Scheduler figures** (running, queued, KV use): per sweep level, the denser of the server log's
+  decode lines and the ``/metrics`` gauges' scrapes (:meth:`Evidence.active_decode`); outside every
+  level, the log's; the gauges alone where the log has no decode line (``decode_source``). Over
+  the whole phase (:meth:`Evidence.timeline`), the log's lines unless the gauges saw a larger
+  running batch inside the levels (:meth:`Evidence.gauges_saw_more`: the log missed the peak).
+- **Engine**: the log's own word (``startup["engine"]``), else the engine the command names, else
+  the one whose ``/metrics`` names were scraped.
 """
 
 from __future__ import annotations
@@ -27,6 +46,7 @@ from glm5lib.diagnose.references import (
     resolve_config,
 )
 from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.levels import metrics_per_level
 from glm5lib.loadgen.selfcheck import judge_levels
 from glm5lib.logs import parse_log, to_epoch
 
@@ -134,6 +154,11 @@ class Evidence:
     # The configuration the phase was launched from (its adapter's config object, the user's own
     # fields and release); None: none recorded or unreadable.
     config: Any = None
+    # The server's /get_server_info as recorded (``server_info.json``); None: not recorded.
+    server_info: dict[str, Any] | None = None
+    # The scraped /metrics rows as recorded (``metrics.csv``: time, metric, labels, value); empty:
+    # not scraped. ``gauges``, ``step_tokens`` and preemptions are read from it.
+    metrics: pd.DataFrame = dataclasses.field(default_factory=pd.DataFrame)
     # The sweep of the phase this one changed (the run's baseline when this is a later phase).
     before_sweep: pd.DataFrame | None = None
     before_label: str | None = None
@@ -222,6 +247,45 @@ class Evidence:
             return log
         out = pd.concat(parts, ignore_index=True)
         return out.sort_values("epoch", kind="stable").reset_index(drop=True)
+
+    def log_lines(self) -> pd.DataFrame | None:
+        """The server log's decode lines as parsed (every rank, idle lines included); None when the
+        log has none (``decode`` then holds the gauges) or there is no log."""
+        if self.decode_source != "log" or self.decode is None or "running_req" not in self.decode:
+            return None
+        return self.decode
+
+    def gauge_levels(self) -> pd.DataFrame:
+        """The ``/metrics`` rows over each sweep level's window (:func:`glm5lib.levels.metrics_per_level`:
+        ``max_running``, ``max_queued``, ``gauge_samples``...); empty without scraped rows or levels.
+        Raises what that function raises for a sweep it cannot window (ConfigError, KeyError,
+        ValueError)."""
+        m, s = self.metrics, self.sweep
+        if m is None or m.empty or s is None or s.empty:
+            return pd.DataFrame()
+        return self.cached("gauge_levels", (m, s), lambda: metrics_per_level(m, s))
+
+    def gauge_peak(self) -> float | None:
+        """The largest running batch the ``/metrics`` gauges saw inside the sweep's levels
+        (:meth:`gauge_levels`); None without gauges or levels."""
+        levels = self.gauge_levels()
+        if levels.empty or "max_running" not in levels or not levels["max_running"].notna().any():
+            return None
+        return float(levels["max_running"].max())
+
+    def gauges_saw_more(self) -> bool:
+        """Whether the gauges saw, inside the levels, a larger running batch than the log's decode
+        lines ever show, or the log has none (raises as :meth:`gauge_levels` does)."""
+        peak, logged = self.gauge_peak(), self.log_lines()
+        return peak is not None and (logged is None or logged.empty or peak > int(logged["running_req"].max()))
+
+    def timeline(self) -> pd.DataFrame | None:
+        """Running and queued requests over the whole phase, for a figure: the gauges' scrapes
+        where they saw more (:meth:`gauges_saw_more`) and counted the queue, else the log's lines."""
+        g = self.gauges
+        if g is None or g.empty or "queue_req" not in g or not self.gauges_saw_more():
+            return self.log_lines()
+        return g
 
     def _level_windows(self) -> list[tuple[float, float]]:
         s = self.sweep
@@ -766,10 +830,26 @@ def load_evidence(
     reference: Any = None,
     environment: Any = None,
     phase: str | None = None,
+    partial: bool = False,
 ) -> Evidence:
-    """Read one phase of a run folder into an :class:`Evidence` bundle."""
+    """Read one phase of a run folder into an :class:`Evidence` bundle (the module's precedence
+    decides between its sources).
+
+    With ``partial``, a table or snapshot that is there but cannot be read (a run stopped while it
+    wrote ``sweep.csv``, a truncated ``requests.jsonl``) is left out and named in ``skipped``
+    instead of raising, so a report of a half-finished run still covers what it has."""
     path = find_phase(Path(run_dir), phase)
     ev = Evidence(source=str(path))
+
+    def table(name: str, read: Any) -> pd.DataFrame | None:
+        try:
+            return read(path / name)
+        except (OSError, ValueError) as exc:  # pandas' parser and empty-data errors are ValueErrors
+            if not partial:
+                raise
+            ev.skipped.append(f"{name} unreadable: {exc}")
+            return None
+
     args: dict[str, Any] = {}
     if (path / rundir.CONFIG).is_file():
         try:
@@ -811,6 +891,7 @@ def load_evidence(
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             ev.skipped.append(f"metrics.csv unreadable: {exc}")
             metrics = pd.DataFrame()
+        ev.metrics = metrics
         gauges = decode_from_metrics(metrics)
         ev.step_tokens = step_tokens_from_metrics(metrics)
         if ev.retractions is None or ev.retractions.empty:
@@ -825,20 +906,34 @@ def load_evidence(
             if gauges.attrs.get("engine") and "engine" not in ev.startup:
                 ev.startup["engine"] = gauges.attrs["engine"]
     if (path / rundir.SWEEP).is_file():
-        ev.sweep = judge_levels(pd.read_csv(path / rundir.SWEEP))
+        sweep = table(rundir.SWEEP, pd.read_csv)
+        if sweep is not None:
+            ev.sweep = judge_levels(sweep)
     before = path.parent / BEFORE_PHASE
     if path.name != BEFORE_PHASE and (before / rundir.SWEEP).is_file():
-        ev.before_sweep, ev.before_label = judge_levels(pd.read_csv(before / rundir.SWEEP)), BEFORE_PHASE
+        before_sweep = table(f"../{BEFORE_PHASE}/{rundir.SWEEP}", pd.read_csv)
+        if before_sweep is not None:
+            ev.before_sweep, ev.before_label = judge_levels(before_sweep), BEFORE_PHASE
     if (path / rundir.REQUESTS).is_file() and (path / rundir.REQUESTS).stat().st_size:
-        ev.requests = pd.read_json(path / rundir.REQUESTS, lines=True)
+        requests = table(rundir.REQUESTS, lambda p: pd.read_json(p, lines=True))
+        if requests is not None:
+            ev.requests = requests
     if (path / rundir.GPU).is_file() and (path / rundir.GPU).stat().st_size:
-        ev.gpu = pd.read_csv(path / rundir.GPU)
+        gpu = table(rundir.GPU, pd.read_csv)
+        if gpu is not None:
+            ev.gpu = gpu
+    ev.server_info = _read_json(path / rundir.SERVER_INFO)
     if (path / rundir.STEP_PROFILE).is_file() and (path / rundir.STEP_PROFILE).stat().st_size:
         try:
             ev.step_profile = pd.read_csv(path / rundir.STEP_PROFILE)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             ev.skipped.append(f"{rundir.STEP_PROFILE} unreadable: {exc}")
-    ev.environment = _read_environment(environment, path)
+    try:
+        ev.environment = _read_environment(environment, path)
+    except DiagnosisError as exc:
+        if not partial:
+            raise
+        ev.skipped.append(str(exc))
     if reference is not None:
         resolved = resolve_config(reference)
         ev.reference_args, ev.reference_label = resolved.args, resolved.label
@@ -846,4 +941,5 @@ def load_evidence(
         if isinstance(reference, str) and reference in list_references():
             ev.reference_label = f"the {reference} reference run"
     return ev
+
 

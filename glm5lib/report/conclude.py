@@ -1,9 +1,12 @@
 """What a run concludes: the numbers of each phase, before against after, the leading cause.
 
-:func:`summarize` reads what the notebooks left in a run folder (each phase's ``sweep.csv``,
-``server.log``, ``gpu.csv``, ``config.json``, ``findings.csv``; the run's ``environment.json``,
-``diff.csv`` and ``hypothesis.json``; a phase's ``patch.json``) and returns the numbers as a
-JSON-ready dict (what ``summary.json`` holds). It decides, it does not render: the Markdown and
+:func:`summarize` reads what the notebooks left in a run folder and returns the numbers as a
+JSON-ready dict (what ``summary.json`` holds). Each phase's measurements (sweep, server log,
+``/metrics``, GPU samples, configuration, command, server info, environment) are read once, as
+its :class:`~glm5lib.diagnose.evidence.Evidence` (:func:`load_phase`), under the evidence's one
+precedence between the log, the configuration and the gauges; what the notebooks concluded (a
+phase's ``findings.csv`` and ``patch.json``; the run's ``diff.csv``, ``hypothesis.json`` and
+``notebooks.json``) is read beside it. It decides, it does not render: the Markdown and
 the HTML report are drawn from this dict (:mod:`glm5lib.report.markdown`,
 :mod:`glm5lib.report.html`).
 
@@ -32,10 +35,9 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import engines, rundir
-from glm5lib.diagnose.evidence import decode_from_metrics
-from glm5lib.errors import ConfigError
-from glm5lib.levels import metrics_per_level, per_level
-from glm5lib.logs import parse_log
+from glm5lib.diagnose.evidence import Evidence, command_flags, load_evidence
+from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.levels import per_level
 from glm5lib.report._files import clean, fmt, read_csv, read_json
 
 __all__ = ["frames_and_summary", "list_phases", "phase_roles", "summarize", "verdict"]
@@ -68,14 +70,8 @@ def list_phases(run_dir: str | Path) -> list[str]:
     return ordered + sorted((p for p in found if p not in _PHASE_ORDER), key=lambda p: (found[p], p))
 
 
-def _parse_log(path: Path):
-    if not path.exists():
-        return None
-    return parse_log(path)
-
-
-def _decode_stats(server_log, cap: int | None) -> dict:
-    decode = getattr(server_log, "decode", None)
+def _decode_stats(decode: pd.DataFrame | None, cap: int | None) -> dict:
+    """The server log's decode lines (every line of the first rank, idle ones included) in figures."""
     if decode is None or decode.empty or "running_req" not in decode.columns:
         return {"decode_lines": 0}
     data = decode
@@ -96,17 +92,13 @@ def _decode_stats(server_log, cap: int | None) -> dict:
     return stats
 
 
-def _gauge_stats(folder: Path, sweep: pd.DataFrame | None, cap: int | None) -> dict | None:
+def _gauge_stats(ev: Evidence, cap: int | None) -> dict | None:
     """The running and queued peaks the ``/metrics`` gauges saw over the sweep's levels (sampled
     about once a second: denser than a log that writes a decode line every N steps), or None."""
-    path = folder / rundir.METRICS
-    if sweep is None or sweep.empty or not path.is_file() or not path.stat().st_size:
-        return None
     try:
-        levels = metrics_per_level(pd.read_csv(path), sweep)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, KeyError, ValueError,
-            ConfigError) as exc:
-        log.warning("%s: /metrics gauges unreadable for the report (%s)", path, exc)
+        levels = ev.gauge_levels()
+    except (KeyError, ValueError, ConfigError) as exc:
+        log.warning("%s: /metrics gauges unreadable for the report (%s)", ev.source, exc)
         return None
     if levels.empty or "max_running" not in levels or not levels["max_running"].notna().any():
         return None
@@ -116,16 +108,22 @@ def _gauge_stats(folder: Path, sweep: pd.DataFrame | None, cap: int | None) -> d
         stats["max_queue_req"] = int(levels["max_queued"].max())
     if cap:
         stats["reached_cap"] = bool(stats["max_running_req"] >= cap)
+    # the evidence's precedence: the gauges saw a batch the log's decode lines missed (or it has none)
+    stats["log_missed_peak"] = ev.gauges_saw_more()
     return stats
 
 
-def _metrics_note(folder: Path) -> dict:
+def _timeline(ev: Evidence) -> pd.DataFrame | None:
+    """The phase's running and queued requests over time for the figure (the evidence's precedence)."""
+    try:
+        return ev.timeline()
+    except (KeyError, ValueError, ConfigError):  # gauges that cannot be windowed: the log's lines
+        return ev.log_lines()
+
+
+def _metrics_note(ev: Evidence) -> dict:
     """How many ``/metrics`` rows a phase recorded, and a note where it recorded none."""
-    path = folder / rundir.METRICS
-    rows = 0
-    if path.exists():
-        with path.open("rb") as fh:
-            rows = max(0, sum(1 for _ in fh) - 1)
+    rows = len(ev.metrics) if ev.metrics is not None else 0
     if rows:
         return {"rows": rows}
     return {"rows": 0, "note": (
@@ -138,17 +136,17 @@ def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd
         return None
     try:
         return per_level(gpu, sweep)
-    except Exception as exc:  # a partial gpu.csv must not cost the whole report
+    except (ConfigError, KeyError, ValueError, TypeError) as exc:  # a partial gpu.csv must not cost the whole report
         log.warning("power per level could not be computed: %s", exc)
         return None
 
 
-def _standin_of(server_log, server_info: Any) -> str | None:
-    name = getattr(server_log, "standin", None)
-    if name:
-        return str(name)
-    if isinstance(server_info, Mapping) and isinstance(server_info.get("standin"), Mapping):
-        return str(server_info["standin"].get("profile") or "unknown profile")
+def _standin_of(ev: Evidence) -> str | None:
+    if ev.standin:
+        return str(ev.standin)
+    info = ev.server_info
+    if isinstance(info, Mapping) and isinstance(info.get("standin"), Mapping):
+        return str(info["standin"].get("profile") or "unknown profile")
     return None
 
 
@@ -157,15 +155,17 @@ _NOT_ARGUMENTS = frozenset({"format", "name", "description", "source", "server_a
                             "sglang_version", "vllm_version"})
 
 
-def _phase_adapter(args: Mapping[str, Any], command: Any, startup: Mapping[str, Any]) -> engines.EngineAdapter | None:
-    """The adapter of the engine that served a phase, as the run folder tells it; None when it does not."""
-    for source in (args, startup, command if isinstance(command, Mapping) else {}):
-        if source.get("engine"):
-            return engines.get(str(source["engine"]), default=engines.COMMAND)
-    # a configuration file names its engine's release under "<engine>_version"
-    found = [a for a in engines.adapters() if f"{a.name}_version" in args]
-    if found:
-        return found[0]
+def _phase_adapter(ev: Evidence) -> engines.EngineAdapter | None:
+    """The adapter of the engine that served a phase, as its evidence tells it; None when it does not
+    (the evidence's own default engine is not taken for a word of the run folder)."""
+    named = (ev.startup or {}).get("engine") or getattr(ev.config, "engine", None)
+    if named:
+        return engines.get(str(named), default=engines.COMMAND)
+    if ev.config is not None:  # a configuration read as its engine's: that engine (not the stand-in)
+        found = [a for a in engines.adapters() if not a.capabilities.is_standin and a.config_type is type(ev.config)]
+        if found:
+            return found[0]
+    args = ev.server_args or {}
     own = [a for a in engines.adapters() if not a.capabilities.is_standin and a.capabilities.launches_from_config
            and set(a.capabilities.report_fields) & set(args)]
     return own[0] if own else None
@@ -182,32 +182,46 @@ def _report_fields() -> list[str]:
     return list(dict.fromkeys(f for a in engines.adapters() for f in a.capabilities.report_fields))
 
 
-def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
-    """(summary dict, frames for figures) of one phase."""
+def _recorded(frame: pd.DataFrame | None) -> pd.DataFrame | None:
+    """A table the phase recorded, or None where the evidence holds only its empty placeholder."""
+    if frame is None or (frame.empty and len(frame.columns) <= 3 and frame.dtypes.eq(object).all()):
+        return None
+    return frame
+
+
+def load_phase(run: Path, phase: str) -> Evidence:
+    """One phase's evidence as the report reads it (:func:`~glm5lib.diagnose.evidence.load_evidence`,
+    a half-written table left out); a phase whose evidence cannot be read at all is an empty one."""
+    try:
+        return load_evidence(run, phase=phase, partial=True)
+    except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:
+        log.warning("%s: phase %s unreadable for the report (%s: %s)", run, phase, type(exc).__name__, exc)
+        return Evidence(source=str(run / phase), skipped=[f"unreadable: {exc}"])
+
+
+def _phase_summary(run: Path, phase: str, ev: Evidence | None = None) -> tuple[dict, dict]:
+    """(summary dict, frames for figures) of one phase, from its evidence (read here when not given)."""
+    ev = ev if ev is not None else load_phase(run, phase)
     folder = run / phase
-    sweep = read_csv(folder / rundir.SWEEP)
-    gpu = read_csv(folder / rundir.GPU)
-    config = read_json(folder / rundir.CONFIG) or {}
-    server_info = read_json(folder / rundir.SERVER_INFO)
-    server_log = _parse_log(folder / rundir.SERVER_LOG)
-    server_args = dict(getattr(server_log, "server_args", None) or {})
-    startup = dict(getattr(server_log, "startup", None) or {})
-    merged = {**server_args, **(config if isinstance(config, Mapping) else {})}
-    nested = merged.get("server_args")  # a configuration may keep its arguments under server_args
-    args = {**merged, **(nested if isinstance(nested, Mapping) else {})}
-    command = read_json(folder / rundir.COMMAND) or {}
-    adapter = _phase_adapter(args, command, startup)
-    env = read_json(folder / rundir.ENVIRONMENT) or read_json(run / rundir.ENVIRONMENT)
-    lim = (engines.limits_of(adapter, args, startup, env if isinstance(env, Mapping) else None)
+    sweep = _recorded(ev.sweep)
+    gpu = _recorded(ev.gpu)
+    command = ev.command or {}
+    # the evidence's precedence (the log's arguments, else the configuration's); a command's own flags
+    # are left to the command, which the summary quotes as typed
+    typed = command_flags(command.get("argv") or []) if isinstance(command, Mapping) else {}
+    args = {k: v for k, v in (ev.server_args or {}).items() if k not in typed}
+    adapter = _phase_adapter(ev)
+    lim = (engines.limits_of(adapter, args, ev.startup or {}, ev.environment)
            if adapter is not None else engines.limits_in(args))
     graphs_field = adapter.capabilities.field("graphs_off") if adapter is not None else None
+    shown = dict(args)
     if lim.graphs_off and graphs_field:  # graphs off in any spelling (SGLang 0.5.23: per phase)
-        merged[graphs_field] = True
+        shown[graphs_field] = True
     cap = lim.running_cap
     cap_field = (adapter or engines.get(engines.DEFAULT_ENGINE)).capabilities.field("running_cap")
 
     summary: dict[str, Any] = {
-        "config": {k: merged.get(k) for k in _report_fields() if k in merged},
+        "config": {k: shown.get(k) for k in _report_fields() if k in shown},
         "running_cap": cap,
         # how an automatic cap was resolved (None when the cap was given or logged)
         "cap_automatic": lim.automatic.get("running_cap"),
@@ -215,13 +229,13 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
         "cap_name": cap_field,
         # a phase launched from an engine's command (BACKEND "command"): the knob is in its argv
         "command": command.get("argv") if isinstance(command, Mapping) else None,
-        "standin": _standin_of(server_log, server_info),
+        "standin": _standin_of(ev),
         "levels": [],
         "throughput": {},
     }
     summary["engine"] = _engine_of(adapter, summary["standin"])
     resolved = {k: v for k, v in args.items() if k not in _NOT_ARGUMENTS and not isinstance(v, Mapping)}
-    frames: dict[str, Any] = {"sweep": sweep, "decode": getattr(server_log, "decode", None), "cap": cap,
+    frames: dict[str, Any] = {"sweep": sweep, "decode": ev.log_lines(), "cap": cap,
                               "cap_name": cap_field,
                               "arguments": resolved}
     if sweep is not None and "concurrency" in sweep.columns:
@@ -240,22 +254,15 @@ def _phase_summary(run: Path, phase: str) -> tuple[dict, dict]:
             summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
         if "cancelled" in sweep.columns:
             summary["cut_at_deadline"] = int(sweep["cancelled"].fillna(0).sum())
-        summary["metrics"] = _metrics_note(folder)
-        gauges = _gauge_stats(folder, sweep, cap)
+        summary["metrics"] = _metrics_note(ev)
+        gauges = _gauge_stats(ev, cap)
         if gauges:
             summary["gauges"] = gauges
-            decode = frames["decode"]
-            logged = decode if decode is not None and "running_req" in getattr(decode, "columns", ()) else None
-            if logged is None or logged.empty or gauges["max_running_req"] > int(logged["running_req"].max()):
-                # the figure follows the densest source too: the gauges saw a batch the log missed
-                scraped = decode_from_metrics(pd.read_csv(folder / rundir.METRICS))
-                if not scraped.empty and "queue_req" in scraped:
-                    frames["decode"] = scraped
-    if server_log is not None:
-        summary["decode"] = _decode_stats(server_log, cap)
-        errors = getattr(server_log, "errors", None)
-        if errors is not None and not errors.empty:
-            summary["errors"] = clean(errors["kind"].value_counts().to_dict())
+            frames["decode"] = _timeline(ev)  # the gauges where they saw a batch the log missed
+    if (folder / rundir.SERVER_LOG).exists():  # the log's own figures, beside the gauges
+        summary["decode"] = _decode_stats(ev.log_lines(), cap)
+        if ev.errors is not None and not ev.errors.empty and "kind" in ev.errors:
+            summary["errors"] = clean(ev.errors["kind"].value_counts().to_dict())
     power = _power_per_level(gpu, sweep)
     frames["power"] = power
     if power is not None and not power.empty:

@@ -143,8 +143,11 @@ def _decode_line(data: Mapping[str, Any]) -> Lines:
     gauges = data.get("gauges") or {}
     cap = data.get("running_cap")
     lines: Lines = []
-    # the gauges, sampled about once a second, see what a log of a line every N steps can miss
-    denser = bool(gauges) and (gauges.get("max_running_req") or 0) > (dec.get("max_running_req") or 0)
+    # the gauges, sampled about once a second, see what a log of a line every N steps can miss: the
+    # summary says whether they did (the evidence's precedence); a summary written before it said
+    # so is read by its peaks
+    denser = bool(gauges) and bool(gauges.get(
+        "log_missed_peak", (gauges.get("max_running_req") or 0) > (dec.get("max_running_req") or 0)))
     if dec.get("decode_lines"):
         text = (f"Server log: {dec['decode_lines']:,} decode lines; running requests peaked at "
                 f"{fmt(dec.get('max_running_req'))}, queued at {fmt(dec.get('max_queue_req'))} "

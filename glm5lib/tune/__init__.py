@@ -5,7 +5,8 @@ From a measured phase or a config, a goal (:class:`Goal`: limits such as
 :func:`tune` measures a candidate (phase ``tune-N``), refits what it expects of the lever from
 the evidence (:mod:`glm5lib.tune.model`), and launches the value forecast to meet the limits
 with the most throughput, until nothing left can beat the best by more than the noise.
-:func:`grid` measures the exhaustive grid over the same lever. ``tune.csv`` holds every
+:func:`grid` measures the exhaustive grid over the same lever; :class:`SearchOptions` holds how
+both choose and judge candidates. ``tune.csv`` holds every
 candidate and why it was chosen; :func:`section_markdown` is the report's section and
 :func:`plot_tune` its throughput-against-latency figure.
 """
@@ -18,6 +19,7 @@ from glm5lib.tune.model import Landscape, Point
 from glm5lib.tune.report import plot_tune, section_markdown
 from glm5lib.tune.search import (
     TUNE_COLUMNS,
+    SearchOptions,
     TuneResult,
     Workload,
     config_of,
@@ -37,6 +39,7 @@ __all__ = [
     "Lever",
     "Limit",
     "Point",
+    "SearchOptions",
     "TuneResult",
     "Workload",
     "config_of",

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen import load_requests, load_sweep
 
@@ -28,6 +30,7 @@ __all__ = [
     "OBJECTIVES",
     "Goal",
     "Limit",
+    "goodput_of",
     "parse_goodput",
     "parse_limit",
     "request_goodput",
@@ -187,14 +190,23 @@ def request_goodput(phase_dir: str | Path, concurrency: int, limits: Mapping[str
     """Requests per second at level ``concurrency`` of a phase that completed within every
     per-request limit (vLLM's ``request_goodput``); NaN when the level has no records."""
     folder = Path(phase_dir)
-    sweep = load_sweep(folder)
+    return goodput_of(load_sweep(folder), load_requests(folder), concurrency, limits)
+
+
+def goodput_of(sweep: pd.DataFrame, requests: pd.DataFrame, concurrency: int, limits: Mapping[str, float]) -> float:
+    """:func:`request_goodput` of a phase's sweep and request records as read (records of a level
+    attempt that never reached the sweep are left out, as :func:`glm5lib.loadgen.load_requests`
+    leaves them)."""
     rows = sweep[sweep["concurrency"] == concurrency] if not sweep.empty else sweep
     if rows.empty:
         return math.nan
     level = rows.iloc[-1]
-    req = load_requests(folder)
-    if req.empty:
+    req = requests
+    if req is None or req.empty:
         return math.nan
+    if "level_id" in req:
+        done = set(sweep.get("level_id", pd.Series(dtype=str)).dropna())
+        req = req[req["level_id"].isin(done) | req["warmup"].astype(bool)]
     req = req[(req["level"] == concurrency) & (req["status"] == "ok") & ~req["warmup"].astype(bool)]
     if "level_id" in req and isinstance(level.get("level_id"), str) and level.get("level_id"):
         req = req[req["level_id"] == level["level_id"]]

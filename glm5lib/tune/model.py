@@ -27,8 +27,8 @@ from typing import Any
 
 from glm5lib import rundir
 from glm5lib.diagnose import model as perf
-from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.tune.phases import EvidenceCache
 
 __all__ = ["Expected", "Landscape", "Point", "perfmodel_forecaster"]
 
@@ -140,15 +140,17 @@ _LATENCY = {"median_ttft_ms": ("ttft_ms", "ttft_low_ms"), "median_tpot_ms": ("tp
 
 def perfmodel_forecaster(run_dir, *, engine: str | None, concurrency: int, input_len: int,
                          output_len: int, objective: str = "output_throughput",
-                         metrics: Sequence[str] = ()) -> Forecaster | None:
+                         metrics: Sequence[str] = (), phases: EvidenceCache | None = None) -> Forecaster | None:
     """A forecaster from the performance model (``glm5lib.diagnose.model.PerfModel``), fitted on
     a measured phase of ``run_dir``; None for an objective it does not forecast (goodput). A limit on
-    a latency the model does not forecast (a p99) leaves every forecast not given."""
+    a latency the model does not forecast (a p99) leaves every forecast not given. ``phases``: the
+    candidates' evidence as the search read it (each phase read once for every fit)."""
     if objective != "output_throughput":
         return None
     fitted: dict[tuple[str, ...], Any] = {}
     unknown = [m for m in metrics if m not in _LATENCY]
     run = Path(run_dir)
+    phases = phases if phases is not None else EvidenceCache()
 
     def fit(phase: str, among: Sequence[str]) -> Any:
         # every candidate measured so far is a level of the same engine and model under its own
@@ -157,8 +159,8 @@ def perfmodel_forecaster(run_dir, *, engine: str | None, concurrency: int, input
         key = (phase, *others)
         if key not in fitted:
             try:
-                ev = load_evidence(run, phase=phase)
-                also = [load_evidence(run, phase=o) for o in others]
+                ev = phases.load(run / phase)
+                also = [phases.load(run / o) for o in others]
                 fitted[key] = perf.PerfModel.from_evidence(ev, engine=engine, also=also)
             except (DiagnosisError, ConfigError) as exc:  # one level in all: the model cannot split a step
                 log.debug("no performance model on phase %s: %s", phase, exc)

@@ -12,6 +12,7 @@ limit-meeting candidate is saved as a config file the workbook loads (``tune-bes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -26,15 +27,17 @@ import pandas as pd
 
 from glm5lib import cpus as cpu_layout
 from glm5lib import engines, rundir
-from glm5lib.diagnose.evidence import load_evidence
-from glm5lib.errors import ConfigError
+from glm5lib.diagnose.evidence import Evidence
+from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.loadgen.settings import check_concurrencies
-from glm5lib.phase import measure_phase, phase_log
-from glm5lib.tune.goal import Goal, request_goodput
+from glm5lib.phase import measure_phase
+from glm5lib.tune.goal import Goal, goodput_of
 from glm5lib.tune.levers import Lever, engine_levers, lever_for, parse_lever, safe_bounds
 from glm5lib.tune.model import Landscape, Point, perfmodel_forecaster
+from glm5lib.tune.phases import EvidenceCache
 
-__all__ = ["TUNE_COLUMNS", "TuneResult", "Workload", "config_of", "grid", "grid_values", "load_tune", "recheck", "tune"]
+__all__ = ["TUNE_COLUMNS", "SearchOptions", "TuneResult", "Workload", "config_of", "grid", "grid_values", "load_tune",
+           "recheck", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +82,31 @@ class Workload:
                                   field=name)
         if not (isinstance(self.duration, (int, float)) and math.isfinite(self.duration) and self.duration > 0):
             raise ConfigError(f"--duration {self.duration!r} must be a positive number of seconds", field="duration")
+
+
+@dataclass
+class SearchOptions:
+    """How :func:`tune` and :func:`grid` choose and judge candidates (each field may also be given
+    to them as a keyword of its own)."""
+
+    #: the lever to search, as ``--lever`` takes it (``FIELD`` or ``FIELD=LOW:HIGH``; the first
+    #: counts); None: the lever the goal's limits point at
+    levers: Sequence[str] | None = None
+    #: the engine release whose levers apply (None: the configuration's)
+    release: str | None = None
+    #: how much one configuration's measurements differ between launches (a fraction)
+    noise: float = 0.03
+    #: the room under each limit a winner must leave (a fraction)
+    margin: float = 0.03
+    #: forecast unmeasured values with the performance model (else measured points only)
+    use_model: bool = True
+
+    def check(self) -> None:
+        if not (0 <= self.noise < 1 and 0 <= self.margin < 1):
+            raise ConfigError("noise and margin are fractions between 0 and 1", field="noise")
+
+
+_OPTION_FIELDS = frozenset(f.name for f in dataclasses.fields(SearchOptions))
 
 
 @dataclass
@@ -147,38 +175,67 @@ def _engine_of(backend: str, config: Any) -> str:
     return backend
 
 
-def _level_row(folder: Path, concurrency: int) -> dict[str, Any] | None:
-    path = folder / rundir.SWEEP
-    if not path.exists():
+#: the errors reading a phase's evidence can raise: a folder that is not a phase, a configuration or
+#: a table that cannot be read (pandas' parser errors are ValueErrors)
+_UNREADABLE = (DiagnosisError, ConfigError, OSError, ValueError, KeyError)
+
+
+def _reader() -> EvidenceCache:
+    """Candidates' evidence, each phase read once per measurement; a table a candidate left
+    half-written is left out rather than costing the search."""
+    return EvidenceCache(partial=True)
+
+
+def _evidence(folder: Path, phases: EvidenceCache | None = None) -> Evidence | None:
+    """``folder``'s evidence, read once per measurement through ``phases`` (a one-off read without);
+    None where the folder holds no phase or its evidence cannot be read."""
+    if not folder.is_dir():
         return None
-    sweep = pd.read_csv(path)
+    try:
+        return (phases or _reader()).load(folder)
+    except _UNREADABLE as exc:  # evidence only: what cannot be read is left out
+        log.debug("%s: evidence unreadable (%s: %s)", folder, type(exc).__name__, exc)
+        return None
+
+
+def _level_row(folder: Path, concurrency: int, phases: EvidenceCache | None = None) -> dict[str, Any] | None:
+    """``folder``'s sweep row at ``concurrency`` (the last one measured there); None without one."""
+    if not (folder / rundir.SWEEP).exists():
+        return None
+    ev = _evidence(folder, phases)
+    sweep = ev.sweep if ev is not None else None
+    if sweep is None or sweep.empty or "concurrency" not in sweep:
+        return None
     rows = sweep[sweep["concurrency"] == concurrency]
     return rows.iloc[-1].to_dict() if not rows.empty else None
 
 
-def _scheduler_row(folder: Path, concurrency: int) -> dict[str, Any] | None:
+def _scheduler_row(folder: Path, concurrency: int, phases: EvidenceCache | None = None) -> dict[str, Any] | None:
     """``folder``'s level at ``concurrency`` as the evidence's level table has it (running, queued,
     whether the batch held, from the level's densest source); None where it cannot be read."""
+    ev = _evidence(folder, phases)
+    if ev is None:
+        return None
     try:
-        table = load_evidence(folder.parent, phase=folder.name).level_table()
-    except Exception:  # evidence only: what cannot be read is left out
+        table = ev.level_table()
+    except (KeyError, ValueError, TypeError) as exc:  # evidence only: what cannot be read is left out
+        log.debug("%s: no level table (%s)", folder, exc)
         return None
     rows = table[table["concurrency"] == int(concurrency)]
     return rows.iloc[-1].to_dict() if not rows.empty else None
 
 
-def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any] | None = None) -> float:
+def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any] | None = None,
+             phases: EvidenceCache | None = None) -> float:
     """The median running batch of ``folder``'s level at ``concurrency`` (``row``: its level-table
     row, read here when not given); the whole log's where no level has one."""
     if concurrency is not None:
-        row = row if row is not None else _scheduler_row(folder, concurrency)
+        row = row if row is not None else _scheduler_row(folder, concurrency, phases)
         value = float(row.get("running_median", math.nan)) if row else math.nan
         if math.isfinite(value) and value > 0:
             return value
-    try:
-        decode = phase_log(folder).decode
-    except Exception:  # evidence only: a log that cannot be read leaves the column empty
-        return math.nan
+    ev = _evidence(folder, phases)
+    decode = ev.log_lines() if ev is not None else None
     if decode is None or decode.empty or "running_req" not in decode:
         return math.nan
     busy = pd.to_numeric(decode["running_req"], errors="coerce")
@@ -186,22 +243,22 @@ def _running(folder: Path, concurrency: int | None = None, row: Mapping[str, Any
     return float(busy.median()) if not busy.empty else math.nan
 
 
-def batch_held(folder: Path, concurrency: int, row: Mapping[str, Any] | None = None) -> tuple[bool, str]:
+def batch_held(folder: Path, concurrency: int, row: Mapping[str, Any] | None = None,
+               phases: EvidenceCache | None = None) -> tuple[bool, str]:
     """Whether ``folder``'s level at ``concurrency`` held the batch its load and cap allow
     (the evidence's level table: ``batch_held``; ``row``: its level-table row, read here when
     not given), and why; True where the evidence has nothing to judge it by."""
-    row = row if row is not None else _scheduler_row(folder, concurrency)
+    row = row if row is not None else _scheduler_row(folder, concurrency, phases)
     if not row or row.get("batch_held") is None or (isinstance(row.get("batch_held"), float)
                                                      and math.isnan(row["batch_held"])):
         return True, "no scheduler figures to judge the level by"
     return bool(row["batch_held"]), str(row.get("held_note") or "")
 
 
-def _startup(folder: Path) -> dict[str, Any]:
-    try:
-        return dict(phase_log(folder).startup or {})
-    except Exception:
-        return {}
+def _startup(folder: Path, phases: EvidenceCache | None = None) -> dict[str, Any]:
+    """The start-up facts ``folder``'s server log states ({} without a readable log)."""
+    ev = _evidence(folder, phases)
+    return dict(ev.startup or {}) if ev is not None else {}
 
 
 def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workload,
@@ -231,14 +288,18 @@ def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workl
     return measure
 
 
-def _evaluate(folder: Path, goal: Goal, workload: Workload) -> dict[str, Any]:
-    row = _level_row(folder, workload.concurrency)
+def _evaluate(folder: Path, goal: Goal, workload: Workload, phases: EvidenceCache | None = None) -> dict[str, Any]:
+    """What ``folder``'s level at the target load measured against the goal, from its evidence
+    (read once for every figure here)."""
+    phases = phases or _reader()
+    row = _level_row(folder, workload.concurrency, phases)
     if row is None:
         raise ConfigError(f"phase {folder.name} has no level at concurrency {workload.concurrency}",
                           field="phase")
     out: dict[str, Any] = {"output_throughput": float(row.get("output_throughput", math.nan))}
     if goal.goodput:
-        out["goodput"] = request_goodput(folder, workload.concurrency, goal.goodput)
+        ev = phases.load(folder)
+        out["goodput"] = goodput_of(ev.sweep, ev.requests, workload.concurrency, goal.goodput)
     for lim in goal.limits:
         out[lim.metric] = float(row.get(lim.metric, math.nan)) if row.get(lim.metric) is not None else math.nan
     out["objective"] = goal.score(out)
@@ -246,10 +307,10 @@ def _evaluate(folder: Path, goal: Goal, workload: Workload) -> dict[str, Any]:
     binding = goal.binding(out)
     out["binding_limit"] = str(binding) if binding else ""
     out["binding_ratio"] = binding.ratio(out) if binding else math.nan
-    row = _scheduler_row(folder, workload.concurrency)  # the evidence read once for both
-    out["running"] = _running(folder, workload.concurrency, row)
+    row = _scheduler_row(folder, workload.concurrency, phases)
+    out["running"] = _running(folder, workload.concurrency, row, phases)
     out["completed"] = int(row.get("completed", 0) or 0)
-    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, row)
+    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, row, phases)
     return out
 
 
@@ -341,8 +402,21 @@ class _Proposal:
     source: str = ""
 
 
-def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], *,
-             noise: float, margin: float) -> _Proposal:
+@dataclass
+class _Bounds:
+    """What the measured candidates leave open on the lever, read once per proposal."""
+
+    room: float  # the binding ratio a measured candidate may have and still count as meeting the limits
+    best: float | None  # the most objective measured with that room
+    per_step: bool  # the running lever under per-step (TPOT, ITL) limits only
+    ceiling: float  # nothing above it can meet a per-step limit
+    floor: float  # below it the batch only shrinks (per-step limits)
+    taken: list[float]  # the values measured
+    need: float  # the binding ratio a forecast must leave
+    near_miss: bool  # the ceiling met the limits with a little less room than the margin asks
+
+
+def _bounds(lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], noise: float, margin: float) -> _Bounds:
     # a candidate counts as meeting the limits when it met them with the margin's room (what the
     # winner needs, _pick): one that met a limit with less room is no end to the search
     room = _room(margin, noise)
@@ -352,13 +426,12 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     # value that broke such a limit (or left it less than the margin's room) can meet it, and below
     # the best value that met every limit the batch only shrinks (TTFT and end-to-end latency can
     # fall with a larger batch: queueing)
-    per_step = lever.acts_on == "running" and goal.limits and all(lim.quantity in ("tpot", "itl")
-                                                                  for lim in goal.limits)
+    per_step = bool(lever.acts_on == "running" and goal.limits and all(lim.quantity in ("tpot", "itl")
+                                                                       for lim in goal.limits))
     broken = [m["x"] for m in measured
               if any(lim.quantity in ("tpot", "itl") and not lim.ratio(m) <= room for lim in goal.limits)]
     ceiling = min(broken) if broken and lever.acts_on == "running" else math.inf
     floor_ = max((m["x"] for m in feasible), default=-math.inf) if per_step else -math.inf
-    taken = [m["x"] for m in measured]
     # A forecast must leave the margin (it carries the model's error as well as the noise). Next to
     # a value measured to meet the limits with a little less room than the margin asks (a near
     # miss: short of it by less than half the noise), the forecast is anchored on that measurement:
@@ -368,103 +441,122 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
     # with half the throughput). A value that met the limit with no room to speak of is no anchor.
     need = 1.0 - margin
     # (the ceiling is a value that left the limits less than the room: a near miss if it met them)
-    near_miss = bool(per_step) and any(m["x"] == ceiling and m["slo_met"] and math.isfinite(m["objective"])
-                                       and _ratio(m) <= min(room + noise / 2, 1.0) for m in measured)
+    near_miss = per_step and any(m["x"] == ceiling and m["slo_met"] and math.isfinite(m["objective"])
+                                 and _ratio(m) <= min(room + noise / 2, 1.0) for m in measured)
     if near_miss:
         need = max(need, room - 2 * ROOM_TOLERANCE)
+    return _Bounds(room, best, per_step, ceiling, floor_, [m["x"] for m in measured], need, near_miss)
 
-    def bracketed(why: str) -> _Proposal | None:
-        # the forecast promises nothing, but the limit lies between two measured values far
-        # apart, and up to it the batch only grows: measure where the limit is reached
-        target = need if near_miss else need - noise
-        inside = _bracket(lever, measured, ceiling, target, room) if per_step else None
-        if inside is None:
-            return None
-        return _Proposal(inside, f"{why}, but the limit is crossed between {lever.field}={max(floor_, 0):g} and "
-                                 f"{ceiling:g}: trying where it is interpolated to reach {target:.0%} of the limit",
-                         source="bracket")
 
-    options = []
-    unsure = []  # values the model does not forecast, each with whether its band leaves it a chance
-    for x in _ladder(lever, taken):
-        if x >= ceiling or any(abs(x - t) <= max(0.03 * t, 0.5 if lever.kind == "int" else 0.0) for t in taken):
+def _open_values(land: Landscape, lever: Lever, goal: Goal, b: _Bounds, noise: float) -> tuple[list, list]:
+    """The untried values the bounds leave open: ``options`` the model forecasts, as (value,
+    forecast, worst ratio to a limit), and ``unsure`` ones it does not, as (value, forecast,
+    whether its band leaves it a chance to beat the best and meet the limits)."""
+    options, unsure = [], []
+    for x in _ladder(lever, b.taken):
+        if x >= b.ceiling or any(abs(x - t) <= max(0.03 * t, 0.5 if lever.kind == "int" else 0.0) for t in b.taken):
             continue
-        if x < floor_ and best is not None:
+        if x < b.floor and b.best is not None:
             continue  # below the best limit-meeting value of a growing landscape: less throughput
         p = land.predict(x)
         if not p.given:
             lows = [p.metrics_low.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
-            could_meet = all(not math.isfinite(r) or r <= need for r in lows)
-            could_beat = best is None or not math.isfinite(p.objective_high) or p.objective_high > best * (1 + noise)
+            could_meet = all(not math.isfinite(r) or r <= b.need for r in lows)
+            could_beat = b.best is None or not math.isfinite(p.objective_high) or p.objective_high > b.best * (1 + noise)
             unsure.append((x, p, could_meet and could_beat))
             continue
         ratios = [p.metrics.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
         worst = max((r for r in ratios if math.isfinite(r)), default=0.0)
         options.append((x, p, worst))
-    if not options and not unsure:
-        return _Proposal(None, "every value the evidence leaves open has been measured")
+    return options, unsure
 
-    def measure_unsure(why: str) -> _Proposal | None:
-        # the model cannot say: measure the open value nearest the evidence, the measurement a
-        # forecast that is not given names (a launch there), rather than guess
-        chances = [u for u in unsure if u[2] and math.isfinite(u[1].objective)]
-        if not chances:
-            return None
-        # the model's point ranks them though its band is too wide to act on: the most objective
-        # whose point meets the limits, else the one nearest the evidence
-        meets = [u for u in chances if all(not math.isfinite(u[1].metrics.get(lim.metric, math.nan))
-                                           or u[1].metrics[lim.metric] / lim.value <= need for lim in goal.limits)]
-        if meets:
-            x, p, _ = max(meets, key=lambda u: (u[1].objective, -u[0]))
-        else:
-            x, p, _ = min(chances, key=lambda u: min(abs(math.log(max(u[0], 1e-9) / max(t, 1e-9))) for t in taken))
-        needs = f" ({p.needs})" if p.needs else ""
-        return _Proposal(x, f"{why}; {lever.field}={lever.clamp(x)} is not forecast{needs}: measuring it, the value "
-                            "nearest the evidence whose band could beat the best and meet the limits",
-                         p.objective, math.nan, "measure")
 
-    ok = [o for o in options if o[2] <= need and math.isfinite(o[1].objective)]
-    probe = _probe(lever, taken, ceiling, best)
-    if ok:
-        x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
-        if best is not None and p.objective <= best * (1.0 + noise):
-            unsure_pick = measure_unsure(f"no forecast beats the best measured ({best:,.0f}) by more than the noise")
-            if unsure_pick is not None:
-                return unsure_pick
-            if probe is not None:
-                return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is "
-                                        f"the model's prior, not evidence (its best forecast: {p.objective:,.0f} at "
-                                        f"{lever.clamp(x)}): measuring twice the value before trusting it",
-                                 source="probe")
-            inside = bracketed(f"no forecast beats the best measured ({best:,.0f}) by more than the noise")
-            if inside is not None:
-                return inside
-            return _Proposal(None, f"no candidate is forecast to beat the best measured ({best:,.0f}) by more than "
-                                   f"the noise ({noise:.0%}): the best forecast is {p.objective:,.0f} at "
-                                   f"{lever.field}={lever.clamp(x)}")
-        binding = goal.binding(p.metrics)
-        why = (f"{p.source} forecast: {p.objective:,.0f} {goal.objective.replace('_', ' ')} with "
-               f"{binding.metric} {p.metrics.get(binding.metric, math.nan):,.0f} ms against {binding.value:g}"
-               if binding else f"{p.source} forecast: {p.objective:,.0f}")
-        if near_miss:
-            why += (f"; {lever.field}={ceiling:g} met the limits with less room than the margin asks, so a value "
-                    f"next to it needs a measurement's room ({need:.0%} of the limit)")
-        return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
-                         p.objective, worst, p.source)
-    unsure_pick = measure_unsure("no value the model forecasts meets every limit" + (
-        f" better than the best measured ({best:,.0f})" if best is not None else ""))
-    if unsure_pick is not None:
-        return unsure_pick
-    if best is not None:
+def _bracketed(lever: Lever, measured: Sequence[dict[str, Any]], b: _Bounds, noise: float, why: str) -> _Proposal | None:
+    """The forecast promises nothing, but the limit lies between two measured values far apart, and
+    up to it the batch only grows: measure where the limit is reached."""
+    target = b.need if b.near_miss else b.need - noise
+    inside = _bracket(lever, measured, b.ceiling, target, b.room) if b.per_step else None
+    if inside is None:
+        return None
+    return _Proposal(inside, f"{why}, but the limit is crossed between {lever.field}={max(b.floor, 0):g} and "
+                             f"{b.ceiling:g}: trying where it is interpolated to reach {target:.0%} of the limit",
+                     source="bracket")
+
+
+def _measure_unsure(unsure: Sequence[tuple], lever: Lever, goal: Goal, b: _Bounds, why: str) -> _Proposal | None:
+    """The model cannot say: measure the open value nearest the evidence, the measurement a
+    forecast that is not given names (a launch there), rather than guess."""
+    chances = [u for u in unsure if u[2] and math.isfinite(u[1].objective)]
+    if not chances:
+        return None
+    # the model's point ranks them though its band is too wide to act on: the most objective
+    # whose point meets the limits, else the one nearest the evidence
+    meets = [u for u in chances if all(not math.isfinite(u[1].metrics.get(lim.metric, math.nan))
+                                       or u[1].metrics[lim.metric] / lim.value <= b.need for lim in goal.limits)]
+    if meets:
+        x, p, _ = max(meets, key=lambda u: (u[1].objective, -u[0]))
+    else:
+        x, p, _ = min(chances, key=lambda u: min(abs(math.log(max(u[0], 1e-9) / max(t, 1e-9))) for t in b.taken))
+    needs = f" ({p.needs})" if p.needs else ""
+    return _Proposal(x, f"{why}; {lever.field}={lever.clamp(x)} is not forecast{needs}: measuring it, the value "
+                        "nearest the evidence whose band could beat the best and meet the limits",
+                     p.objective, math.nan, "measure")
+
+
+def _probe_proposal(probe: float, lever: Lever, forecast: str) -> _Proposal:
+    return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is the "
+                            f"model's prior, not evidence ({forecast}): measuring twice the value before trusting it",
+                     source="probe")
+
+
+def _from_forecasts(ok: Sequence[tuple], unsure: Sequence[tuple], lever: Lever, goal: Goal,
+                    measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> _Proposal:
+    """The most objective value forecast to meet every limit, unless it cannot beat the best
+    measured by more than the noise (then a measurement that could settle it, or the end)."""
+    x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
+    if b.best is not None and p.objective <= b.best * (1.0 + noise):
+        short = f"no forecast beats the best measured ({b.best:,.0f}) by more than the noise"
+        picked = _measure_unsure(unsure, lever, goal, b, short)
+        if picked is not None:
+            return picked
+        probe = _probe(lever, b.taken, b.ceiling, b.best)
         if probe is not None:
-            return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is the "
-                                    "model's prior, not evidence (it forecasts no larger value meeting them): "
-                                    "measuring twice the value before trusting it", source="probe")
-        inside = bracketed("no untried value is forecast to meet the limits")
+            return _probe_proposal(probe, lever, f"its best forecast: {p.objective:,.0f} at {lever.clamp(x)}")
+        inside = _bracketed(lever, measured, b, noise, short)
+        if inside is not None:
+            return inside
+        return _Proposal(None, f"no candidate is forecast to beat the best measured ({b.best:,.0f}) by more than "
+                               f"the noise ({noise:.0%}): the best forecast is {p.objective:,.0f} at "
+                               f"{lever.field}={lever.clamp(x)}")
+    binding = goal.binding(p.metrics)
+    why = (f"{p.source} forecast: {p.objective:,.0f} {goal.objective.replace('_', ' ')} with "
+           f"{binding.metric} {p.metrics.get(binding.metric, math.nan):,.0f} ms against {binding.value:g}"
+           if binding else f"{p.source} forecast: {p.objective:,.0f}")
+    if b.near_miss:
+        why += (f"; {lever.field}={b.ceiling:g} met the limits with less room than the margin asks, so a value "
+                f"next to it needs a measurement's room ({b.need:.0%} of the limit)")
+    return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
+                     p.objective, worst, p.source)
+
+
+def _without_forecast(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever, goal: Goal,
+                      measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> _Proposal:
+    """No value is forecast to meet every limit: measure one the model cannot judge, probe, bracket,
+    halve, or try the value forecast closest to the limits."""
+    picked = _measure_unsure(unsure, lever, goal, b, "no value the model forecasts meets every limit" + (
+        f" better than the best measured ({b.best:,.0f})" if b.best is not None else ""))
+    if picked is not None:
+        return picked
+    if b.best is not None:
+        probe = _probe(lever, b.taken, b.ceiling, b.best)
+        if probe is not None:
+            return _probe_proposal(probe, lever, "it forecasts no larger value meeting them")
+        inside = _bracketed(lever, measured, b, noise, "no untried value is forecast to meet the limits")
         if inside is not None:
             return inside
         return _Proposal(None, f"no untried value is forecast to meet the limits better than the best measured "
-                               f"({best:,.0f})")
+                               f"({b.best:,.0f})")
+    taken = b.taken
     if not options:
         # no forecast at all (one batch size measured, no model): halve the smallest value tried
         x = lever.clamp(max(float(lever.low), 0.5 * min(taken))) if taken else None
@@ -478,11 +570,24 @@ def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[
                         f"({p.source} forecast {worst:.2f}x the binding limit)", p.objective, worst, p.source)
 
 
+def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], *,
+             noise: float, margin: float) -> _Proposal:
+    """The next candidate of the lever, and why; its value is None where the search should stop."""
+    b = _bounds(lever, goal, measured, noise, margin)
+    options, unsure = _open_values(land, lever, goal, b, noise)
+    if not options and not unsure:
+        return _Proposal(None, "every value the evidence leaves open has been measured")
+    ok = [o for o in options if o[2] <= b.need and math.isfinite(o[1].objective)]
+    if ok:
+        return _from_forecasts(ok, unsure, lever, goal, measured, b, noise)
+    return _without_forecast(options, unsure, lever, goal, measured, b, noise)
+
+
 # --------------------------------------------------------------------------------------------
 # the two searches
 # --------------------------------------------------------------------------------------------
-def _setup(config: Any, backend: str, goal: Goal, workload: Workload, levers: Sequence[str] | None,
-           evidence: Path | None, release: str | None) -> tuple[str, Lever, str]:
+def _setup(config: Any, backend: str, goal: Goal, workload: Workload, options: SearchOptions,
+           evidence: Path | None, phases: EvidenceCache) -> tuple[str, Lever, str]:
     engine = _engine_of(backend, config)
     workload.check()
     goal.check_workload(output_len=workload.output_len)
@@ -490,8 +595,8 @@ def _setup(config: Any, backend: str, goal: Goal, workload: Workload, levers: Se
     if from_config and config is None:
         raise ConfigError(f"--backend {backend}: a config to tune from is needed (--config or RUN_DIR --phase)",
                           field="config")
-    known = engine_levers(engine, release or getattr(config, "release", None))
-    chosen = [parse_lever(text, known) for text in (levers or [])]
+    known = engine_levers(engine, options.release or getattr(config, "release", None))
+    chosen = [parse_lever(text, known) for text in (options.levers or [])]
     if not known and not chosen:
         raise ConfigError(f"a {engine} engine's levers are given as flags: --lever --max-batch=1:256",
                           field="lever")
@@ -499,7 +604,7 @@ def _setup(config: Any, backend: str, goal: Goal, workload: Workload, levers: Se
     if from_config:
         # a lever the config's engine or release lacks is refused here, before anything launches
         config.with_changes(**{lever.field: lever.clamp(lever.low)})
-    startup = _startup(evidence) if evidence is not None else {}
+    startup = _startup(evidence, phases) if evidence is not None else {}
     others = {lev.field: config.get(lev.field) for lev in known} if from_config else {}
     lever, bounded = safe_bounds(lever, engine, concurrency=workload.concurrency, input_len=workload.input_len,
                                  output_len=workload.output_len, startup=startup, config=others)
@@ -518,8 +623,8 @@ def _model_levels(forecaster: Any, measured: Sequence[Any], start: float | None,
     return [light] if light < workload.concurrency else []
 
 
-def _same_workload(folder: Path, workload: Workload) -> bool:
-    row = _level_row(folder, workload.concurrency)
+def _same_workload(folder: Path, workload: Workload, phases: EvidenceCache | None = None) -> bool:
+    row = _level_row(folder, workload.concurrency, phases)
     if row is None:
         return False
     try:
@@ -631,86 +736,117 @@ def _save_best(config: Any, run: Path, best: Mapping[str, Any] | None, lever: Le
     return path
 
 
+def _options(options: SearchOptions | None, launch: dict[str, Any]) -> SearchOptions:
+    """``options`` with any of its fields given as keywords beside the launch's (``levers=...``,
+    ``noise=...``: the spelling callers used before the options were grouped) taken out of
+    ``launch`` and set on it."""
+    given = {name: launch.pop(name) for name in list(launch) if name in _OPTION_FIELDS}
+    return dataclasses.replace(options or SearchOptions(), **given)
+
+
 def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, backend: str = "sim",
-         max_launches: int = 4, levers: Sequence[str] | None = None, evidence_phase: str | None = None,
-         noise: float = 0.03, margin: float = 0.03, release: str | None = None,
-         measure: Measure | None = None, use_model: bool = True, **launch: Any) -> TuneResult:
+         max_launches: int = 4, evidence_phase: str | None = None, measure: Measure | None = None,
+         options: SearchOptions | None = None, **launch: Any) -> TuneResult:
     """Search the lever for the most objective under the goal's limits, in at most ``max_launches``.
 
     ``evidence_phase`` is a phase of ``run_dir`` already measured at the target load: it is the
-    first point, at no launch. ``launch`` is passed to :func:`default_measure` (``sim_profile``,
-    ``command``, ``model``, ``ready_timeout``, ``progress``, ``cpus``: see :mod:`glm5lib.cpus`). Raises ConfigError before any
-    launch for a bad goal, workload, lever or budget.
+    first point, at no launch. ``options`` (:class:`SearchOptions`: the lever, the release, the
+    noise and margin, the model) may also be given field by field as keywords (``levers=``,
+    ``noise=``...). ``launch`` is passed to :func:`default_measure` (``sim_profile``, ``command``,
+    ``model``, ``ready_timeout``, ``progress``, ``cpus``: see :mod:`glm5lib.cpus`). Raises
+    ConfigError before any launch for a bad goal, workload, lever or budget.
     """
     run = Path(run_dir)
+    opts = _options(options, launch)
     if not (isinstance(max_launches, int) and max_launches >= 1):
         raise ConfigError(f"--max-launches {max_launches!r} must be at least 1", field="max_launches")
-    if not (0 <= noise < 1 and 0 <= margin < 1):
-        raise ConfigError("noise and margin are fractions between 0 and 1", field="noise")
+    opts.check()
     evidence = run / evidence_phase if evidence_phase else None
     if evidence is not None and not (evidence / rundir.SWEEP).exists():
         raise ConfigError(f"phase {evidence_phase!r} of {run} has no {rundir.SWEEP}", field="phase")
-    engine, lever, why = _setup(config, backend, goal, workload, levers, evidence, release)
+    phases = _reader()
+    engine, lever, why = _setup(config, backend, goal, workload, opts, evidence, phases)
     run.mkdir(parents=True, exist_ok=True)
     measure = measure or default_measure(config, backend=backend, run_dir=run, workload=workload, **launch)
     forecaster = perfmodel_forecaster(run, engine=engine, concurrency=workload.concurrency,
                                       input_len=workload.input_len, output_len=workload.output_len,
-                                      objective=goal.objective, metrics=[lim.metric for lim in goal.limits]
-                                      ) if use_model else None
-    land = Landscape(lever.field, lever.acts_on, [lim.metric for lim in goal.limits], forecaster=forecaster)
+                                      objective=goal.objective, metrics=[lim.metric for lim in goal.limits],
+                                      phases=phases) if opts.use_model else None
+    search = _Search(run, goal, workload, lever, opts, phases,
+                     Landscape(lever.field, lever.acts_on, [lim.metric for lim in goal.limits], forecaster=forecaster))
     previous = load_tune(run)
-    measured: list[dict[str, Any]] = []
-    rows: list[dict[str, Any]] = []
-    launches = 0
+    start = _start_value(config, lever, _startup(evidence, phases) if evidence is not None else {}, engine)
+    if evidence is not None and _same_workload(evidence, workload, phases):
+        changes = {lever.field: lever.clamp(start)} if start is not None else {}
+        search.take(evidence, changes, 0, "evidence", None, f"measured phase {evidence_phase}: the starting evidence; {why}")
+    elif evidence is not None:
+        log.info("phase %s was not measured at %d concurrent %d+%d-token requests: its config and start-up "
+                 "facts are used, its levels are not a point of this landscape", evidence_phase,
+                 workload.concurrency, workload.input_len, workload.output_len)
+    launches, step = 0, 1
+    while launches < max_launches:
+        proposal = search.first(start, why) if not search.measured else search.propose()
+        if proposal.value is None:
+            stopped = proposal.reason
+            break
+        changes = {lever.field: lever.clamp(proposal.value)}
+        phase = f"tune-{step}"
+        if _reuse(previous, "tune", phase, changes) and _level_row(run / phase, workload.concurrency, phases):
+            log.info("%s already measured with %s: read again, not relaunched", phase, changes)
+        else:
+            log.info("%s: launching with %s: %s", phase, changes, proposal.reason)
+            measure(changes, phase, _model_levels(forecaster, search.measured, start, workload))
+        launches += 1
+        search.take(run / phase, changes, step, "tune", proposal, proposal.reason)
+        step += 1
+    else:
+        stopped = f"the budget of {max_launches} launches is spent"
+    best = _pick(search.rows, opts.noise, opts.margin)
+    path = _save_best(config, run, best, lever, goal)
+    return TuneResult("tune", goal, lever, pd.DataFrame(search.rows), best, launches, stopped, path)
 
-    def take(folder: Path, changes: Mapping[str, Any], step: int, kind: str, proposal, reason: str) -> None:
-        result = _evaluate(folder, goal, workload)
+
+@dataclass
+class _Search:
+    """One tuning run's state: the candidates measured, their ``tune.csv`` rows and the landscape
+    the next proposal is read from."""
+
+    run: Path
+    goal: Goal
+    workload: Workload
+    lever: Lever
+    options: SearchOptions
+    phases: EvidenceCache
+    land: Landscape
+    measured: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    def take(self, folder: Path, changes: Mapping[str, Any], step: int, kind: str, proposal: _Proposal | None,
+             reason: str) -> None:
+        """Read one measured candidate into the landscape and ``tune.csv``."""
+        result = _evaluate(folder, self.goal, self.workload, self.phases)
+        lever = self.lever
         x = lever.clamp(changes.get(lever.field)) if changes.get(lever.field) is not None else None
         result["x"] = x
         if not result["batch_held"]:
             log.info("%s: %s; no winner while a steady candidate meets the limits", folder.name, result["held_note"])
             reason = f"{reason}; not a winner: {result['held_note']}"
         if x is not None:
-            land.add(Point(float(x), result["objective"], {k: result[k] for k in land.metrics}, folder.name,
-                           held=bool(result["batch_held"])))
-            measured.append(result)
-        rows.append(_record(run, kind, step, folder.name, lever, changes, result, proposal, reason))
+            self.land.add(Point(float(x), result["objective"], {k: result[k] for k in self.land.metrics}, folder.name,
+                                held=bool(result["batch_held"])))
+            self.measured.append(result)
+        self.rows.append(_record(self.run, kind, step, folder.name, lever, changes, result, proposal, reason))
 
-    start_startup = _startup(evidence) if evidence is not None else {}
-    start = _start_value(config, lever, start_startup, engine)
-    if evidence is not None and _same_workload(evidence, workload):
-        changes = {lever.field: lever.clamp(start)} if start is not None else {}
-        take(evidence, changes, 0, "evidence", None, f"measured phase {evidence_phase}: the starting evidence; {why}")
-    elif evidence is not None:
-        log.info("phase %s was not measured at %d concurrent %d+%d-token requests: its config and start-up "
-                 "facts are used, its levels are not a point of this landscape", evidence_phase,
-                 workload.concurrency, workload.input_len, workload.output_len)
-    step = 1
-    while launches < max_launches:
-        if not measured:
-            value = start if start is not None else float(np.sqrt(float(lever.low) * float(lever.high)))
-            proposal = _Proposal(value, f"the configuration as given, to read which limit binds ({why})"
-                                 if start is not None else f"the middle of the safe range ({why})")
-        else:
-            proposal = _propose(land, lever, goal, measured, noise=noise, margin=margin)
-            if proposal.value is None:
-                stopped = proposal.reason
-                break
-        changes = {lever.field: lever.clamp(proposal.value)}
-        phase = f"tune-{step}"
-        if _reuse(previous, "tune", phase, changes) and _level_row(run / phase, workload.concurrency):
-            log.info("%s already measured with %s: read again, not relaunched", phase, changes)
-        else:
-            log.info("%s: launching with %s: %s", phase, changes, proposal.reason)
-            measure(changes, phase, _model_levels(forecaster, measured, start, workload))
-        launches += 1
-        take(run / phase, changes, step, "tune", proposal, proposal.reason)
-        step += 1
-    else:
-        stopped = f"the budget of {max_launches} launches is spent"
-    best = _pick(rows, noise, margin)
-    path = _save_best(config, run, best, lever, goal)
-    return TuneResult("tune", goal, lever, pd.DataFrame(rows), best, launches, stopped, path)
+    def first(self, start: float | None, why: str) -> _Proposal:
+        """The first candidate: the configuration as given, else the middle of the safe range."""
+        lever = self.lever
+        if start is not None:
+            return _Proposal(start, f"the configuration as given, to read which limit binds ({why})")
+        return _Proposal(float(np.sqrt(float(lever.low) * float(lever.high))), f"the middle of the safe range ({why})")
+
+    def propose(self) -> _Proposal:
+        return _propose(self.land, self.lever, self.goal, self.measured, noise=self.options.noise,
+                        margin=self.options.margin)
 
 
 def grid_values(lever: Lever, points: int = 8) -> list[float | int]:
@@ -720,12 +856,14 @@ def grid_values(lever: Lever, points: int = 8) -> list[float | int]:
 
 
 def grid(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, backend: str = "sim",
-         levers: Sequence[str] | None = None, values: Sequence[float] | None = None, points: int = 8,
-         release: str | None = None, measure: Measure | None = None, noise: float = 0.03,
-         save_best: bool = False, **launch: Any) -> TuneResult:
-    """Measure every value of the grid over the tuner's lever (phases ``grid-1``...)."""
+         values: Sequence[float] | None = None, points: int = 8, measure: Measure | None = None,
+         save_best: bool = False, options: SearchOptions | None = None, **launch: Any) -> TuneResult:
+    """Measure every value of the grid over the tuner's lever (phases ``grid-1``...); ``options``
+    and ``launch`` as for :func:`tune`."""
     run = Path(run_dir)
-    _engine, lever, why = _setup(config, backend, goal, workload, levers, None, release)
+    opts = _options(options, launch)
+    phases = _reader()
+    _engine, lever, why = _setup(config, backend, goal, workload, opts, None, phases)
     if values:
         bad = [v for v in values if not (float(lever.low) <= float(v) <= float(lever.high))]
         if bad:
@@ -741,9 +879,9 @@ def grid(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
     for i, value in enumerate(values, start=1):
         changes = {lever.field: value}
         phase = f"grid-{i}"
-        if not (_reuse(previous, "grid", phase, changes) and _level_row(run / phase, workload.concurrency)):
+        if not (_reuse(previous, "grid", phase, changes) and _level_row(run / phase, workload.concurrency, phases)):
             measure(changes, phase, ())
-        result = _evaluate(run / phase, goal, workload)
+        result = _evaluate(run / phase, goal, workload, phases)
         rows.append(_record(run, "grid", i, phase, lever, changes, result, None,
                             f"grid point {i} of {len(values)} ({why})"))
     best = _pick(rows, 0.0)
@@ -766,10 +904,11 @@ def recheck(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, re
     changes = dict(result.best["changes"])
     phase = f"{result.kind}-check"
     previous = load_tune(run)
+    phases = _reader()
     if not (_reuse(previous, "check", phase, changes)
-            and all(_level_row(run / phase, c) for c in {workload.concurrency, *levels})):
+            and all(_level_row(run / phase, c, phases) for c in {workload.concurrency, *levels})):
         measure(changes, phase, tuple(levels))
-    measured = _evaluate(run / phase, goal, workload)
+    measured = _evaluate(run / phase, goal, workload, phases)
     _record(run, "check", 0, phase, result.lever, changes, measured, None,
             f"the winner ({result.best['phase']}) measured again")
     return {"phase": phase, "changes": changes, **{k: v for k, v in measured.items() if k != "x"}}

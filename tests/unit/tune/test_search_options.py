@@ -1,0 +1,70 @@
+"""The tuner's options as one SearchOptions, its keywords still taken; each candidate's evidence read once."""
+
+from __future__ import annotations
+
+import inspect
+
+import pandas as pd
+import pytest
+
+from glm5lib import rundir, tune
+from glm5lib.engines import vllm as ev
+from glm5lib.errors import ConfigError
+from glm5lib.tune import phases, search
+from tests.unit.tune.test_replay_vllm_grid import META, _replay
+
+
+def _setup():
+    base = ev.VllmConfig.load(META["config"])
+    workload = tune.Workload(META["concurrency"], META["input_len"], META["output_len"], META["duration"],
+                             api="completions", warmup=META.get("warmup", 2), sweep_options={"token_ids": False})
+    return base, workload, tune.Goal.parse(META["slo"]), f"{META['lever']}={min(META['values'])}:{max(META['values'])}"
+
+
+def test_tune_and_grid_take_at_most_ten_parameters():
+    for fn in (tune.tune, tune.grid):
+        named = [p for p in inspect.signature(fn).parameters.values() if p.kind is not p.VAR_KEYWORD]
+        assert len(named) <= 10, (fn.__name__, [p.name for p in named])
+
+
+def test_the_options_as_one_object_or_as_keywords_take_the_same_path(tmp_path):
+    base, workload, goal, space = _setup()
+    frames = []
+    for name, kwargs in (("keywords", {"levers": [space], "noise": 0.1, "margin": 0.15}),
+                         ("options", {"options": tune.SearchOptions(levers=[space], noise=0.1, margin=0.15)})):
+        run = tmp_path / name
+        result = tune.tune(base, run, goal, workload, backend="vllm", max_launches=3,
+                           measure=_replay(run, []), **kwargs)
+        frames.append(pd.read_csv(run / rundir.TUNE_CSV))
+        assert result.best is not None
+    pd.testing.assert_frame_equal(frames[0], frames[1])
+
+
+def test_a_keyword_sets_its_field_over_the_options_object():
+    launch = {"noise": 0.2, "cpus": "split"}
+    opts = search._options(tune.SearchOptions(noise=0.05, margin=0.1), launch)
+    assert (opts.noise, opts.margin) == (0.2, 0.1)
+    assert launch == {"cpus": "split"}  # what is left goes to the launch
+
+
+def test_bad_noise_or_margin_is_refused_before_any_launch(tmp_path):
+    base, workload, goal, space = _setup()
+    with pytest.raises(ConfigError, match="noise and margin"):
+        tune.tune(base, tmp_path, goal, workload, backend="vllm", options=tune.SearchOptions(levers=[space], noise=1.5),
+                  measure=lambda *a: pytest.fail("launched"))
+
+
+def test_each_candidate_is_read_once_per_measurement(tmp_path, monkeypatch):
+    base, workload, goal, space = _setup()
+    reads: list[str] = []
+    real = phases.load_evidence
+
+    def counting(run_dir, *args, **kwargs):
+        reads.append(kwargs.get("phase"))
+        return real(run_dir, *args, **kwargs)
+
+    monkeypatch.setattr(phases, "load_evidence", counting)
+    result = tune.tune(base, tmp_path, goal, workload, backend="vllm", max_launches=3, levers=[space],
+                       measure=_replay(tmp_path, []))
+    measured = list(result.candidates["phase"])
+    assert measured and sorted(reads) == sorted(measured), reads  # the evaluation and every fit share one read
