@@ -6,12 +6,12 @@ import inspect
 
 import pandas as pd
 import pytest
+from test_replay_vllm_grid import META, _replay
 
 from glm5lib import rundir, tune
 from glm5lib.engines import vllm as ev
 from glm5lib.errors import ConfigError
 from glm5lib.tune import phases, search
-from tests.unit.tune.test_replay_vllm_grid import META, _replay
 
 
 def _setup():
