@@ -28,6 +28,13 @@ __all__ = [
 ]
 
 
+def _quoting_log_lines(message: str, log_lines: Sequence[str]) -> str:
+    """The message followed by the server's log lines, each indented behind a bar."""
+    if not log_lines:
+        return message
+    return message + "\n" + "\n".join(f"    | {line}" for line in log_lines)
+
+
 class Glm5Error(Exception):
     """Base class of every error glm5lib raises on purpose."""
 
@@ -64,10 +71,7 @@ class ServerError(Glm5Error):
         self.log_path = log_path
 
     def __str__(self) -> str:
-        text = super().__str__()
-        if self.log_lines:
-            text += "\n" + "\n".join(f"    | {line}" for line in self.log_lines)
-        return text
+        return _quoting_log_lines(super().__str__(), self.log_lines)
 
 
 class ServerLaunchError(ServerError):
@@ -99,10 +103,7 @@ class SweepAbortedError(LoadGenError):
         self.completed_levels = list(completed_levels)
 
     def __str__(self) -> str:
-        text = super().__str__()
-        if self.log_lines:
-            text += "\n" + "\n".join(f"    | {line}" for line in self.log_lines)
-        return text
+        return _quoting_log_lines(super().__str__(), self.log_lines)
 
 
 class TelemetryError(Glm5Error):

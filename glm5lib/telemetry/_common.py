@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from glm5lib.errors import TelemetryError
+from glm5lib.errors import ConfigError, TelemetryError
 
 #: Where GPU readings come from: ``auto`` picks the stand-in when the URL is one, else NVML.
 SOURCES = ("auto", "nvml", "sim")
@@ -20,6 +20,17 @@ _NVML_SUCCESS = 0
 _NVML_ERROR_NOT_SUPPORTED = 3
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
+
+
+def positive_interval(interval: Any, example: float) -> float:
+    """``interval`` as a finite positive number of seconds, or a ConfigError naming ``example``."""
+    try:
+        seconds = float(interval)
+    except (TypeError, ValueError):
+        raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"interval={seconds!r} must be a positive number of seconds, e.g. {example}", field="interval")
+    return seconds
 
 
 def _nan() -> float:

@@ -33,6 +33,7 @@ from glm5lib.telemetry._common import (
     _is_not_supported,
     _load_nvml,
     _nan,
+    positive_interval,
 )
 
 __all__ = ["GPU_COLUMNS", "GpuSampler", "load_gpu_csv"]
@@ -327,12 +328,7 @@ class GpuSampler:
         api_key: str | None = None,
         _nvml: Any = None,
     ):
-        try:
-            interval = float(interval)
-        except (TypeError, ValueError):
-            raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
-        if not math.isfinite(interval) or interval <= 0:
-            raise ConfigError(f"interval={interval!r} must be a positive number of seconds, e.g. 0.1", field="interval")
+        interval = positive_interval(interval, example=0.1)
         if source not in SOURCES:
             raise ConfigError(f"source={source!r} is not valid", field="source", valid=SOURCES)
         if source == "sim" and not base_url:
