@@ -29,8 +29,9 @@ Whatever triggers are given, a fault fires at the first that is reached.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from glm5lib.errors import ConfigError
 
@@ -146,30 +147,8 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     f"--sim-fault {spec!r}: {kind} takes no value", field="sim_fault", valid=_valid()
                 )
             try:
-                if kind == "nan-after":
-                    faults.nan_after = _non_negative_int(value)
-                elif kind == "hang-after":
-                    faults.hang_after = _non_negative_int(value)
-                elif kind == "reset-after":
-                    faults.reset_after = _non_negative_int(value)
-                elif kind == "nan-after-steps":
-                    faults.nan_after_steps = _non_negative_int(value)
-                elif kind == "hang-after-steps":
-                    faults.hang_after_steps = _non_negative_int(value)
-                elif kind == "nan-after-s":
-                    faults.nan_after_s = _non_negative_float(value)
-                elif kind == "hang-after-s":
-                    faults.hang_after_s = _non_negative_float(value)
-                elif kind == "health-delay":
-                    faults.health_delay = _non_negative_float(value)
-                elif kind == "slow-start":
-                    faults.slow_start = float(value)
-                    if faults.slow_start < 0:
-                        raise ValueError(value)
-                elif kind == "oom-at-start":
-                    faults.oom_at_start = True
-                elif kind == "nccl-at-start":
-                    faults.nccl_at_start = True
+                # each kind sets the field of its name (nan-after: nan_after)
+                setattr(faults, kind.replace("-", "_"), _PARSERS[kind](value))
             except ValueError as exc:
                 raise ConfigError(
                     f"--sim-fault {spec!r}: {value!r} is not a valid {FAULT_KINDS[kind]}",
@@ -177,6 +156,17 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     valid=_valid(),
                 ) from exc
     return faults
+
+
+def _slow_start_seconds(value: str) -> float:
+    x = float(value)
+    if x < 0:
+        raise ValueError(value)
+    return x
+
+
+def _switch_on(value: str) -> bool:
+    return True
 
 
 def _non_negative_float(value: str) -> float:
@@ -191,3 +181,19 @@ def _non_negative_int(value: str) -> int:
     if n < 0:
         raise ValueError(value)
     return n
+
+
+#: how each kind's value is read (ValueError: not a valid value of that kind)
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "nan-after": _non_negative_int,
+    "oom-at-start": _switch_on,
+    "nccl-at-start": _switch_on,
+    "slow-start": _slow_start_seconds,
+    "hang-after": _non_negative_int,
+    "nan-after-steps": _non_negative_int,
+    "nan-after-s": _non_negative_float,
+    "hang-after-steps": _non_negative_int,
+    "hang-after-s": _non_negative_float,
+    "reset-after": _non_negative_int,
+    "health-delay": _non_negative_float,
+}
