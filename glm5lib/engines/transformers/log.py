@@ -247,24 +247,19 @@ class TransformersParser:
             self._open_error(stamp, line, msg)
             return
         if "Paged cache initialized" in msg:
-            p = _PAGED_RE.search(msg)
-            if p:
-                tokens, blocks, size = (int(g) for g in p.groups())
-                self.startup.setdefault("cb_max_batch_tokens", tokens)
-                self.startup.setdefault("cb_num_blocks", blocks)
-                self.startup.setdefault("cb_block_size", size)
-                self.startup.setdefault("max_total_num_tokens", blocks * size)
-                self.startup.setdefault("kv_cache_tokens", blocks * size)
-                self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
-                return
-            p = _SECTORS_RE.search(msg)
-            if p:
-                tokens, sectors, mb = (int(g) for g in p.groups())
-                self.startup.setdefault("cb_max_batch_tokens", tokens)
-                self.startup.setdefault("cb_num_blocks", sectors)
-                self.startup.setdefault("cb_mb_per_block", mb)
-                self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
-                return
+            # blocks of so many tokens (the pool's size in tokens follows) or sectors of so many MB
+            for shape, unit in ((_PAGED_RE, "cb_block_size"), (_SECTORS_RE, "cb_mb_per_block")):
+                p = shape.search(msg)
+                if p:
+                    tokens, blocks, size = (int(g) for g in p.groups())
+                    self.startup.setdefault("cb_max_batch_tokens", tokens)
+                    self.startup.setdefault("cb_num_blocks", blocks)
+                    self.startup.setdefault(unit, size)
+                    if unit == "cb_block_size":
+                        self.startup.setdefault("max_total_num_tokens", blocks * size)
+                        self.startup.setdefault("kv_cache_tokens", blocks * size)
+                    self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
+                    return
         if "Offloaded " in msg:
             o = _OFFLOAD_RE.search(msg)
             if o:
