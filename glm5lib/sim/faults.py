@@ -29,6 +29,7 @@ Whatever triggers are given, a fault fires at the first that is reached.
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -158,42 +159,37 @@ def parse_faults(specs: Iterable[str]) -> Faults:
     return faults
 
 
-def _slow_start_seconds(value: str) -> float:
-    x = float(value)
-    if x < 0:
-        raise ValueError(value)
-    return x
+def _not_below_zero(convert: Callable[[str], Any], finite: bool = False) -> Callable[[str], Any]:
+    """A reader of a value not below zero (and, where ``finite``, neither NaN nor infinite)."""
+
+    def read(value: str) -> Any:
+        x = convert(value)
+        if x < 0 or (finite and not math.isfinite(x)):
+            raise ValueError(value)
+        return x
+
+    return read
 
 
 def _switch_on(value: str) -> bool:
     return True
 
 
-def _non_negative_float(value: str) -> float:
-    x = float(value)
-    if not x >= 0 or x == float("inf"):
-        raise ValueError(value)
-    return x
-
-
-def _non_negative_int(value: str) -> int:
-    n = int(value)
-    if n < 0:
-        raise ValueError(value)
-    return n
+_COUNT = _not_below_zero(int)
+_SECONDS = _not_below_zero(float, finite=True)
 
 
 #: how each kind's value is read (ValueError: not a valid value of that kind)
 _PARSERS: dict[str, Callable[[str], Any]] = {
-    "nan-after": _non_negative_int,
+    "nan-after": _COUNT,
     "oom-at-start": _switch_on,
     "nccl-at-start": _switch_on,
-    "slow-start": _slow_start_seconds,
-    "hang-after": _non_negative_int,
-    "nan-after-steps": _non_negative_int,
-    "nan-after-s": _non_negative_float,
-    "hang-after-steps": _non_negative_int,
-    "hang-after-s": _non_negative_float,
-    "reset-after": _non_negative_int,
-    "health-delay": _non_negative_float,
+    "slow-start": _not_below_zero(float),
+    "hang-after": _COUNT,
+    "nan-after-steps": _COUNT,
+    "nan-after-s": _SECONDS,
+    "hang-after-steps": _COUNT,
+    "hang-after-s": _SECONDS,
+    "reset-after": _COUNT,
+    "health-delay": _SECONDS,
 }
