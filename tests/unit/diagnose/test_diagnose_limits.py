@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_diagnose import decode_frame, sweep_frame
+from test_diagnose import decode_frame, overridden, sweep_frame
 
 from glm5lib import diagnose as dg
 from glm5lib.diagnose.evidence import (
@@ -154,9 +154,7 @@ def test_load_bound_names_the_offered_load_and_asks_how_far_it_scales():
     for over in (dict(decode=decode_frame([16] * 10, queue=5, usage=0.01)),
                  dict(startup={"max_running_requests": 16}),
                  dict(decode=decode_frame([16] * 10, queue=0, usage=0.9))):
-        e = dg.Evidence(decode=d, sweep=ev.sweep, startup={"max_running_requests": 64})
-        for k, v in over.items():
-            setattr(e, k, v)
+        e = overridden(dg.Evidence(decode=d, sweep=ev.sweep, startup={"max_running_requests": 64}), **over)
         assert dg.rule_load_bound(e) == [], over
 
 
