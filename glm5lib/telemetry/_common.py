@@ -48,13 +48,14 @@ def _load_nvml(nvml: Any = None) -> tuple[Any, str | None]:
             import pynvml as nvml  # nvidia-ml-py: optional, imported only when asked for
         except ImportError:
             return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    # every error of nvidia-ml-py derives from its NVMLError (a missing driver library included)
     try:
         nvml.nvmlInit()
-    except Exception as exc:
+    except nvml.NVMLError as exc:
         return None, f"no NVIDIA driver or GPU here (NVML init failed: {exc})"
     try:
         count = nvml.nvmlDeviceGetCount()
-    except Exception as exc:
+    except nvml.NVMLError as exc:
         nvml.nvmlShutdown()
         return None, f"NVML could not count GPUs: {exc}"
     if count == 0:

@@ -184,7 +184,7 @@ class _NvmlGpu:
         ids = [fid for _, fid in self._BATCH]
         try:
             values = self.nvml.nvmlDeviceGetFieldValues(self.handle, ids)
-        except Exception as exc:
+        except (self.nvml.NVMLError, AttributeError) as exc:  # AttributeError: an nvidia-ml-py without it
             log.info("GPU %d: NVML field-value queries unavailable (%s); reading values one by one", self.index, exc)
             return
         for (name, fid), value in zip(self._BATCH, values, strict=False):
@@ -231,7 +231,7 @@ class _NvmlGpu:
     def _run(self, name: str, fn: Callable[[], dict[str, float]], into: dict[str, Any], group: list) -> None:
         try:
             values = fn()
-        except Exception as exc:
+        except (self.nvml.NVMLError, AttributeError) as exc:  # AttributeError: a read this nvidia-ml-py lacks
             if _is_not_supported(exc) or isinstance(exc, AttributeError):
                 log.info("GPU %d: %s is not supported here; dropping it", self.index, name)
                 group[:] = [(n, f) for n, f in group if n != name]
@@ -251,7 +251,7 @@ class _NvmlGpu:
         if self.batch_ids:
             try:
                 values = self.nvml.nvmlDeviceGetFieldValues(self.handle, [fid for _, fid in self.batch_ids])
-            except Exception as exc:
+            except self.nvml.NVMLError as exc:
                 self.stats.errors += 1
                 self.stats.last_error = f"field values: {exc}"
                 values = []
@@ -523,7 +523,7 @@ class GpuSampler:
         stats = self._stats[index]
         try:
             reader = _NvmlGpu(self._nvml, index, self.interval, stats)
-        except Exception as exc:
+        except Exception as exc:  # this GPU's thread ends with the reason; one GPU must not stop the others
             stats.last_error = f"could not open GPU {index}: {exc}"
             log.error("GPU %d: %s", index, stats.last_error)
             return
