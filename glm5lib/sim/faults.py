@@ -79,30 +79,25 @@ class Faults:
         return _due(finished, steps, seconds, self.hang_after, self.hang_after_steps, self.hang_after_s)
 
     def specs(self) -> list[str]:
+        """The specs that give these faults (each kind on, its field away from its default)."""
+        defaults = Faults()
         out = []
-        if self.nan_after is not None:
-            out.append(f"nan-after={self.nan_after}")
-        if self.nan_after_steps is not None:
-            out.append(f"nan-after-steps={self.nan_after_steps}")
-        if self.nan_after_s is not None:
-            out.append(f"nan-after-s={self.nan_after_s:g}")
-        if self.oom_at_start:
-            out.append("oom-at-start")
-        if self.nccl_at_start:
-            out.append("nccl-at-start")
-        if self.slow_start:
-            out.append(f"slow-start={self.slow_start:g}")
-        if self.hang_after is not None:
-            out.append(f"hang-after={self.hang_after}")
-        if self.hang_after_steps is not None:
-            out.append(f"hang-after-steps={self.hang_after_steps}")
-        if self.hang_after_s is not None:
-            out.append(f"hang-after-s={self.hang_after_s:g}")
-        if self.reset_after is not None:
-            out.append(f"reset-after={self.reset_after}")
-        if self.health_delay:
-            out.append(f"health-delay={self.health_delay:g}")
+        for kind in _SPEC_ORDER:
+            name = kind.replace("-", "_")
+            value = getattr(self, name)
+            if value == getattr(defaults, name):
+                continue
+            what = FAULT_KINDS[kind]
+            if what is None:
+                out.append(kind)
+            else:
+                out.append(f"{kind}={value:g}" if what.startswith("SECONDS") else f"{kind}={value}")
         return out
+
+
+#: the order :meth:`Faults.specs` names the kinds in
+_SPEC_ORDER = ("nan-after", "nan-after-steps", "nan-after-s", "oom-at-start", "nccl-at-start", "slow-start",
+               "hang-after", "hang-after-steps", "hang-after-s", "reset-after", "health-delay")
 
 
 def _due(finished: int, steps: int, seconds: float, after: int | None, after_steps: int | None,

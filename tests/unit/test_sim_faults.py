@@ -27,3 +27,14 @@ def test_a_value_outside_its_kind_is_refused(spec):
 
 def test_slow_start_takes_any_seconds_not_below_zero():
     assert parse_faults(["slow-start=inf"]).slow_start == math.inf
+
+
+def test_specs_name_every_fault_that_is_on_in_a_fixed_order_and_read_back_the_same():
+    from glm5lib.sim.faults import Faults
+
+    assert Faults().specs() == []
+    specs = ["nan-after=3", "nan-after-steps=0", "nan-after-s=1.5", "oom-at-start", "nccl-at-start",
+             "slow-start=0.5", "hang-after=4", "hang-after-steps=7", "hang-after-s=2.5", "reset-after=5",
+             "health-delay=0.25"]
+    assert parse_faults(list(reversed(specs))).specs() == specs
+    assert Faults(nan_after=1_000_000, health_delay=1e6).specs() == ["nan-after=1000000", "health-delay=1e+06"]
