@@ -52,7 +52,7 @@ from glm5lib.diagnose.references import (
     resolve_config,
     resolve_server_args,
 )
-from glm5lib.diagnose.rules import (
+from glm5lib.diagnose.rules import (  # noqa: F401  (re-exported: __all__ below extends rules.__all__)
     CAVEAT_RULES,
     RULES,
     evaluate,
