@@ -53,6 +53,7 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -217,15 +218,26 @@ def _blocks(crashes: bool) -> tuple[list[list[str]], list[list[str]]]:
     return normal, crash
 
 
+def _write_batches(path: Path, size: int, batches: Iterator[list[str]]) -> int:
+    """Write batches of lines to ``path`` until at least ``size`` bytes; returns the bytes written."""
+    written = 0
+    with path.open("w", encoding="utf-8", newline="\n") as fh:
+        while written < size:
+            text = "\n".join(next(batches)) + "\n"
+            fh.write(text)
+            written += len(text.encode())
+    return written
+
+
 def write_excerpts(path: Path, size: int, crashes: bool, seed: int = 0) -> int:
     """Real excerpts, whole, in random order, with a busy server's access and scheduler lines
     between them (access lines about 78% of all lines)."""
     rng = random.Random(seed)
     normal, crash = _blocks(crashes)
-    written = 0
-    sec = 0
-    with path.open("w", encoding="utf-8", newline="\n") as fh:
-        while written < size:
+
+    def batches() -> Iterator[list[str]]:
+        sec = 0
+        while True:
             out: list[str] = []
             for _ in range(200):
                 if crashes and rng.random() < 0.1:
@@ -242,10 +254,9 @@ def write_excerpts(path: Path, size: int, crashes: bool, seed: int = 0) -> int:
                     if rng.random() < 0.5:
                         out.append(DECODE.format(d=d, t=t, r=rng.randint(0, 64), c=rng.randint(0, 99999),
                                                  u=rng.randint(0, 99), g=rng.randint(0, 4000), q=rng.randint(0, 9)))
-            text = "\n".join(out) + "\n"
-            fh.write(text)
-            written += len(text.encode())
-    return written
+            yield out
+
+    return _write_batches(path, size, batches())
 
 
 VLLM_ACCESS = 'INFO:     127.0.0.1:{port} - "POST /v1/completions HTTP/1.1" 200 OK'
@@ -259,10 +270,10 @@ def write_vllm(path: Path, size: int, seed: int = 0) -> int:
     its stats lines (one every 10 to 30 lines)."""
     rng = random.Random(seed)
     blocks = [p.read_text().rstrip("\n").splitlines() for p in sorted(VLLM_FIXTURES.glob("*.log"))]
-    written = 0
-    sec = 0
-    with path.open("w", encoding="utf-8", newline="\n") as fh:
-        while written < size:
+
+    def batches() -> Iterator[list[str]]:
+        sec = 0
+        while True:
             out: list[str] = []
             for _ in range(200):
                 if rng.random() < 0.02:
@@ -274,10 +285,9 @@ def write_vllm(path: Path, size: int, seed: int = 0) -> int:
                 out.append(VLLM_STATS.format(t=t, p=rng.randint(0, 30000), g=rng.randint(0, 4000), u=rng.randint(0, 9),
                                              r=rng.randint(0, 256), q=rng.randint(0, 99), k=rng.randint(0, 99),
                                              h=rng.randint(0, 99)))
-            text = "\n".join(out) + "\n"
-            fh.write(text)
-            written += len(text.encode())
-    return written
+            yield out
+
+    return _write_batches(path, size, batches())
 
 
 def shares(path: Path) -> str:

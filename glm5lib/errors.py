@@ -28,6 +28,19 @@ __all__ = [
 ]
 
 
+class _QuotesLogLines:
+    """Mixed into an error that carries the server's ``log_lines``: its text ends with them, each
+    indented behind a bar."""
+
+    log_lines: list[str]
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.log_lines:
+            text += "\n" + "\n".join(f"    | {line}" for line in self.log_lines)
+        return text
+
+
 class Glm5Error(Exception):
     """Base class of every error glm5lib raises on purpose."""
 
@@ -45,7 +58,7 @@ class UsageError(ConfigError):
     """A command line names something outside its choices (``glm5`` exits 2, as argparse does)."""
 
 
-class ServerError(Glm5Error):
+class ServerError(_QuotesLogLines, Glm5Error):
     """Something went wrong with an inference server process or endpoint."""
 
     def __init__(
@@ -63,12 +76,6 @@ class ServerError(Glm5Error):
         self.log_lines = list(log_lines)
         self.log_path = log_path
 
-    def __str__(self) -> str:
-        text = super().__str__()
-        if self.log_lines:
-            text += "\n" + "\n".join(f"    | {line}" for line in self.log_lines)
-        return text
-
 
 class ServerLaunchError(ServerError):
     """A server failed to become ready (exited, logged a fatal error, or timed out)."""
@@ -82,7 +89,7 @@ class LoadGenError(Glm5Error):
     """Load generation could not run as asked."""
 
 
-class SweepAbortedError(LoadGenError):
+class SweepAbortedError(_QuotesLogLines, LoadGenError):
     """A sweep stopped early because the server died or became unhealthy; results so far are kept."""
 
     def __init__(
@@ -97,12 +104,6 @@ class SweepAbortedError(LoadGenError):
         self.level = level
         self.log_lines = list(log_lines)
         self.completed_levels = list(completed_levels)
-
-    def __str__(self) -> str:
-        text = super().__str__()
-        if self.log_lines:
-            text += "\n" + "\n".join(f"    | {line}" for line in self.log_lines)
-        return text
 
 
 class TelemetryError(Glm5Error):

@@ -151,25 +151,24 @@ def serve():
             pass
     http.server.ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
 
-if mode == "exit3":
-    print("something went wrong", flush=True)
-    sys.exit(3)
-if mode == "port-log":
-    print("OSError: [Errno 98] error while attempting to bind on address: address already in use", flush=True)
-    sys.exit(1)
-if mode == "import-error":
-    print("Traceback (most recent call last):", flush=True)
-    print("ModuleNotFoundError: No module named 'sgl_kernel'", flush=True)
-    sys.exit(1)
-if mode == "no-gpu":
-    print("RuntimeError: No CUDA GPUs are available", flush=True)
-    sys.exit(1)
-if mode == "oom-alive":
-    print("[2026-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):", flush=True)
-    print("RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.", flush=True)
-    time.sleep(600)
-if mode == "never-ready":
-    time.sleep(600)
+# mode -> the lines it prints before it fails, and its exit status (None: it stays alive, never ready)
+FAILURES = {{
+    "exit3": (["something went wrong"], 3),
+    "port-log": (["OSError: [Errno 98] error while attempting to bind on address: address already in use"], 1),
+    "import-error": (["Traceback (most recent call last):", "ModuleNotFoundError: No module named 'sgl_kernel'"], 1),
+    "no-gpu": (["RuntimeError: No CUDA GPUs are available"], 1),
+    "oom-alive": (["[2026-01-01 00:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                   "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."], None),
+    "never-ready": ([], None),
+}}
+if mode in FAILURES:
+    lines, status = FAILURES[mode]
+    for line in lines:
+        print(line, flush=True)
+    if status is None:
+        time.sleep(600)
+    else:
+        sys.exit(status)
 if mode == "ignore-term":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if mode == "escape":

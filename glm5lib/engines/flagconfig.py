@@ -14,16 +14,17 @@ import importlib.util
 import json
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from glm5lib import server as server_mod
+from glm5lib.engines.base import Lever
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.logs import parse_log
 from glm5lib.masking import mask_mapping
 
-__all__ = ["FlagConfig", "engine_python", "local_model"]
+__all__ = ["FlagConfig", "blocks_as_kv_tokens", "catalogue_levers", "engine_python", "local_model"]
 
 _REPO = Path(__file__).resolve().parents[2]
 
@@ -168,6 +169,35 @@ class FlagConfig:
                 "server_args": self.to_dict(mask=True)}
         path.write_text(json.dumps(data, indent=2, default=str) + "\n")
         return path
+
+
+#: a lever as an engine lists it: (field, kind, low, high, step, what it is, what it acts on)
+LeverSpec = tuple[str, str, float, float, str, str, str]
+
+
+def catalogue_levers(specs: Sequence[LeverSpec], flags: Mapping[str, Mapping[str, Any]]) -> list[Lever]:
+    """The levers of ``specs`` that a release's flag catalogue (``flags``: field -> its entry) has,
+    each under the first of its flags."""
+    return [Lever(name, kind, low, high, what, flag=flags[name]["flags"][0], step=step, acts_on=acts_on)
+            for name, kind, low, high, step, what, acts_on in specs if name in flags]
+
+
+def blocks_as_kv_tokens(blocks_field: str, size_keys: Sequence[str], size_field: str,
+                        default_size: int) -> Callable[[str, Any, Any, Any], tuple[str, Any] | None]:
+    """An adapter's ``change_hook`` for a KV pool set in blocks: a change of ``blocks_field`` as
+    the neutral ``kv_tokens``, times the block size the change sets (under any of ``size_keys``),
+    else the arguments' ``size_field``, else ``default_size``."""
+
+    def hook(name: str, value: Any, changes: Any, args: Any) -> tuple[str, Any] | None:
+        if name != blocks_field:
+            return None
+        size = next((changes.get(k) for k in size_keys if changes.get(k)), None) or args.get(size_field) or default_size
+        try:
+            return "kv_tokens", int(value) * int(size) if value is not None else None
+        except (TypeError, ValueError):
+            return None
+
+    return hook
 
 
 def local_model(model: str, field: str, local: bool, hint: str = "") -> str:

@@ -273,7 +273,7 @@ class _Sweep:
             return 0
         try:
             return len(await asyncio.to_thread(self.server.fatal_lines))
-        except Exception:  # a log that cannot be read says nothing either way
+        except OSError:  # a log that cannot be read says nothing either way
             return 0
 
     async def _no_new_fatal_lines(self, state: _LevelState) -> None:
@@ -282,7 +282,7 @@ class _Sweep:
             return
         try:
             lines = list(await asyncio.to_thread(self.server.fatal_lines))
-        except Exception:
+        except OSError:  # a log that cannot be read says nothing either way
             return
         if len(lines) > state.fatal_before:
             where = f" (log: {self.server.log_path})" if getattr(self.server, "log_path", None) else ""

@@ -29,8 +29,10 @@ Whatever triggers are given, a fault fires at the first that is reached.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from glm5lib.errors import ConfigError
 
@@ -77,30 +79,25 @@ class Faults:
         return _due(finished, steps, seconds, self.hang_after, self.hang_after_steps, self.hang_after_s)
 
     def specs(self) -> list[str]:
+        """The specs that give these faults (each kind on, its field away from its default)."""
+        defaults = Faults()
         out = []
-        if self.nan_after is not None:
-            out.append(f"nan-after={self.nan_after}")
-        if self.nan_after_steps is not None:
-            out.append(f"nan-after-steps={self.nan_after_steps}")
-        if self.nan_after_s is not None:
-            out.append(f"nan-after-s={self.nan_after_s:g}")
-        if self.oom_at_start:
-            out.append("oom-at-start")
-        if self.nccl_at_start:
-            out.append("nccl-at-start")
-        if self.slow_start:
-            out.append(f"slow-start={self.slow_start:g}")
-        if self.hang_after is not None:
-            out.append(f"hang-after={self.hang_after}")
-        if self.hang_after_steps is not None:
-            out.append(f"hang-after-steps={self.hang_after_steps}")
-        if self.hang_after_s is not None:
-            out.append(f"hang-after-s={self.hang_after_s:g}")
-        if self.reset_after is not None:
-            out.append(f"reset-after={self.reset_after}")
-        if self.health_delay:
-            out.append(f"health-delay={self.health_delay:g}")
+        for kind in _SPEC_ORDER:
+            name = kind.replace("-", "_")
+            value = getattr(self, name)
+            if value == getattr(defaults, name):
+                continue
+            what = FAULT_KINDS[kind]
+            if what is None:
+                out.append(kind)
+            else:
+                out.append(f"{kind}={value:g}" if what.startswith("SECONDS") else f"{kind}={value}")
         return out
+
+
+#: the order :meth:`Faults.specs` names the kinds in
+_SPEC_ORDER = ("nan-after", "nan-after-steps", "nan-after-s", "oom-at-start", "nccl-at-start", "slow-start",
+               "hang-after", "hang-after-steps", "hang-after-s", "reset-after", "health-delay")
 
 
 def _due(finished: int, steps: int, seconds: float, after: int | None, after_steps: int | None,
@@ -146,30 +143,8 @@ def parse_faults(specs: Iterable[str]) -> Faults:
                     f"--sim-fault {spec!r}: {kind} takes no value", field="sim_fault", valid=_valid()
                 )
             try:
-                if kind == "nan-after":
-                    faults.nan_after = _non_negative_int(value)
-                elif kind == "hang-after":
-                    faults.hang_after = _non_negative_int(value)
-                elif kind == "reset-after":
-                    faults.reset_after = _non_negative_int(value)
-                elif kind == "nan-after-steps":
-                    faults.nan_after_steps = _non_negative_int(value)
-                elif kind == "hang-after-steps":
-                    faults.hang_after_steps = _non_negative_int(value)
-                elif kind == "nan-after-s":
-                    faults.nan_after_s = _non_negative_float(value)
-                elif kind == "hang-after-s":
-                    faults.hang_after_s = _non_negative_float(value)
-                elif kind == "health-delay":
-                    faults.health_delay = _non_negative_float(value)
-                elif kind == "slow-start":
-                    faults.slow_start = float(value)
-                    if faults.slow_start < 0:
-                        raise ValueError(value)
-                elif kind == "oom-at-start":
-                    faults.oom_at_start = True
-                elif kind == "nccl-at-start":
-                    faults.nccl_at_start = True
+                # each kind sets the field of its name (nan-after: nan_after)
+                setattr(faults, kind.replace("-", "_"), _PARSERS[kind](value))
             except ValueError as exc:
                 raise ConfigError(
                     f"--sim-fault {spec!r}: {value!r} is not a valid {FAULT_KINDS[kind]}",
@@ -179,15 +154,37 @@ def parse_faults(specs: Iterable[str]) -> Faults:
     return faults
 
 
-def _non_negative_float(value: str) -> float:
-    x = float(value)
-    if not x >= 0 or x == float("inf"):
-        raise ValueError(value)
-    return x
+def _not_below_zero(convert: Callable[[str], Any], finite: bool = False) -> Callable[[str], Any]:
+    """A reader of a value not below zero (and, where ``finite``, neither NaN nor infinite)."""
+
+    def read(value: str) -> Any:
+        x = convert(value)
+        if x < 0 or (finite and not math.isfinite(x)):
+            raise ValueError(value)
+        return x
+
+    return read
 
 
-def _non_negative_int(value: str) -> int:
-    n = int(value)
-    if n < 0:
-        raise ValueError(value)
-    return n
+def _switch_on(value: str) -> bool:
+    return True
+
+
+_COUNT = _not_below_zero(int)
+_SECONDS = _not_below_zero(float, finite=True)
+
+
+#: how each kind's value is read (ValueError: not a valid value of that kind)
+_PARSERS: dict[str, Callable[[str], Any]] = {
+    "nan-after": _COUNT,
+    "oom-at-start": _switch_on,
+    "nccl-at-start": _switch_on,
+    "slow-start": _not_below_zero(float),
+    "hang-after": _COUNT,
+    "nan-after-steps": _COUNT,
+    "nan-after-s": _SECONDS,
+    "hang-after-steps": _COUNT,
+    "hang-after-s": _SECONDS,
+    "reset-after": _COUNT,
+    "health-delay": _SECONDS,
+}

@@ -11,6 +11,7 @@ another; nothing is built per token.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 
 __all__ = ["TOKEN_CYCLE", "TokenText", "count_prompt_tokens"]
 
@@ -56,33 +57,23 @@ class TokenText:
             self._ids_off.append(pos)
         self._ids_list = [vocab_offset + i for i in picks]
 
+    def _spans(self, start: int, end: int) -> Iterator[tuple[int, int]]:
+        """Tokens [start, end) as runs within one cycle: ``(offset in the cycle, length)``."""
+        while start < end:
+            take = min(end - start, self.cycle)
+            yield start % self.cycle, take
+            start += take
+
     def text(self, start: int, end: int) -> str:
         """Text of generated tokens [start, end) of a stream that began at cycle offset 0."""
-        if end <= start:
-            return ""
-        s = start % self.cycle
-        length = end - start
-        if length <= self.cycle:
-            return self._text[self._text_off[s] : self._text_off[s + length]]
-        head = self.text(start, start + self.cycle)
-        return head + self.text(start + self.cycle, end)
+        off = self._text_off
+        return "".join(self._text[off[s] : off[s + n]] for s, n in self._spans(start, end))
 
     def ids_json(self, start: int, end: int) -> str:
         """The JSON list of ids of tokens [start, end), e.g. ``[1003,1017]``."""
-        if end <= start:
-            return "[]"
-        s = start % self.cycle
-        length = end - start
-        if length <= self.cycle:
-            a = self._ids_off[s] + (1 if s else 0)
-            return "[" + self._ids[a : self._ids_off[s + length]] + "]"
-        return "[" + self.ids_json(start, start + self.cycle)[1:-1] + "," + self.ids_json(start + self.cycle, end)[1:]
+        off = self._ids_off
+        runs = (self._ids[off[s] + (1 if s else 0) : off[s + n]] for s, n in self._spans(start, end))
+        return "[" + ",".join(runs) + "]"
 
     def ids(self, start: int, end: int) -> list[int]:
-        out: list[int] = []
-        while start < end:
-            s = start % self.cycle
-            take = min(end - start, self.cycle)
-            out.extend(self._ids_list[s : s + take])
-            start += take
-        return out
+        return [i for s, n in self._spans(start, end) for i in self._ids_list[s : s + n]]

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from glm5lib.errors import TelemetryError
+from glm5lib.errors import ConfigError, TelemetryError
 
 #: Where GPU readings come from: ``auto`` picks the stand-in when the URL is one, else NVML.
 SOURCES = ("auto", "nvml", "sim")
@@ -20,6 +20,17 @@ _NVML_SUCCESS = 0
 _NVML_ERROR_NOT_SUPPORTED = 3
 _CLOCK_SM = 1
 _CLOCK_MEM = 2
+
+
+def positive_interval(interval: Any, example: float) -> float:
+    """``interval`` as a finite positive number of seconds, or a ConfigError naming ``example``."""
+    try:
+        seconds = float(interval)
+    except (TypeError, ValueError):
+        raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ConfigError(f"interval={seconds!r} must be a positive number of seconds, e.g. {example}", field="interval")
+    return seconds
 
 
 def _nan() -> float:
@@ -37,13 +48,14 @@ def _load_nvml(nvml: Any = None) -> tuple[Any, str | None]:
             import pynvml as nvml  # nvidia-ml-py: optional, imported only when asked for
         except ImportError:
             return None, "nvidia-ml-py is not installed (pip install nvidia-ml-py)"
+    # every error of nvidia-ml-py derives from its NVMLError (a missing driver library included)
     try:
         nvml.nvmlInit()
-    except Exception as exc:
+    except nvml.NVMLError as exc:
         return None, f"no NVIDIA driver or GPU here (NVML init failed: {exc})"
     try:
         count = nvml.nvmlDeviceGetCount()
-    except Exception as exc:
+    except nvml.NVMLError as exc:
         nvml.nvmlShutdown()
         return None, f"NVML could not count GPUs: {exc}"
     if count == 0:

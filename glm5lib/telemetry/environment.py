@@ -124,7 +124,7 @@ def _nvlink_links(nvml: Any, handle: Any) -> list[tuple[Any, str]]:
         try:
             if get_state(handle, link) != 1:
                 continue
-        except Exception:
+        except nvml.NVMLError:
             break  # NOT_SUPPORTED, or past the GPU's last link
         remote_type = _try(lambda link=link: nvml.nvmlDeviceGetNvLinkRemoteDeviceType(handle, link))
         bus = _try(lambda link=link: _text(nvml.nvmlDeviceGetNvLinkRemotePciInfo(handle, link).busId))
@@ -303,13 +303,13 @@ def environment(source: str = "auto", base_url: str | None = None, *, api_key: s
         if nvml is not None:
             try:
                 env = {**base, **_nvml_environment(nvml)}
-            except Exception as exc:
+            except Exception as exc:  # a boundary: whatever reading the GPUs raises, the snapshot says why
                 reasons.append(f"NVML failed while reading the GPUs: {exc}")
             else:
                 env["warnings"] = _environment_warnings(env)
                 return env
             finally:
-                with contextlib.suppress(Exception):
+                with contextlib.suppress(nvml.NVMLError):
                     nvml.nvmlShutdown()
         else:
             reasons.append(why)

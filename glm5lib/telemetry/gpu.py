@@ -33,6 +33,7 @@ from glm5lib.telemetry._common import (
     _is_not_supported,
     _load_nvml,
     _nan,
+    positive_interval,
 )
 
 __all__ = ["GPU_COLUMNS", "GpuSampler", "load_gpu_csv"]
@@ -183,7 +184,7 @@ class _NvmlGpu:
         ids = [fid for _, fid in self._BATCH]
         try:
             values = self.nvml.nvmlDeviceGetFieldValues(self.handle, ids)
-        except Exception as exc:
+        except (self.nvml.NVMLError, AttributeError) as exc:  # AttributeError: an nvidia-ml-py without it
             log.info("GPU %d: NVML field-value queries unavailable (%s); reading values one by one", self.index, exc)
             return
         for (name, fid), value in zip(self._BATCH, values, strict=False):
@@ -230,7 +231,7 @@ class _NvmlGpu:
     def _run(self, name: str, fn: Callable[[], dict[str, float]], into: dict[str, Any], group: list) -> None:
         try:
             values = fn()
-        except Exception as exc:
+        except (self.nvml.NVMLError, AttributeError) as exc:  # AttributeError: a read this nvidia-ml-py lacks
             if _is_not_supported(exc) or isinstance(exc, AttributeError):
                 log.info("GPU %d: %s is not supported here; dropping it", self.index, name)
                 group[:] = [(n, f) for n, f in group if n != name]
@@ -250,7 +251,7 @@ class _NvmlGpu:
         if self.batch_ids:
             try:
                 values = self.nvml.nvmlDeviceGetFieldValues(self.handle, [fid for _, fid in self.batch_ids])
-            except Exception as exc:
+            except self.nvml.NVMLError as exc:
                 self.stats.errors += 1
                 self.stats.last_error = f"field values: {exc}"
                 values = []
@@ -327,12 +328,7 @@ class GpuSampler:
         api_key: str | None = None,
         _nvml: Any = None,
     ):
-        try:
-            interval = float(interval)
-        except (TypeError, ValueError):
-            raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
-        if not math.isfinite(interval) or interval <= 0:
-            raise ConfigError(f"interval={interval!r} must be a positive number of seconds, e.g. 0.1", field="interval")
+        interval = positive_interval(interval, example=0.1)
         if source not in SOURCES:
             raise ConfigError(f"source={source!r} is not valid", field="source", valid=SOURCES)
         if source == "sim" and not base_url:
@@ -527,7 +523,7 @@ class GpuSampler:
         stats = self._stats[index]
         try:
             reader = _NvmlGpu(self._nvml, index, self.interval, stats)
-        except Exception as exc:
+        except Exception as exc:  # this GPU's thread ends with the reason; one GPU must not stop the others
             stats.last_error = f"could not open GPU {index}: {exc}"
             log.error("GPU %d: %s", index, stats.last_error)
             return

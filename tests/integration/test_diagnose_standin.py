@@ -14,11 +14,17 @@ from glm5lib import diagnose as dg
 # ------------------------------------------------------------------------------------------
 
 
+def _sweep(base_url, levels, run_dir, **settings):
+    """A short sweep of the stand-in: no warm-up, no progress lines."""
+    from glm5lib.loadgen import run_sweep
+
+    return run_sweep(base_url, levels, run_dir=run_dir, progress=False, warmup=0, **settings)
+
+
 def measure_standin(phase_dir, config):
     """One short phase on the stand-in: server log, sweep, requests, GPU samples, environment."""
     from glm5lib import telemetry
     from glm5lib.engines.sim import run_standin
-    from glm5lib.loadgen import run_sweep
 
     phase_dir.mkdir(parents=True)
     argv = config.with_changes(decode_log_interval=4).to_argv()
@@ -31,16 +37,7 @@ def measure_standin(phase_dir, config):
             interval=0.2, source="sim", base_url=srv.base_url, out=phase_dir / "gpu.csv"
         ):
             # cap 8 against 32 clients shows the same signature as 64 against 256, in seconds
-            run_sweep(
-                srv.base_url,
-                [4, 32],
-                input_len=64,
-                output_len=32,
-                duration=3,
-                run_dir=phase_dir,
-                progress=False,
-                warmup=0,
-            )
+            _sweep(srv.base_url, [4, 32], phase_dir, input_len=64, output_len=32, duration=3)
     return phase_dir
 
 
@@ -81,7 +78,6 @@ def test_standin_fix_flags_remove_the_cap_finding(tmp_path):
 def test_standin_nan_crash_is_the_top_finding(tmp_path):
     from glm5lib.engines.sim import run_standin
     from glm5lib.errors import SweepAbortedError
-    from glm5lib.loadgen import run_sweep
 
     flags = ["--model-path", "glm5", "--tp-size", "8", "--attention-backend", "flashinfer"]
     with (
@@ -95,16 +91,7 @@ def test_standin_nan_crash_is_the_top_finding(tmp_path):
         ) as srv,
         pytest.raises(SweepAbortedError),
     ):
-        run_sweep(
-            srv.base_url,
-            [8],
-            input_len=32,
-            output_len=64,
-            duration=6,
-            run_dir=tmp_path,
-            progress=False,
-            warmup=0,
-        )
+        _sweep(srv.base_url, [8], tmp_path, input_len=32, output_len=64, duration=6)
     frame = dg.diagnose(tmp_path, write=False)
     top = frame.iloc[0]
     assert top["rule"] == "crash:nan"

@@ -21,6 +21,7 @@ import sys
 
 import psutil
 import pytest
+from sglang_site import MODEL_RUNNER, make_site
 
 from glm5lib import patching
 from glm5lib import server as srv
@@ -251,24 +252,6 @@ def test_fault_triggers_parse_and_fire_at_the_first_reached():
 # --------------------------------------------------------------------------- with a patch applied
 
 PATCH = "sglang-flashinfer-cutlass-moe-autotune"
-# The shape of the function the shipped diff edits (as in tests/test_patching.py).
-MODEL_RUNNER = '''class ModelRunner:
-    def _should_run_flashinfer_autotune(self) -> bool:
-        """Check if flashinfer autotune should be run."""
-        if self.server_args.disable_flashinfer_autotune:
-            return False
-
-        backend_str = self.server_args.moe_runner_backend
-        if backend_str not in [
-            "flashinfer_trtllm",
-            "flashinfer_mxfp4",
-            # TODO: flashinfer_cutlass will cause some flashinfer compilation errors. To be fixed.
-            # "flashinfer_cutlass",
-        ]:
-            return False
-
-        return True
-'''
 
 
 @pytest.mark.parametrize("fault", ["nan", "ctrl-c"])
@@ -276,10 +259,7 @@ def test_fault_during_the_patched_phase_reverts_the_patch(tmp_path, fault, sigin
     """Notebook 4's step: the fix measured with a source patch applied. A crash or a Ctrl-C in
     the middle of its sweep leaves the installation as it was and no server running."""
     site = tmp_path / "site-packages"
-    target = site / "sglang" / "srt" / "model_executor" / "model_runner.py"
-    target.parent.mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    target.write_text(MODEL_RUNNER)
+    target = make_site(site)
     run_dir = tmp_path / "run" / "fix"
     faults = ("nan-after=4",) if fault == "nan" else ()
     expected = SweepAbortedError if fault == "nan" else KeyboardInterrupt
@@ -328,10 +308,7 @@ with patching.SourcePatch(sys.argv[3], root=site, record_dir=run_dir):
 
 def _fake_site(tmp_path):
     site = tmp_path / "site-packages"
-    target = site / "sglang" / "srt" / "model_executor" / "model_runner.py"
-    target.parent.mkdir(parents=True)
-    (site / "sglang" / "__init__.py").write_text("")
-    target.write_text(MODEL_RUNNER)
+    target = make_site(site)
     return site, target
 
 

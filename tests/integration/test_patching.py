@@ -3,41 +3,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from sglang_site import MODEL_RUNNER, make_site
 
 from glm5lib import patching
 from glm5lib.errors import ConfigError, PatchError
 
 SHIPPED = "sglang-flashinfer-cutlass-moe-autotune"
 
-# The shape of SGLang 0.5.x's ModelRunner._should_run_flashinfer_autotune (see the shipped
-# diff's header for the source); surrounding code shortened.
-MODEL_RUNNER = '''class ModelRunner:
-    def _should_run_flashinfer_autotune(self) -> bool:
-        """Check if flashinfer autotune should be run."""
-        if self.server_args.disable_flashinfer_autotune:
-            return False
-
-        backend_str = self.server_args.moe_runner_backend
-        if backend_str not in [
-            "flashinfer_trtllm",
-            "flashinfer_mxfp4",
-            # TODO: flashinfer_cutlass will cause some flashinfer compilation errors. To be fixed.
-            # "flashinfer_cutlass",
-        ]:
-            return False
-
-        return True
-'''
-
-
 @pytest.fixture
 def site(tmp_path):
     """A site-packages-like folder holding an 'sglang' with the file the shipped diff edits."""
     root = tmp_path / "site-packages"
-    target = root / "sglang" / "srt" / "model_executor" / "model_runner.py"
-    target.parent.mkdir(parents=True)
-    (root / "sglang" / "__init__.py").write_text("")
-    target.write_text(MODEL_RUNNER)
+    make_site(root)
     return root
 
 

@@ -10,12 +10,14 @@ the module runs under :func:`cpu_load` (one spinning process per core).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -219,6 +221,17 @@ GLM5 = "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_hand
        "from glm5lib.cli import main; sys.exit(main())"
 
 
+@contextlib.contextmanager
+def _reaped(proc: psutil.Popen) -> Iterator[psutil.Popen]:
+    """Kills and waits for ``proc`` on the way out if the test left it running."""
+    try:
+        yield proc
+    finally:
+        if proc.is_running():
+            proc.kill()
+            proc.wait()
+
+
 def _glm5_launch(fake_python, log: Path, mode: str):
     return psutil.Popen(
         [sys.executable, "-c", GLM5, "launch", "--backend", "sim", "--python", fake_python,
@@ -230,17 +243,13 @@ def _glm5_launch(fake_python, log: Path, mode: str):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_glm5_launch_stops_its_server_on_a_signal(fake_python, tmp_path, sig):
     proc = _glm5_launch(fake_python, tmp_path / "cli.log", "ready")
-    try:
+    with _reaped(proc):
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
         children = [p.pid for p in proc.children(recursive=True)]
         proc.send_signal(sig)
         assert proc.wait(timeout=WAIT_S) == 0
         _assert_gone(children)
-    finally:
-        if proc.is_running():
-            proc.kill()
-            proc.wait()
 
 
 def test_glm5_launch_stops_on_sigint_it_inherited_ignored(fake_python, tmp_path):
@@ -253,7 +262,7 @@ def test_glm5_launch_stops_on_sigint_it_inherited_ignored(fake_python, tmp_path)
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "FAKE_MODE": "ready"},
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
-    try:
+    with _reaped(proc):
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
         children = [p.pid for p in proc.children(recursive=True)]
@@ -261,26 +270,18 @@ def test_glm5_launch_stops_on_sigint_it_inherited_ignored(fake_python, tmp_path)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=WAIT_S) == 0, proc.stderr.read()
         _assert_gone(children)
-    finally:
-        if proc.is_running():
-            proc.kill()
-            proc.wait()
 
 
 def test_glm5_launch_interrupted_while_launching(fake_python, tmp_path):
     log = tmp_path / "cli.log"
     proc = _glm5_launch(fake_python, log, "never-ready")
-    try:
+    with _reaped(proc):
         _wait_for(lambda: log.exists() and "starting fake server" in log.read_text(), "the server's first line")
         children = [p.pid for p in proc.children(recursive=True)]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=WAIT_S) == 130
         assert "interrupted" in proc.stderr.read()
         _assert_gone(children)
-    finally:
-        if proc.is_running():
-            proc.kill()
-            proc.wait()
 
 
 # --------------------------------------------------------------------------- a Jupyter kernel

@@ -60,3 +60,13 @@ def test_unknown_attribute_is_an_attribute_error():
 
     with pytest.raises(AttributeError, match="no_such_name"):
         glm5lib.no_such_name  # noqa: B018
+
+
+def test_a_sweep_abort_quotes_its_log_lines_as_a_server_error_does():
+    from glm5lib.errors import ServerLaunchError, SweepAbortedError
+
+    lines = ["Traceback (most recent call last):", "RuntimeError: CUDA error"]
+    aborted = str(SweepAbortedError("sweep stopped", level=64, log_lines=lines))
+    assert aborted == "sweep stopped\n    | Traceback (most recent call last):\n    | RuntimeError: CUDA error"
+    assert str(ServerLaunchError("server exited", log_lines=lines)) == aborted.replace("sweep stopped", "server exited")
+    assert str(SweepAbortedError("sweep stopped")) == "sweep stopped"

@@ -37,6 +37,7 @@ from glm5lib.diagnose.evidence import (
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.model.queries import model_of
+from glm5lib.diagnose.rules._queue import KV_FULL, queued_below_limit
 
 __all__ = [
     "rule_admission_reserve",
@@ -50,8 +51,6 @@ __all__ = [
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 CLIP_MAX_NEW_TOKENS = 4096
-# Token usage at or above this is a full pool (the KV rule's territory).
-_KV_FULL = 0.85
 # A prefill budget at or below this many tokens leaves the prefill kernels under-filled.
 _SMALL_PREFILL_BUDGET = 2048
 
@@ -59,23 +58,6 @@ _SMALL_PREFILL_BUDGET = 2048
 def _conservativeness(ev: Evidence) -> float:
     v = ev.arg("schedule_conservativeness")
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 1.0
-
-
-def _held_level(ev: Evidence) -> tuple[float | None, pd.DataFrame, int | None] | None:
-    """The highest offered level where requests queued while the batch stayed below the cap and
-    the KV pool was not full: ``(concurrency, decode lines, cap)``; None when there is none."""
-    cap, _ = ev.cap()
-    for conc, lines in ev.level_decode():
-        running = _col(lines, "running_req")
-        queued = _col(lines, "queue_req").fillna(0) > 0
-        usage = _col(lines, "token_usage")
-        limit = min(c for c in (cap, conc) if c) if (cap or conc) else None
-        if limit is None:
-            continue
-        below = float(running.median()) < 0.9 * limit - 1
-        if below and float(queued.mean()) >= 0.3 and not float(usage.max()) >= _KV_FULL:
-            return conc, lines, cap
-    return None
 
 
 def _prefill_at_budget(ev: Evidence) -> tuple[float, int, int, int | None, str]:
@@ -115,10 +97,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
     if not adapter.capabilities.reserves_future_tokens:
         ev.skipped.append(f"admission_reserve: {adapter.title} reserves no future tokens when it admits a request")
         return []
-    if ev.active_decode().empty:
-        ev.skipped.append("admission_reserve: no decode lines with running requests")
-        return []
-    held = _held_level(ev)
+    held = queued_below_limit(ev, "admission_reserve: no decode lines with running requests")
     if held is None:
         return []
     share, n_full, _, _, _ = _prefill_at_budget(ev)
@@ -208,7 +187,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     new_seq = _col(p, "new_seq").fillna(0)
     running = _col(p, "running_req") + new_seq
     usage = _col(p, "token_usage")
-    if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= _KV_FULL:
+    if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= KV_FULL:
         return []
     # A full batch of whole prompts runs the prefill kernels efficiently: the budget is the
     # limit only when it is small, or cuts prompts so that batches carry one chunk each.
@@ -217,7 +196,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     if budget > _SMALL_PREFILL_BUDGET and chunked < 0.5:
         return []
     decode_usage = _col(ev.active_decode(), "token_usage")
-    if len(decode_usage) and float((decode_usage >= _KV_FULL).mean()) >= 0.15:
+    if len(decode_usage) and float((decode_usage >= KV_FULL).mean()) >= 0.15:
         return []  # the KV pool fills between prefills: the KV rule's case
     if limit is not None and not float(running.median()) < 0.9 * limit - 1:
         return []
@@ -312,7 +291,7 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         queue = float(_col(lines, "queue_req").fillna(0).median())
         usage = float(_col(lines, "token_usage").max())
         limit = min(c for c in (cap, conc) if c)
-        if queue != 0 or usage >= _KV_FULL:
+        if queue != 0 or usage >= KV_FULL:
             continue
         front = _frontend_at(s, conc, lines, ev.adapter().capabilities.serving_roles)
         if running < 0.75 * limit or (front is not None and running < 0.95 * limit):

@@ -31,11 +31,9 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
+from glm5lib.diagnose.rules._queue import KV_FULL, queued_below_limit
 
 __all__ = ["budget_arithmetic", "rule_load_bound", "rule_token_budget"]
-
-# Token usage at or above this is a full pool (the KV rule's territory).
-_KV_FULL = 0.85
 
 
 def _power_of_two_above(x: float) -> int:
@@ -71,26 +69,6 @@ def _output_tokens(ev: Evidence, level: dict[str, Any]) -> float | None:
     return v
 
 
-def _queued_level(ev: Evidence) -> tuple[float | None, pd.DataFrame, int | None] | None:
-    """The highest offered level where requests queued while the batch stayed below its limit
-    (cap or offered load) and the KV pool was not full."""
-    cap, _ = ev.cap()
-    for conc, lines in ev.level_decode():
-        limit = min(c for c in (cap, conc) if c) if (cap or conc) else None
-        if limit is None:
-            continue
-        running = _col(lines, "running_req")
-        queued = _col(lines, "queue_req").fillna(0) > 0
-        usage = _col(lines, "token_usage")
-        if (
-            float(running.median()) < 0.9 * limit - 1
-            and float(queued.mean()) >= 0.3
-            and not float(usage.max()) >= _KV_FULL
-        ):
-            return conc, lines, cap
-    return None
-
-
 def rule_token_budget(ev: Evidence) -> list[Finding]:
     """Requests queue below the cap with the KV pool nearly empty because the per-step token
     budget admits prompts too slowly: named from the budget, the gauges and the step counts."""
@@ -100,10 +78,7 @@ def rule_token_budget(ev: Evidence) -> list[Finding]:
     if budget is None:
         ev.skipped.append(f"token_budget: the engine's {token_budget_field(ev)} is unknown")
         return []
-    if ev.active_decode().empty:
-        ev.skipped.append("token_budget: no running/queued figures (decode lines or /metrics gauges)")
-        return []
-    held = _queued_level(ev)
+    held = queued_below_limit(ev, "token_budget: no running/queued figures (decode lines or /metrics gauges)")
     if held is None:
         return []
     conc, lines, cap = held
@@ -196,7 +171,7 @@ def rule_load_bound(ev: Evidence) -> list[Finding]:
     if not (peak >= conc - max(1, 0.05 * conc) and med >= 0.75 * conc):
         return []
     # a closed loop's replacements queue for a step or two as requests end: only a standing queue counts
-    if float(queue.median()) > 0 or float(queue.mean()) > 0.1 * conc or float(usage.max()) >= _KV_FULL:
+    if float(queue.median()) > 0 or float(queue.mean()) > 0.1 * conc or float(usage.max()) >= KV_FULL:
         return []
     parts = [
         f"at concurrency {int(conc)}, the highest level, running requests ran a median {_num(med)} (peak "

@@ -10,6 +10,7 @@ import pandas as pd
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.diagnose.model.queries import model_of
+from glm5lib.diagnose.rules._queue import levels_with_limit
 from glm5lib.errors import ConfigError
 from glm5lib.levels import level_windows
 
@@ -155,12 +156,7 @@ def _eager_at_top(ev: Evidence) -> str | None:
 
 
 def _admission_held(ev: Evidence) -> bool:
-    cap, _ = ev.cap()
-    for conc, lines in ev.level_decode():
-        limit = min(c for c in (cap, conc) if c) if (cap or conc) else None
-        if limit is None:
-            continue
-        running = _col(lines, "running_req")
+    for _, lines, _, limit, running in levels_with_limit(ev):
         queue = _col(lines, "queue_req").fillna(0)
         # a queue as large as half the batch, most of the time: admission, not the step, holds it
         if (

@@ -11,13 +11,10 @@ import dataclasses
 import functools
 from typing import Any
 
-from glm5lib.engines.base import EngineAdapter, LaunchRequest, Program, StepBenchmark
+from glm5lib.engines.base import LaunchRequest, Program, StepBenchmark
+from glm5lib.engines.sglang import ADAPTER as SGLANG_ADAPTER
 from glm5lib.engines.sglang import CAPABILITIES as SGLANG_CAPABILITIES
-from glm5lib.engines.sglang import METRICS as SGLANG_METRICS
-from glm5lib.engines.sglang import launch_from_server_config, levers, server_info_of
-from glm5lib.engines.sglang.automatic import sglang_automatic
-from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes, release_of
-from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
+from glm5lib.engines.sglang import launch_from_server_config, server_info_of
 from glm5lib.engines.sglang.stepbench import bench_command, parse_bench_output
 from glm5lib.engines.sim.standin import StandinProcess, run_standin
 
@@ -36,31 +33,22 @@ BENCHMARK = StepBenchmark(
 )
 
 
-
 def _launch(request: LaunchRequest) -> Any:
     profile = ["--sim-profile", request.sim_profile] if request.sim_profile else []
     return launch_from_server_config("sim", request, profile)
 
 
-ADAPTER = EngineAdapter(
+#: SGLang's adapter but for what the stand-in does itself: its launch, its program, its step
+#: benchmark and how it tells itself apart; it keeps no catalogue of releases of its own
+ADAPTER = dataclasses.replace(
+    SGLANG_ADAPTER,
     name="sim",
     title="the stand-in",
     description="glm5lib's stand-in server: SGLang's flags, logs and /metrics, timings from a model, not from GPUs",
     capabilities=CAPABILITIES,
-    metrics=SGLANG_METRICS,
-    log_engine="sglang",
-    config_type=ServerConfig,
-    config_loader=ServerConfig.load,
     launcher=_launch,
     program=PROGRAM,
-    lever_maker=levers,
-    limits_hook=limits_hook,
-    automatic_resolver=sglang_automatic,
-    defaults_reader=defaults,
-    release_reader=release_of,
-    change_hook=change_hook,
-    graph_schedule=decode_graph_sizes,
+    releases=None,
     step_benchmark=BENCHMARK,
     identify=server_info_of(standin=True),
-    config_from_info=ServerConfig.from_server_args,
 )

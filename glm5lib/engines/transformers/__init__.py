@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from glm5lib.engines.base import AutomaticValue, Capabilities, EngineAdapter, LaunchRequest, Lever
+from glm5lib.engines.flagconfig import LeverSpec, blocks_as_kv_tokens, catalogue_levers
 from glm5lib.engines.transformers.config import (
     BUNDLED_RELEASES,
     CONFIG_FORMAT,
@@ -80,7 +81,7 @@ CAPABILITIES = Capabilities(
 #: it serves no /metrics (GET /metrics answers 404)
 METRICS: dict[str, tuple[str, ...]] = {}
 
-_LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
+_LEVERS: tuple[LeverSpec, ...] = (
     ("cb_max_batch_tokens", "int", 16, 32768, "x2",
      "tokens one continuous-batching step may compute, prompt chunks and decoding requests together "
      "(so also the requests decoding at once)", "running"),
@@ -91,9 +92,7 @@ _LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
 
 def levers(release: str | None = None) -> list[Lever]:
     """Its tuning levers with safe bounds, those ``release``'s catalogue has."""
-    flags, _ = transformers_flags(release)
-    return [Lever(name, kind, low, high, what, flag=flags[name]["flags"][0], step=step, acts_on=acts_on)
-            for name, kind, low, high, step, what, acts_on in _LEVERS if name in flags]
+    return catalogue_levers(_LEVERS, transformers_flags(release)[0])
 
 
 def transformers_automatic(field: str, args: Any, startup: Any = None, environment: Any = None) -> AutomaticValue | None:
@@ -109,16 +108,10 @@ def transformers_automatic(field: str, args: Any, startup: Any = None, environme
     return None
 
 
-def _change_hook(name: str, value: Any, changes: Any, args: Any) -> tuple[str, Any] | None:
-    """The KV cache set in blocks (``cb_num_blocks``, of ``cb_block_size`` tokens, 256 unless set)
-    as the neutral ``kv_tokens``."""
-    if name != "cb_num_blocks":
-        return None
-    size = changes.get("cb_block_size") or changes.get("--cb-block-size") or args.get("cb_block_size") or DEFAULT_BLOCK_SIZE
-    try:
-        return "kv_tokens", int(value) * int(size) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+#: the KV cache set in blocks (``cb_num_blocks``, of ``cb_block_size`` tokens, 256 unless set) as
+#: the neutral ``kv_tokens``
+_change_hook = blocks_as_kv_tokens("cb_num_blocks", ("cb_block_size", "--cb-block-size"), "cb_block_size",
+                                   DEFAULT_BLOCK_SIZE)
 
 
 def _limits_hook(values: dict, sources: dict, names: dict, args: Any, startup: Any) -> None:

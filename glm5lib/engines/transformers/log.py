@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.engines.lineparser import LineParser
 from glm5lib.logs.engine import LogEngine
 from glm5lib.logs.fatal import classify_fatal
 from glm5lib.logs.model import ServerLog, parser_facts
@@ -103,24 +104,11 @@ def _kind(text: str) -> str:
     return "engine_dead" if _WORKER_DEAD_RE.search(text) else "other"
 
 
-class TransformersParser:
+class TransformersParser(LineParser):
     """Line-by-line reader of a ``transformers serve`` log (the :class:`glm5lib.logs.LogParser` methods)."""
 
     def __init__(self, date: str | None = None) -> None:
-        self.server_args: dict[str, Any] = {}
-        self.startup: dict[str, Any] = {"engine": "transformers"}
-        self.retract_rows: list[dict[str, Any]] = []
-        self.errors: list[dict[str, Any]] = []
-        self.http_rows: list[list[Any]] = []
-        self.ready_at: pd.Timestamp | None = None
-        self.became_ready = False
-        self.lines = 0
-        self.skipped = 0
-        self.skipped_examples: list[str] = []
-        self.stopping = False
-        self.incremental = False
-        self.first_time: pd.Timestamp | None = None
-        self.last_time: pd.Timestamp | None = None
+        super().__init__("transformers")
         # a multi-line block being read: ("error", the error's row) or ("config", [lines])
         self._block: tuple[str, Any] | None = None
         self._block_lines = 0
@@ -131,9 +119,6 @@ class TransformersParser:
         for line in lines:
             self.lines += 1
             self._line(strip_ansi(line.rstrip("\r\n")))
-
-    def feed_bulk(self, lines: list[str]) -> None:
-        self.feed(lines, final=False)
 
     def finish(self) -> None:
         self._close_block()
@@ -247,24 +232,19 @@ class TransformersParser:
             self._open_error(stamp, line, msg)
             return
         if "Paged cache initialized" in msg:
-            p = _PAGED_RE.search(msg)
-            if p:
-                tokens, blocks, size = (int(g) for g in p.groups())
-                self.startup.setdefault("cb_max_batch_tokens", tokens)
-                self.startup.setdefault("cb_num_blocks", blocks)
-                self.startup.setdefault("cb_block_size", size)
-                self.startup.setdefault("max_total_num_tokens", blocks * size)
-                self.startup.setdefault("kv_cache_tokens", blocks * size)
-                self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
-                return
-            p = _SECTORS_RE.search(msg)
-            if p:
-                tokens, sectors, mb = (int(g) for g in p.groups())
-                self.startup.setdefault("cb_max_batch_tokens", tokens)
-                self.startup.setdefault("cb_num_blocks", sectors)
-                self.startup.setdefault("cb_mb_per_block", mb)
-                self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
-                return
+            # blocks of so many tokens (the pool's size in tokens follows) or sectors of so many MB
+            for shape, unit in ((_PAGED_RE, "cb_block_size"), (_SECTORS_RE, "cb_mb_per_block")):
+                p = shape.search(msg)
+                if p:
+                    tokens, blocks, size = (int(g) for g in p.groups())
+                    self.startup.setdefault("cb_max_batch_tokens", tokens)
+                    self.startup.setdefault("cb_num_blocks", blocks)
+                    self.startup.setdefault(unit, size)
+                    if unit == "cb_block_size":
+                        self.startup.setdefault("max_total_num_tokens", blocks * size)
+                        self.startup.setdefault("kv_cache_tokens", blocks * size)
+                    self.startup.setdefault("max_running_requests", min(MAX_REQUESTS_PER_BATCH, tokens))
+                    return
         if "Offloaded " in msg:
             o = _OFFLOAD_RE.search(msg)
             if o:

@@ -16,6 +16,7 @@ from typing import Any
 
 from glm5lib import http
 from glm5lib.engines.base import Capabilities, EngineAdapter, LaunchRequest, Lever, ServingRole
+from glm5lib.engines.flagconfig import LeverSpec, blocks_as_kv_tokens, catalogue_levers
 from glm5lib.engines.vllm._config import (
     CONFIG_FORMAT,
     VLLM_MODULE,
@@ -55,16 +56,9 @@ __all__ = [
     "vllm_python",
 ]
 
-def _change_hook(name: str, value: Any, changes: Any, args: Any) -> tuple[str, Any] | None:
-    """The KV pool set in blocks (``num_gpu_blocks_override``, of ``block_size`` tokens, 16
-    unless set) as the neutral ``kv_tokens``."""
-    if name != "num_gpu_blocks_override":
-        return None
-    size = changes.get("block_size") or args.get("block_size") or 16
-    try:
-        return "kv_tokens", int(value) * int(size) if value is not None else None
-    except (TypeError, ValueError):
-        return None
+#: the KV pool set in blocks (``num_gpu_blocks_override``, of ``block_size`` tokens, 16 unless
+#: set) as the neutral ``kv_tokens``
+_change_hook = blocks_as_kv_tokens("num_gpu_blocks_override", ("block_size",), "block_size", 16)
 
 
 def graph_sizes(max_size: int) -> list[int]:
@@ -125,7 +119,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "e2e_seconds": ("vllm:e2e_request_latency_seconds",),
 }
 
-_LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
+_LEVERS: tuple[LeverSpec, ...] = (
     ("max_num_seqs", "int", 1, 4096, "x2", "requests one scheduler step may hold", "running"),
     ("max_num_batched_tokens", "int", 64, 65536, "x2",
      "tokens one scheduler step may compute (the per-step token budget; at least max_num_seqs)", "prefill"),
@@ -136,9 +130,7 @@ _LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
 
 def levers(release: str | None = None) -> list[Lever]:
     """vLLM's tuning levers with safe bounds, those ``release``'s catalogue has."""
-    flags, _ = bundled_flags(release)
-    return [Lever(name, kind, low, high, what, flag=flags[name]["flags"][0], step=step, acts_on=acts_on)
-            for name, kind, low, high, step, what, acts_on in _LEVERS if name in flags]
+    return catalogue_levers(_LEVERS, bundled_flags(release)[0])
 
 
 def _launch(request: LaunchRequest) -> Any:

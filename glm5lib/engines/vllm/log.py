@@ -54,6 +54,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.engines.lineparser import LineParser
 from glm5lib.engines.vllm.log_stats import (
     ENGINE_RE,
     ISO_STAMP_RE,
@@ -202,10 +203,11 @@ def _literal_dict(text: str) -> dict[str, Any]:
     return out
 
 
-class VllmParser:
+class VllmParser(LineParser):
     """Line-by-line reader of a vLLM log (the :class:`glm5lib.logs.LogParser` methods)."""
 
     def __init__(self, date: str | None = None) -> None:
+        super().__init__("vllm")
         self.year = int(date[:4]) if date else _dt.date.today().year
         self.decode_rows: list[dict[str, Any]] = []
         self.decode_order: list[int] = []  # the line of each row of decode_rows
@@ -215,28 +217,13 @@ class VllmParser:
         self._stats_taken: list[int] = []  # lines each shape took so far
         self._stats_odd: set[bytes] = set()  # stats lines (but for digits) no shape was learned from
         self._stats_shapeless = False  # whether the last line tried fit no shape at all
-        self.retract_rows: list[dict[str, Any]] = []
-        self.errors: list[dict[str, Any]] = []
-        self.http_rows: list[list[Any]] = []
         # Access lines read a chunk at a time: their line numbers and rows in _http_distinct.
         self.http_bulk: list[tuple[np.ndarray, np.ndarray]] = []
         self._http_distinct: dict[tuple[bytes, ...], int] = {}
         self.http_order: list[int] = []
         self._groups: dict[str, bool] = {}
-        self.server_args: dict[str, Any] = {}
-        self.startup: dict[str, Any] = {"engine": "vllm"}
-        self.ready_at: pd.Timestamp | None = None
-        self.became_ready = False
-        self.lines = 0
-        self.skipped = 0
-        self.skipped_examples: list[str] = []
-        self.stopping = False
         self.finished = False
-        # A follower builds again and again: its access lines are kept in a growing table.
-        self.incremental = False
         self._http_kept = GrowingTable()
-        self.first_time: pd.Timestamp | None = None
-        self.last_time: pd.Timestamp | None = None
 
     # -- lines ---------------------------------------------------------------------------------
 
@@ -244,9 +231,6 @@ class VllmParser:
         for line in lines:
             self.lines += 1
             self._line(line.rstrip("\r\n"))
-
-    def feed_bulk(self, lines: list[str]) -> None:
-        self.feed(lines, final=False)
 
     def finish(self) -> None:
         """The input has ended: the last stats row takes no later prefix cache hit rate."""

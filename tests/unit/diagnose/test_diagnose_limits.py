@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from test_diagnose import decode_frame, sweep_frame
+from test_diagnose import decode_frame, overridden, sweep_frame
 
 from glm5lib import diagnose as dg
 from glm5lib.diagnose.evidence import (
@@ -154,9 +154,7 @@ def test_load_bound_names_the_offered_load_and_asks_how_far_it_scales():
     for over in (dict(decode=decode_frame([16] * 10, queue=5, usage=0.01)),
                  dict(startup={"max_running_requests": 16}),
                  dict(decode=decode_frame([16] * 10, queue=0, usage=0.9))):
-        e = dg.Evidence(decode=d, sweep=ev.sweep, startup={"max_running_requests": 64})
-        for k, v in over.items():
-            setattr(e, k, v)
+        e = overridden(dg.Evidence(decode=d, sweep=ev.sweep, startup={"max_running_requests": 64}), **over)
         assert dg.rule_load_bound(e) == [], over
 
 
@@ -309,3 +307,25 @@ def test_the_report_section_shows_each_levels_figures_their_source_and_the_leadi
     (phase / "server.log").write_text("")
     assert "| 16 | missing | 0 | n/a | n/a | n/a | n/a | n/a | n/a |" in section_markdown(tmp_path / "run")
     assert section_markdown(tmp_path / "nowhere") is None
+
+
+def test_queued_below_limit_names_the_level_where_requests_queued_below_the_limit():
+    from glm5lib.diagnose.rules._queue import levels_with_limit, queued_below_limit
+
+    ev = budget_evidence()
+    levels = list(levels_with_limit(ev))
+    assert [(conc, cap, limit) for conc, _, cap, limit, _ in levels] == [(16, 64, 16)]
+    held = queued_below_limit(ev, "no decode figures")
+    assert held is not None and held[0] == 16 and held[2] == 64
+    assert "no decode figures" not in ev.skipped
+    # a batch at its limit is not held below it
+    full = budget_evidence(waiting=11, running=16)
+    assert queued_below_limit(full, "no decode figures") is None
+
+
+def test_queued_below_limit_says_why_when_there_are_no_decode_figures():
+    from glm5lib.diagnose.rules._queue import queued_below_limit
+
+    ev = dg.Evidence(startup={"engine": "vllm"})
+    assert queued_below_limit(ev, "token_budget: no running/queued figures") is None
+    assert ev.skipped == ["token_budget: no running/queued figures"]

@@ -7,7 +7,7 @@ import re
 
 import pandas as pd
 import pytest
-from test_diagnose import decode_frame, sweep_frame
+from test_diagnose import decode_frame, overridden, sweep_frame
 
 from glm5lib import diagnose as dg
 from glm5lib.diagnose.model import PerfModel
@@ -35,9 +35,7 @@ def held_evidence(**over) -> dg.Evidence:
         server_args={"max_running_requests": 256},
         startup={"max_total_num_tokens": 200_000, "max_running_requests": 256},
     )
-    for k, v in over.items():
-        setattr(ev, k, v)
-    return ev
+    return overridden(ev, **over)
 
 
 def test_admission_reserve_fires_with_the_reserve_sized_and_sglang_flags():

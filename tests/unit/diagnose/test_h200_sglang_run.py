@@ -22,6 +22,13 @@ def run(tmp_path):
     return out
 
 
+def fix_evidence(tmp_path):
+    """The evidence of the H200 run's fix phase, read from a copy of it."""
+    run = tmp_path / "run"
+    shutil.copytree(EXAMPLE / "fix", run / "fix")
+    return dg.load_evidence(run, phase="fix")
+
+
 def _diff_findings(run):
     ev = dg.load_evidence(run, reference="k2-thinking", phase="baseline")
     return dg.rule_reference_diff(ev)
@@ -63,9 +70,7 @@ def test_long_values_are_shown_cut(run):
 def test_eager_steps_above_the_captured_batches_are_named_with_their_cost(tmp_path):
     """The H200 fix phase: 6 of 454 decode lines ran eagerly, every line of its 1,024 level; the
     finding judges the lines above the largest captured batch, not the whole log."""
-    run = tmp_path / "run"
-    shutil.copytree(EXAMPLE / "fix", run / "fix")
-    ev = dg.load_evidence(run, phase="fix")
+    ev = fix_evidence(tmp_path)
     out = dg.rule_cuda_graph(ev)
     assert len(out) == 1
     assert "above 256 (the largest batch captured at start-up)" in out[0].evidence
@@ -76,9 +81,7 @@ def test_eager_steps_above_the_captured_batches_are_named_with_their_cost(tmp_pa
 def test_a_busy_serving_process_is_named_where_the_engine_outpaced_the_client(tmp_path):
     """The H200 fix phase at 256: 199 running of 256 offered, none queued (above the old 75% bar),
     SGLang's launch_server process at 99% of a core, 16.5 k tok/s generated against 11.6 k received."""
-    run = tmp_path / "run"
-    shutil.copytree(EXAMPLE / "fix", run / "fix")
-    ev = dg.load_evidence(run, phase="fix")
+    ev = fix_evidence(tmp_path)
     out = dg.rule_underfed(ev)
     assert len(out) == 1
     assert "-m sglang.launch_server) used 99% of its one core" in out[0].evidence

@@ -113,28 +113,28 @@ def _jsonable(value):
     return True
 
 
+def _default_of(f: Any, missing: Any) -> tuple[Any, str | None]:
+    """A dataclass or msgspec field's default and, where it has none, ``"required"``; ``missing``
+    is the library's marker of an unset default."""
+    if f.default is not missing:
+        return f.default, None
+    if f.default_factory is not missing:
+        return f.default_factory(), None
+    return None, "required"
+
+
 def _fields(cls) -> dict[str, dict]:
     out: dict[str, dict] = {}
     if dataclasses.is_dataclass(cls):
         for f in dataclasses.fields(cls):
-            if f.default is not dataclasses.MISSING:
-                default, expr = f.default, None
-            elif f.default_factory is not dataclasses.MISSING:
-                default, expr = f.default_factory(), None
-            else:
-                default, expr = None, "required"
+            default, expr = _default_of(f, dataclasses.MISSING)
             out[f.name] = {"annotation": f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type)),
                            "default": default, "default_expr": expr}
         return out
     import msgspec
 
     for f in msgspec.structs.fields(cls):
-        if f.default is not msgspec.NODEFAULT:
-            default, expr = f.default, None
-        elif f.default_factory is not msgspec.NODEFAULT:
-            default, expr = f.default_factory(), None
-        else:
-            default, expr = None, "required"
+        default, expr = _default_of(f, msgspec.NODEFAULT)
         # Annotated[...] metadata reprs carry memory addresses: drop them so output is stable
         annotation = re.sub(r" at 0x[0-9a-f]+", "", str(f.type).replace("typing.", ""))
         out[f.name] = {"annotation": annotation, "default": default, "default_expr": expr}
