@@ -27,7 +27,10 @@ import numpy as np
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen.client import API_PATHS
 
-__all__ = ["MODES", "SweepSettings", "check_concurrencies", "settings_from", "settings_keywords", "sweep_levels"]
+__all__ = ["DEFAULT_CONCURRENCIES", "MODES", "SweepSettings", "check_concurrencies", "settings_from", "settings_keywords", "sweep_levels"]
+
+#: The levels of a sweep when none are given: the one default of ``glm5 sweep``, a phase and the panel.
+DEFAULT_CONCURRENCIES: tuple[int, ...] = (1, 64, 256)
 
 #: Arrival modes: ``closed`` keeps C requests in flight; ``poisson`` issues at a rate, capped at C.
 MODES = ("closed", "poisson")
