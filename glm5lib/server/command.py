@@ -219,6 +219,7 @@ class CommandLaunch:
         if not self.ready_path.startswith("/"):
             raise ConfigError(f"ready_path must start with '/', got {self.ready_path!r}", field="ready_path",
                               valid=["/health", "/v1/models"])
+        self.fixed_port(self.template())  # the changes apply and the server's port can be known
 
     def template(self) -> list[str]:
         """The argv template with ``changes`` applied."""
