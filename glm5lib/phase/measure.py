@@ -216,7 +216,7 @@ class _Measurement:
                 self.sweep = load_sweep(self.folder)  # the sweep raised: what it finished before
             self.power = _power(self.gpu, self.sweep)
             self.power.to_csv(self.folder / rundir.POWER, index=False)
-        except Exception as exc:  # a boundary: the way out must still stop the server, whatever failed here
+        except (OSError, ValueError, KeyError) as exc:  # the file, a sweep.csv pandas cannot read, a missing column
             log.warning("power per level not written for phase %s: %s", self.phase, exc)
 
     def _stop_server(self) -> None:
