@@ -85,8 +85,7 @@ class EnginePlan:
     attach_log: str | Path | None = None
 
     def __post_init__(self) -> None:
-        types = engines.config_types()
-        if self.config is not None and not isinstance(self.config, types):
+        if self.config is not None and not isinstance(self.config, types := engines.config_types()):
             names = [t.__name__ for t in types]
             raise ConfigError(
                 f"server={self.config!r} is neither a ServerConfig to launch (any engine's: {', '.join(names)}) "
