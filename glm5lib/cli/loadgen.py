@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import json
 import os
 import shutil
@@ -12,7 +14,7 @@ from typing import Any
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, UsageError
 
-__all__ = ["register_cli"]
+__all__ = ["register_cli", "settings_defaults"]
 
 
 def _int_list(text: str) -> list[int]:
@@ -51,21 +53,38 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return os.environ.get("GLM5_API_KEY") or None
 
 
+#: Where SweepSettings and DEFAULT_CONCURRENCIES are written: ``--help`` reads their defaults there.
+_SETTINGS_SOURCE = Path(__file__).resolve().parents[1] / "loadgen" / "settings.py"
+
+
+@functools.cache
+def settings_defaults() -> dict[str, Any]:
+    """:class:`~glm5lib.loadgen.SweepSettings`' field defaults and ``concurrencies``
+    (``DEFAULT_CONCURRENCIES``), read from their source file: ``--help`` shows them without
+    importing the load generator (pandas, aiohttp), which building the parser must not load."""
+    tree = ast.parse(_SETTINGS_SOURCE.read_text())
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "DEFAULT_CONCURRENCIES":
+            out["concurrencies"] = ast.literal_eval(node.value)
+        if isinstance(node, ast.ClassDef) and node.name == "SweepSettings":
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    out[item.target.id] = ast.literal_eval(item.value)
+    return out
+
+
 class _Default:
     """A sweep setting left off the command line: the handler leaves it to
     :class:`~glm5lib.loadgen.SweepSettings` (the one source of the sweep's defaults), whose value
-    ``--help`` shows, read only when the help is shown (the parser is built without the load
-    generator)."""
+    ``--help`` shows (:func:`settings_defaults`)."""
 
     def __init__(self, name: str):
         self.name = name
 
     def __str__(self) -> str:
-        from glm5lib.loadgen.settings import DEFAULT_CONCURRENCIES, SweepSettings
-
-        if self.name == "concurrencies":
-            return ",".join(str(c) for c in DEFAULT_CONCURRENCIES)
-        return str(getattr(SweepSettings(), self.name))
+        value = settings_defaults()[self.name]
+        return ",".join(str(c) for c in value) if self.name == "concurrencies" else str(value)
 
 
 #: The sweep settings the command line sets: option dest -> SweepSettings field.

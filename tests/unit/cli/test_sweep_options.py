@@ -3,12 +3,15 @@ defaults, which its help shows."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from glm5lib.cli import build_parser
-from glm5lib.cli.loadgen import _settings_given
+from glm5lib.cli.loadgen import _settings_given, settings_defaults
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen import SweepSettings
+from glm5lib.loadgen.settings import DEFAULT_CONCURRENCIES
 
 
 def _parse(*argv: str):
@@ -34,3 +37,8 @@ def test_the_help_shows_the_settings_defaults(capsys):
     assert "levels, comma-separated (default 1,64,256)" in text
     assert f"prompt tokens (default {defaults.input_len})" in text
     assert f"fails (default {defaults.read_timeout})" in text
+
+
+def test_the_help_reads_the_defaults_where_the_settings_write_them():
+    fields = {f.name: f.default for f in dataclasses.fields(SweepSettings)}
+    assert settings_defaults() == {**fields, "concurrencies": DEFAULT_CONCURRENCIES}
