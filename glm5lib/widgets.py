@@ -7,7 +7,7 @@ line; on the right, a throughput plot (SVG, so it stays sharp at any size, and s
 redrawn while the sweep runs. The sweep runs in a background thread, so the notebook stays
 responsive: Stop ends the sweep at once ("stopped by the user") and keeps the server for the next
 sweep; Stop server stops the server (and a sweep in progress). Each sweep is one
-:func:`glm5lib.phase.measure_phase` on the running server, GPU telemetry included; results go to
+:func:`glm5lib.phase.run_phase` on the running server, GPU telemetry included; results go to
 ``<run_dir>/<phase>/`` (``sweep.csv``, ``requests.jsonl``, ``gpu.csv``, ``power.csv``) like the
 notebooks' own, each sweep's files replacing the last's. The plot keeps every sweep of the
 session (:attr:`ServerPanel.history`), so a change and a new sweep read against the sweeps before.
@@ -22,6 +22,7 @@ so the panel works, and is tested, without a browser.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import logging
 import threading
 import time
@@ -34,9 +35,10 @@ import pandas as pd
 from glm5lib import engines, plots, rundir, workbook
 from glm5lib.engines.sglang.config import ServerConfig, shipped_configs
 from glm5lib.errors import ConfigError, Glm5Error
-from glm5lib.phase import measure_phase
+from glm5lib.loadgen import SweepSettings
+from glm5lib.phase import DEFAULT_CONCURRENCIES, LoadPlan, PhasePlan, TelemetryOptions, run_phase
 
-__all__ = ["ServerPanel", "WatchDisplay"]
+__all__ = ["PANEL_LOAD", "ServerPanel", "WatchDisplay"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +76,26 @@ def _parse_levels(text: str) -> list[int]:
     return levels
 
 
+#: The panel's first sweep: the default levels, short levels of shorter answers (an exploration,
+#: not a measurement to report), the other settings the sweep's own defaults.
+PANEL_LOAD = LoadPlan.of(DEFAULT_CONCURRENCIES, output_len=128, duration=5.0)
+
+
+def _panel_load(load: LoadPlan | None, fields: dict[str, Any]) -> LoadPlan:
+    """``load``, or :data:`PANEL_LOAD` with ``fields`` (``concurrencies`` and setting fields) changed."""
+    if load is not None and fields:
+        raise ConfigError(f"load= and the keywords {sorted(fields)} both set the panel's sweep: use one or the other",
+                          field="load", valid=["load", *sorted(fields)])
+    if load is not None:
+        return load
+    levels = fields.pop("concurrencies", PANEL_LOAD.concurrencies)
+    unknown = sorted(set(fields) - set(SweepSettings.field_names()))
+    if unknown:
+        raise ConfigError(f"{unknown} are not sweep settings", field=unknown[0],
+                          valid=["concurrencies", *SweepSettings.field_names()])
+    return LoadPlan(levels, dataclasses.replace(PANEL_LOAD.settings, **fields))
+
+
 class ServerPanel:
     """Launch/stop a server and run concurrency sweeps with live progress, in one panel."""
 
@@ -84,20 +106,22 @@ class ServerPanel:
         config: str = "glm5-baseline",
         backend: str = "sim",
         phase: str = "panel",
-        concurrencies: list[int] | tuple[int, ...] = (1, 64, 256),
-        input_len: int = 256,
-        output_len: int = 128,
-        duration: float = 5.0,
+        load: LoadPlan | None = None,
         sim_profile: str | None = None,
         api_key: str | None = None,
         ready_timeout: float = 1800.0,
+        **load_fields: Any,
     ):
-        from tqdm.notebook import tqdm
-
+        """A panel measuring into ``<run_dir>/<phase>/``. The sweep's first settings are ``load``
+        (default :data:`PANEL_LOAD`) or, as keywords, ``concurrencies`` and the
+        :class:`~glm5lib.loadgen.SweepSettings` fields that differ from :data:`PANEL_LOAD`'s
+        (``input_len=32, duration=2``); the panel's fields change the levels, the lengths and the
+        level's seconds."""
         self.run_dir = Path(run_dir)
         self.sim_profile = sim_profile
         self.api_key = api_key
         self.ready_timeout = ready_timeout
+        self.load = _panel_load(load, load_fields)
         self.server: Any = None
         self.sweep: pd.DataFrame | None = None
         self.error: BaseException | None = None
@@ -114,9 +138,15 @@ class ServerPanel:
         self._label = ""
         self.power: pd.DataFrame | None = None
         self.plot_title = ""
+        self._make_fields(config, backend, phase)
+        self._make_buttons()
+        self._make_layout()
 
+    def _make_fields(self, config: str, backend: str, phase: str) -> None:
+        """The panel's inputs: config, backend, phase and the sweep's settings (from ``self.load``)."""
         names = list(shipped_configs())
         wide = widgets.Layout(width="100%")
+        settings = self.load.settings
         self.config = widgets.Combobox(value=config, options=names, description="config",
                                        placeholder="shipped name or JSON path", ensure_option=False, layout=wide)
         # the engines a shipped configuration launches: those taking the default engine's configuration
@@ -125,14 +155,22 @@ class ServerPanel:
         self.backend = widgets.Combobox(value=backend, options=backends, description="backend",
                                         placeholder=f"{', '.join(backends)} or http://host:port", layout=wide)
         self.phase = widgets.Text(value=phase, description="phase", layout=wide)
-        self.concurrencies = widgets.Text(value=", ".join(str(c) for c in concurrencies), description="levels",
+        levels = self.load.concurrencies
+        levels = [levels] if isinstance(levels, int) else levels
+        self.concurrencies = widgets.Text(value=", ".join(str(c) for c in levels), description="levels",
                                           layout=wide)
-        self.input_len = widgets.BoundedIntText(value=input_len, min=1, max=1_000_000, description="input len",
-                                                layout=wide)
-        self.output_len = widgets.BoundedIntText(value=output_len, min=1, max=1_000_000, description="output len",
-                                                 layout=wide)
+        self.input_len = widgets.BoundedIntText(value=settings.input_len, min=1, max=1_000_000,
+                                                description="input len", layout=wide)
+        self.output_len = widgets.BoundedIntText(value=settings.output_len, min=1, max=1_000_000,
+                                                 description="output len", layout=wide)
+        duration = settings.duration if settings.duration is not None else PANEL_LOAD.settings.duration
         self.duration = widgets.BoundedFloatText(value=duration, min=0.5, max=36_000, description="level s",
                                                  layout=wide)
+
+    def _make_buttons(self) -> None:
+        """The buttons, the status line, the plot and the progress bar, wired to the actions."""
+        from tqdm.notebook import tqdm
+
         button = widgets.Layout(width="auto", min_width="6.5em")
         self.launch_button = widgets.Button(description="Launch", button_style="primary", icon="play", layout=button)
         self.sweep_button = widgets.Button(description="Sweep", button_style="success", icon="line-chart",
@@ -159,6 +197,9 @@ class ServerPanel:
         self.sweep_button.on_click(lambda _b: self._guard(self.start_sweep))
         self.stop_button.on_click(lambda _b: self._guard(self.stop_sweep))
         self.server_button.on_click(lambda _b: self._guard(self.stop))
+
+    def _make_layout(self) -> None:
+        """The controls on the left, the plot's box on the right (``self.widget``)."""
         controls = widgets.VBox(
             [self.config, self.backend, self.phase, self.concurrencies, self.input_len, self.output_len,
              self.duration,
@@ -303,6 +344,15 @@ class ServerPanel:
         return self.sweep
 
     # -- the sweep thread ------------------------------------------------------------------------
+    def _plan(self, levels: list[int]) -> PhasePlan:
+        """The sweep the panel's fields ask for, on the running server (kept running), with GPU
+        telemetry every half second and no ``/metrics`` scraper; each sweep measures every level."""
+        settings = dataclasses.replace(self.load.settings, input_len=self.input_len.value,
+                                       output_len=self.output_len.value, duration=float(self.duration.value),
+                                       resume=False)
+        return PhasePlan(engine=None, load=LoadPlan(tuple(levels), settings),
+                         telemetry=TelemetryOptions(gpu_interval=0.5, metrics=False), keep_running=True)
+
     def _run(self, levels: list[int]) -> None:
         srv = self.server
         folder = self.folder
@@ -310,12 +360,8 @@ class ServerPanel:
             (folder / name).unlink(missing_ok=True)  # each sweep's files replace the last's
         outcome = "done"
         try:
-            result = measure_phase(
-                srv, self.run_dir, folder.name, concurrencies=levels, input_len=self.input_len.value,
-                output_len=self.output_len.value, duration=float(self.duration.value), api_key=self.api_key,
-                gpu_interval=0.5, metrics=False, progress=False, callback=self._on_event, stop_event=self._user_stop,
-                sweep_options={"resume": False}, keep_running=True,
-            )
+            result = run_phase(self._plan(levels), self.run_dir, folder.name, server=srv, api_key=self.api_key,
+                               progress=False, callback=self._on_event, stop_event=self._user_stop)
             self.sweep = result.sweep
             self.power = result.power if result.power is not None and not result.power.empty else None
             if result.stopped_at is not None or self._user_stop.is_set():

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import ast
+import functools
 import json
 import os
 import shutil
@@ -12,7 +14,7 @@ from typing import Any
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, UsageError
 
-__all__ = ["register_cli"]
+__all__ = ["register_cli", "settings_defaults"]
 
 
 def _int_list(text: str) -> list[int]:
@@ -51,6 +53,51 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return os.environ.get("GLM5_API_KEY") or None
 
 
+#: Where SweepSettings and DEFAULT_CONCURRENCIES are written: ``--help`` reads their defaults there.
+_SETTINGS_SOURCE = Path(__file__).resolve().parents[1] / "loadgen" / "settings.py"
+
+
+@functools.cache
+def settings_defaults() -> dict[str, Any]:
+    """:class:`~glm5lib.loadgen.SweepSettings`' field defaults and ``concurrencies``
+    (``DEFAULT_CONCURRENCIES``), read from their source file: ``--help`` shows them without
+    importing the load generator (pandas, aiohttp), which building the parser must not load."""
+    tree = ast.parse(_SETTINGS_SOURCE.read_text())
+    out: dict[str, Any] = {}
+    for node in tree.body:
+        if isinstance(node, ast.AnnAssign) and ast.unparse(node.target) == "DEFAULT_CONCURRENCIES":
+            out["concurrencies"] = ast.literal_eval(node.value)
+        if isinstance(node, ast.ClassDef) and node.name == "SweepSettings":
+            for item in node.body:
+                if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name) and item.value is not None:
+                    out[item.target.id] = ast.literal_eval(item.value)
+    return out
+
+
+class _Default:
+    """A sweep setting left off the command line: the handler leaves it to
+    :class:`~glm5lib.loadgen.SweepSettings` (the one source of the sweep's defaults), whose value
+    ``--help`` shows (:func:`settings_defaults`)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __str__(self) -> str:
+        value = settings_defaults()[self.name]
+        return ",".join(str(c) for c in value) if self.name == "concurrencies" else str(value)
+
+
+#: The sweep settings the command line sets: option dest -> SweepSettings field.
+_SETTINGS = {"api": "api", "model": "model", "input_len": "input_len", "output_len": "output_len",
+             "range_ratio": "range_ratio", "dataset": "dataset", "requests": "requests_per_level",
+             "duration": "duration", "warmup": "warmup", "mode": "mode", "rate": "rate", "seed": "seed",
+             "read_timeout": "read_timeout", "steady_extend": "steady_extend"}
+
+
+def _setting(name: str) -> _Default:
+    return _Default(_SETTINGS.get(name, name))
+
+
 def register_cli(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "sweep",
@@ -61,30 +108,37 @@ def register_cli(subparsers: Any) -> None:
         ),
     )
     p.add_argument("base_url", metavar="BASE_URL", help="e.g. http://127.0.0.1:30000")
-    p.add_argument("-c", "--concurrency", type=_int_list, default=[1, 64, 256],
-                   help="levels, comma-separated (default 1,64,256)")
-    p.add_argument("--api", choices=["generate", "completions", "chat"], default="generate")
-    p.add_argument("--model", default=None, help="model name for OpenAI APIs (default: from /v1/models)")
-    p.add_argument("--input-len", type=int, default=256, help="prompt tokens (default 256)")
-    p.add_argument("--output-len", type=int, default=256, help="output tokens, EOS ignored (default 256)")
-    p.add_argument("--range-ratio", type=float, default=1.0, help="lengths uniform in [len*ratio, len]")
-    p.add_argument("--dataset", default=None, help="prompt file (.jsonl, ShareGPT .json, .txt)")
-    p.add_argument("-n", "--requests", type=int, default=None, help="requests per level")
-    p.add_argument("-d", "--duration", type=float, default=None, help="seconds per level (in-flight requests cancelled)")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the first level")
-    p.add_argument("--mode", choices=["closed", "poisson"], default="closed")
-    p.add_argument("--rate", type=_float_list, default=None, help="poisson: requests/s, comma-separated")
+    p.add_argument("-c", "--concurrency", type=_int_list, default=_Default("concurrencies"),
+                   help="levels, comma-separated (default %(default)s)")
+    p.add_argument("--api", choices=["generate", "completions", "chat"], default=_setting("api"),
+                   help="request API (default %(default)s)")
+    p.add_argument("--model", default=_setting("model"), help="model name for OpenAI APIs (default: from /v1/models)")
+    p.add_argument("--input-len", type=int, default=_setting("input_len"), help="prompt tokens (default %(default)s)")
+    p.add_argument("--output-len", type=int, default=_setting("output_len"),
+                   help="output tokens, EOS ignored (default %(default)s)")
+    p.add_argument("--range-ratio", type=float, default=_setting("range_ratio"),
+                   help="lengths uniform in [len*ratio, len] (default %(default)s)")
+    p.add_argument("--dataset", default=_setting("dataset"), help="prompt file (.jsonl, ShareGPT .json, .txt)")
+    p.add_argument("-n", "--requests", type=int, default=_setting("requests"), help="requests per level")
+    p.add_argument("-d", "--duration", type=float, default=_setting("duration"),
+                   help="seconds per level (in-flight requests cancelled)")
+    p.add_argument("--warmup", type=int, default=_setting("warmup"),
+                   help="warm-up requests before the first level (default %(default)s)")
+    p.add_argument("--mode", choices=["closed", "poisson"], default=_setting("mode"),
+                   help="arrivals (default %(default)s)")
+    p.add_argument("--rate", type=_float_list, default=_setting("rate"), help="poisson: requests/s, comma-separated")
     p.add_argument("--api-key-file", metavar="PATH", default=None,
                    help="file holding the bearer token (default: $GLM5_API_KEY; never written to the run folder)")
     # a secret on the command line shows in the process list: refused with the way to give it
     p.add_argument("--api-key", dest="api_key_argv", default=None, help=argparse.SUPPRESS)
     p.add_argument("--server-log", default=None,
                    help="the server's log file: a sweep stopped by a dead server quotes its fatal lines")
-    p.add_argument("--read-timeout", type=float, default=300.0,
-                   help="seconds without data before a request fails (default 300)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--steady-extend", type=float, default=1.0,
-                   help="how far past --duration a level not yet steady may run, a multiple of it (default 1; 0: never)")
+    p.add_argument("--read-timeout", type=float, default=_setting("read_timeout"),
+                   help="seconds without data before a request fails (default %(default)s)")
+    p.add_argument("--seed", type=int, default=_setting("seed"), help="(default %(default)s)")
+    p.add_argument("--steady-extend", type=float, default=_setting("steady_extend"),
+                   help="how far past --duration a level not yet steady may run, a multiple of it "
+                        "(default %(default)s; 0: never)")
     p.add_argument("--no-exact-prompts", action="store_true",
                    help="text prompts of one word a token instead of sized in the served model's tokens")
     p.add_argument("--run-dir", default=None, help="run folder (default: a new one under data/runs)")
@@ -93,6 +147,21 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress lines (--no-progress is the older spelling)")
     p.set_defaults(func=_handler)
+
+
+def _settings_given(args: argparse.Namespace) -> dict[str, Any]:
+    """The sweep settings the command line gave (the others are left to their defaults)."""
+    given = {field: getattr(args, dest) for dest, field in _SETTINGS.items()
+             if not isinstance(getattr(args, dest), _Default)}
+    if given.get("mode") != "poisson":
+        given.pop("rate", None)  # a rate means something with poisson arrivals only
+    elif not given.get("rate"):
+        raise ConfigError("--mode poisson needs --rate", field="rate")
+    if args.no_resume:
+        given["resume"] = False
+    if args.no_exact_prompts:
+        given["exact_prompts"] = False
+    return given
 
 
 def _record_environment(run: Path, base_url: str, api_key: str | None) -> None:
@@ -114,15 +183,15 @@ def _record_environment(run: Path, base_url: str, api_key: str | None) -> None:
 def _handler(args: argparse.Namespace) -> int:
     import pandas as pd
 
-    from glm5lib.loadgen import run_sweep
+    from glm5lib.loadgen import SweepSettings, run_sweep
+    from glm5lib.loadgen.settings import DEFAULT_CONCURRENCIES
     from glm5lib.server import attach
 
     api_key = _api_key(args)
+    settings = SweepSettings(**_settings_given(args))  # every setting checked before the run folder is made
     run = Path(args.run_dir) if args.run_dir else rundir.new_run_dir()
     out = rundir.phase_dir(run, args.phase)
-    if args.mode == "poisson" and not args.rate:
-        raise ConfigError("--mode poisson needs --rate", field="rate")
-    rate = args.rate if args.mode == "poisson" else None
+    levels = DEFAULT_CONCURRENCIES if isinstance(args.concurrency, _Default) else args.concurrency
     server = None
     if args.server_log:
         if not Path(args.server_log).is_file():
@@ -131,14 +200,8 @@ def _handler(args: argparse.Namespace) -> int:
         server = attach(args.base_url, api_key=api_key, log_path=args.server_log)
     _record_environment(run, args.base_url, api_key)
     try:
-        frame = run_sweep(
-            args.base_url, args.concurrency, api=args.api, model=args.model, input_len=args.input_len,
-            output_len=args.output_len, range_ratio=args.range_ratio, dataset=args.dataset,
-            requests_per_level=args.requests, duration=args.duration, warmup=args.warmup,
-            mode=args.mode, rate=rate, run_dir=out, api_key=api_key, seed=args.seed,
-            progress=not args.quiet, resume=not args.no_resume, server=server,
-            read_timeout=args.read_timeout, steady_extend=args.steady_extend, exact_prompts=not args.no_exact_prompts,
-        )
+        frame = run_sweep(args.base_url, levels, settings=settings, run_dir=out, api_key=api_key,
+                          progress=not args.quiet, server=server)
     finally:
         if args.server_log:
             # the phase folder holds the server's evidence as the workbook's does, so that

@@ -233,6 +233,164 @@ async def _drain(content: aiohttp.StreamReader) -> None:
             pass
 
 
+def _completion_tokens(ev: bytes, s: int) -> int | None:
+    """The cumulative ``completion_tokens`` an event's payload (from offset ``s``) reports, None
+    when it reports none; read from the bytes, never by decoding the event."""
+    i = ev.rfind(_COMPLETION_KEY, s)
+    if i < 0:
+        return None
+    i += len(_COMPLETION_KEY)
+    k = ev.find(b",", i)
+    try:
+        return int(ev[i : k if k >= 0 else ev.find(b"}", i)])
+    except ValueError:
+        m = _INT_AFTER.match(ev, i)
+        return int(m.group(1)) if m else None
+
+
+class _EventStream:
+    """One response's server-sent events as they arrive: the chunks and token counts go to the
+    record; ``done`` once ``[DONE]`` came, ``failed`` once an error event did (the record says it)."""
+
+    __slots__ = ("api", "buf", "chat", "crlf", "done", "failed", "final", "last", "openai", "prev", "rec")
+
+    def __init__(self, rec: RequestRecord, api: str):
+        self.rec = rec
+        self.api = api
+        self.chat = api == "chat"
+        self.openai = api != "generate"
+        self.prev = 0
+        self.final: int | None = None  # the last count the server reported
+        self.last: tuple[bytes, int] | None = None  # (event, payload offset) of the last event with usage
+        self.done = False
+        self.failed = False
+        self.crlf: bool | None = None
+        self.buf = b""
+
+    def feed(self, data: bytes, now: float) -> bool:
+        """Read the bytes that arrived at ``now``; True once the stream is over ([DONE] or an error)."""
+        if self.crlf is None:
+            self.crlf = b"\r\n" in data
+        if self.crlf:
+            data = data.replace(b"\r\n", b"\n")
+        if self.buf:
+            data = self.buf + data
+            self.buf = b""
+        # JSON never holds a raw newline, so a newline can only end a line of the
+        # event stream; a single-byte find runs at memchr speed over the long
+        # whole-text chunks, several times faster than splitting on the blank line.
+        start = search = 0
+        end = len(data)
+        while True:
+            j = data.find(b"\n", search)
+            if j < 0 or j + 1 >= end:
+                if start < end:
+                    self.buf = data[start:]
+                return False
+            if data[j + 1] != 10:  # a line break inside a multi-line event
+                search = j + 1
+                continue
+            ev = data[start:j]
+            start = search = j + 2
+            if ev and self._event(ev, now):
+                return True
+
+    def _event(self, ev: bytes, now: float) -> bool:
+        """One event; True when it ends the stream."""
+        if not ev.startswith(b"data:"):
+            k = ev.find(b"data:")
+            if k < 0:
+                return False  # comment or keep-alive
+            ev = ev[k:]
+        s = 6 if ev[5:6] == b" " else 5
+        if len(ev) - s == 6 and ev.endswith(b"[DONE]"):
+            self.done = True
+            return True
+        tok = _completion_tokens(ev, s)
+        if tok is None:
+            return self._uncounted(ev, s, now)
+        self.final = tok
+        self.last = (ev, s)
+        if tok <= self.prev:
+            return False
+        rec = self.rec
+        toks = rec.chunk_tokens
+        # An OpenAI usage-only chunk after content chunks that carried no usage
+        # is the final count, not a chunk of text.
+        if self.openai and toks and toks[-1] is None and (
+            any(e in ev for e in _EMPTY_CHOICES)
+            or (not self.chat and any(e in ev for e in _EMPTY_TEXT))
+            or (self.chat and any(e in ev for e in _EMPTY_CONTENT))
+        ):
+            return False
+        if not toks:
+            rec.first_token = now
+        rec.chunk_times.append(now)  # inline: the path every counted event takes
+        toks.append(tok)
+        self.prev = tok
+        return False
+
+    def _uncounted(self, ev: bytes, s: int, now: float) -> bool:
+        """An event without a token count: an error (True: the stream is over), an empty chunk, or
+        a chunk of text whose tokens the server does not count."""
+        if ev.find(_ERROR_KEY, s) >= 0:
+            try:
+                obj = json.loads(ev[s:])
+            except ValueError:
+                obj = None
+            if isinstance(obj, dict) and "error" in obj:
+                self.rec.error = f"error in stream: {_short(_error_message(obj))}"
+                self.rec.end = now
+                self.failed = True
+                return True
+        if self.chat and any(e in ev for e in _EMPTY_CONTENT):
+            return False
+        if self.openai and any(e in ev for e in _EMPTY_CHOICES):
+            return False
+        self._chunk(now, None)
+        return False
+
+    def _chunk(self, now: float, tok: int | None) -> None:
+        rec = self.rec
+        if not rec.chunk_times:
+            rec.first_token = now
+        rec.chunk_times.append(now)
+        rec.chunk_tokens.append(tok)
+
+    def finish(self) -> None:
+        """The counts into the record, whatever ended the request."""
+        rec = self.rec
+        if self.final is not None:
+            rec.output_tokens = self.final
+        if rec.chunk_times:
+            rec.token_source = "chunk" if rec.chunk_tokens[-1] is not None else (
+                "final_usage" if self.final is not None else "none"
+            )
+        if self.last is not None:
+            _finish_from_last(rec, self.last[0][self.last[1] :], self.api)
+
+
+async def _read_events(content: aiohttp.StreamReader, stream: _EventStream) -> None:
+    """Feed ``stream`` what arrives until it is over or the body ends."""
+    clock = time.time
+    while True:
+        data = await content.readany()
+        if not data or stream.feed(data, clock()):
+            return
+
+
+async def _release(content: aiohttp.StreamReader) -> None:
+    """Read the end of a chunked body after [DONE], so the connection goes back to the pool
+    instead of being closed (a new connection per request costs handshakes)."""
+    if content.is_eof():
+        return
+    drain = asyncio.ensure_future(_drain(content))
+    try:
+        await asyncio.wait({drain}, timeout=2.0)
+    finally:
+        drain.cancel()
+
+
 async def stream_request(
     session: aiohttp.ClientSession,
     url: str,
@@ -242,14 +400,8 @@ async def stream_request(
     api: str,
 ) -> None:
     """Send one streamed request and fill ``rec``; cancellation marks it ``cancelled`` and re-raises."""
-    chat = api == "chat"
-    openai = api != "generate"
+    stream = _EventStream(rec, api)
     times = rec.chunk_times
-    toks = rec.chunk_tokens
-    prev = 0
-    final = None
-    last: tuple[bytes, int] | None = None  # (event, payload offset) of the last event with usage
-    done = False
     clock = time.time
     rec.start = clock()
     try:
@@ -260,106 +412,14 @@ async def stream_request(
                 rec.error = f"HTTP {resp.status}: {_short(text) or resp.reason}"
                 rec.end = clock()
                 return
-            content = resp.content
-            crlf = None
-            buf = b""
-            while not done:
-                data = await content.readany()
-                if not data:
-                    break
-                now = clock()
-                if crlf is None:
-                    crlf = b"\r\n" in data
-                if crlf:
-                    data = data.replace(b"\r\n", b"\n")
-                if buf:
-                    data = buf + data
-                    buf = b""
-                # JSON never holds a raw newline, so a newline can only end a line of the
-                # event stream; a single-byte find runs at memchr speed over the long
-                # whole-text chunks, several times faster than splitting on the blank line.
-                start = search = 0
-                end = len(data)
-                while True:
-                    j = data.find(b"\n", search)
-                    if j < 0 or j + 1 >= end:
-                        if start < end:
-                            buf = data[start:]
-                        break
-                    if data[j + 1] != 10:  # a line break inside a multi-line event
-                        search = j + 1
-                        continue
-                    ev = data[start:j]
-                    start = search = j + 2
-                    if not ev:
-                        continue
-                    if not ev.startswith(b"data:"):
-                        k = ev.find(b"data:")
-                        if k < 0:
-                            continue  # comment or keep-alive
-                        ev = ev[k:]
-                    s = 6 if ev[5:6] == b" " else 5
-                    if len(ev) - s == 6 and ev.endswith(b"[DONE]"):
-                        done = True
-                        break
-                    i = ev.rfind(_COMPLETION_KEY, s)
-                    tok = None
-                    if i >= 0:
-                        i += 20
-                        k = ev.find(b",", i)
-                        try:
-                            tok = int(ev[i : k if k >= 0 else ev.find(b"}", i)])
-                        except ValueError:
-                            m = _INT_AFTER.match(ev, i)
-                            tok = int(m.group(1)) if m else None
-                    if tok is None:
-                        if ev.find(_ERROR_KEY, s) >= 0:
-                            try:
-                                obj = json.loads(ev[s:])
-                            except ValueError:
-                                obj = None
-                            if isinstance(obj, dict) and "error" in obj:
-                                rec.error = f"error in stream: {_short(_error_message(obj))}"
-                                rec.end = now
-                                return
-                        if chat and any(e in ev for e in _EMPTY_CONTENT):
-                            continue
-                        if openai and any(e in ev for e in _EMPTY_CHOICES):
-                            continue
-                        if not times:
-                            rec.first_token = now
-                        times.append(now)
-                        toks.append(None)
-                        continue
-                    final = tok
-                    last = (ev, s)
-                    if tok > prev:
-                        # An OpenAI usage-only chunk after content chunks that carried no usage
-                        # is the final count, not a chunk of text.
-                        if openai and toks and toks[-1] is None and (
-                            any(e in ev for e in _EMPTY_CHOICES)
-                            or (not chat and any(e in ev for e in _EMPTY_TEXT))
-                            or (chat and any(e in ev for e in _EMPTY_CONTENT))
-                        ):
-                            continue
-                        if not times:
-                            rec.first_token = now
-                        times.append(now)
-                        toks.append(tok)
-                        prev = tok
+            await _read_events(resp.content, stream)
+            if stream.failed:
+                return
             rec.end = clock()
-            if done and not content.is_eof():
-                # Read the end of the chunked body so the connection goes back to the pool
-                # instead of being closed (a new connection per request costs handshakes).
-                drain = asyncio.ensure_future(_drain(content))
-                try:
-                    await asyncio.wait({drain}, timeout=2.0)
-                finally:
-                    drain.cancel()
+            if stream.done:
+                await _release(resp.content)
             if not times:
-                rec.error = "stream ended without any token chunk" + (
-                    "" if done else " (no [DONE])"
-                )
+                rec.error = "stream ended without any token chunk" + ("" if stream.done else " (no [DONE])")
                 return
             rec.status = "ok"
     except asyncio.CancelledError:
@@ -387,11 +447,4 @@ async def stream_request(
         rec.end = clock()
         rec.error = f"{type(exc).__name__}: {_short(str(exc))}"
     finally:
-        if final is not None:
-            rec.output_tokens = final
-        if times:
-            rec.token_source = "chunk" if toks[-1] is not None else (
-                "final_usage" if final is not None else "none"
-            )
-        if last is not None:
-            _finish_from_last(rec, last[0][last[1] :], api)
+        stream.finish()

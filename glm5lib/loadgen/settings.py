@@ -6,10 +6,10 @@ arrival mode, timeouts). It checks every field when it is made, so a bad value i
 goes out. What a sweep writes to and reports to (run folder, API key, server object, progress
 bars, callback, stop event) are arguments of ``run_sweep`` itself, not settings.
 
-It is the one carrier of these settings: :func:`~glm5lib.loadgen.run_sweep` and
-:func:`glm5lib.phase.measure_phase` take one (``settings=``), or its fields as keywords, which
-:func:`settings_keywords` lists in their signatures from the fields here and
-:func:`settings_from` turns into one.
+It is the one carrier of these settings and of their defaults: :func:`~glm5lib.loadgen.run_sweep`
+takes one (``settings=``), or its fields as keywords, which :func:`settings_keywords` lists in its
+signature from the fields here and :func:`settings_from` turns into one; a phase holds one in its
+:class:`glm5lib.phase.LoadPlan` (``glm5 sweep``'s options and the panel's fields default to it).
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ import numpy as np
 from glm5lib.errors import ConfigError
 from glm5lib.loadgen.client import API_PATHS
 
-__all__ = ["MODES", "SweepSettings", "check_concurrencies", "settings_from", "settings_keywords", "sweep_levels"]
+__all__ = ["DEFAULT_CONCURRENCIES", "MODES", "SweepSettings", "check_concurrencies", "settings_from", "settings_keywords", "sweep_levels"]
+
+#: The levels of a sweep when none are given: the one default of ``glm5 sweep``, a phase and the panel.
+DEFAULT_CONCURRENCIES: tuple[int, ...] = (1, 64, 256)
 
 #: Arrival modes: ``closed`` keeps C requests in flight; ``poisson`` issues at a rate, capped at C.
 MODES = ("closed", "poisson")

@@ -8,28 +8,38 @@ argv template with ``{host}``, ``{port}``, ``{model}`` and ``{python}`` placehol
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_argv
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
-from glm5lib.server.process import ServerProcess, child_env, next_restart_log, prepare_log_path
+from glm5lib.server.process import (
+    ProcessSpec,
+    ServerProcess,
+    child_env,
+    next_restart_log,
+    prepare_log_path,
+)
 from glm5lib.server.ready import spawn_ready
 
 __all__ = [
     "PLACEHOLDERS",
+    "CommandLaunch",
     "CommandServer",
     "apply_flag_changes",
     "fill_template",
     "flag_name",
     "flag_value",
     "launch_command",
+    "start_command",
 ]
 
 logger = logging.getLogger(__name__)
@@ -173,6 +183,69 @@ def fill_template(argv_template: Sequence[str], *, host: str = LOOPBACK, port: i
     return out
 
 
+@dataclass(frozen=True)
+class CommandLaunch:
+    """How to start an engine from a command template; checked when made.
+
+    ``argv_template`` is a list such as ``["transformers", "serve", "{model}", "--continuous-batching",
+    "--host", "{host}", "--port", "{port}"]``; ``{host}``, ``{port}``, ``{model}`` and ``{python}``
+    (this interpreter) are filled in. ``port=None`` picks a free one (or uses the template's own
+    ``--port N`` when it has no ``{port}``). ``changes`` are flag changes applied to the template
+    first (:func:`apply_flag_changes`). Ready means ``ready_path`` answers 200 (and, when
+    ``ready_line`` is given, that line was logged) within ``ready_timeout`` seconds, checked every
+    ``poll_interval``. ``log_path``: where the output goes (default: a new temporary folder);
+    ``env``: extra environment variables; ``api_key``: sent to the ready path and masked in the
+    log; ``restarts``: how many restarts came before (names the log of the next).
+    """
+
+    argv_template: Sequence[str]
+    port: int | None = None
+    host: str = LOOPBACK
+    model: str | None = None
+    log_path: str | os.PathLike[str] | None = None
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+    ready_timeout: float = 600.0
+    ready_path: str = "/health"
+    ready_line: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    changes: Mapping[str, Any] | None = None
+    poll_interval: float = 0.1
+    restarts: int = 0
+
+    def __post_init__(self) -> None:
+        # a non-empty argv list whose placeholders are known, checked before any change is applied
+        fill_template(self.argv_template, host=self.host, port=0, model=self.model or "")
+        object.__setattr__(self, "argv_template", tuple(self.argv_template))
+        if not self.ready_path.startswith("/"):
+            raise ConfigError(f"ready_path must start with '/', got {self.ready_path!r}", field="ready_path",
+                              valid=["/health", "/v1/models"])
+        self.fixed_port(self.template())  # the changes apply and the server's port can be known
+
+    def template(self) -> list[str]:
+        """The argv template with ``changes`` applied."""
+        template = [str(t) for t in self.argv_template]
+        return apply_flag_changes(template, self.changes) if self.changes else template
+
+    def fixed_port(self, template: list[str]) -> int | None:
+        """The port the template fixes itself (``--port N`` and no ``{port}``); a ConfigError when
+        that clashes with ``port`` or when the server's port cannot be known at all."""
+        if any("{port}" in t for t in template):
+            return None
+        fixed = flag_value(template, "--port")
+        if isinstance(fixed, str) and fixed.isdigit():
+            if self.port is not None and int(self.port) != int(fixed):
+                raise ConfigError(f"port={self.port} but the command template fixes --port {fixed}; use {{port}} "
+                                  "in the template", field="port")
+            return int(fixed)
+        if self.port is None:
+            raise ConfigError(
+                "the command template has no {port} placeholder and no --port N: add '--port', '{port}' "
+                "(or the engine's own port flag with {port}) so the server's address is known",
+                field="argv_template",
+            )
+        return None
+
+
 class CommandServer(ServerProcess):
     """A server :func:`launch_command` started from a command template (any engine).
 
@@ -183,15 +256,16 @@ class CommandServer(ServerProcess):
 
     backend = "command"
 
-    def __init__(self, *, argv_template: Sequence[str], host: str, port: int, model: str | None,
-                 ready_path: str, ready_line: str | None, api_key: str | None, **kwargs: Any):
-        self.argv_template = [str(a) for a in argv_template]
-        self.host = host
-        self.model = model
-        self.ready_path = ready_path
-        self._api_key = api_key
+    def __init__(self, launch: CommandLaunch, port: int, process: ProcessSpec):
+        """The process ``process`` runs, started from ``launch`` (its template with the changes
+        applied) on ``port``."""
+        self.argv_template = [str(a) for a in launch.argv_template]
+        self.host = launch.host
+        self.model = launch.model
+        self.ready_path = launch.ready_path
+        self._api_key = launch.api_key
         self._port = int(port)
-        super().__init__(config=None, backend="command", ready_line=ready_line, **kwargs)
+        super().__init__(process)
 
     @property
     def api_key(self) -> str | None:
@@ -240,13 +314,13 @@ class CommandServer(ServerProcess):
         options = dict(self._launch_options)
         if log_path is None:
             log_path = next_restart_log(self.log_path, options)
-        return launch_command(
+        return start_command(CommandLaunch(
             template, port=self.port if options.get("port_explicit") else None, host=self.host,
             model=self.model, log_path=log_path, env=self._env_overrides,
             ready_timeout=ready_timeout if ready_timeout is not None else options.get("ready_timeout", 600.0),
             ready_path=self.ready_path, ready_line=self.ready_line, api_key=self._api_key,
-            _restarts=options.get("restarts", 0),
-        )
+            restarts=options.get("restarts", 0),
+        ))
 
     def __enter__(self) -> CommandServer:
         return self
@@ -256,74 +330,47 @@ class CommandServer(ServerProcess):
         return f"CommandServer({self.engine}, {self.base_url}, pid={self.pid}, {state}, log={str(self.log_path)!r})"
 
 
-def launch_command(
-    argv_template: Sequence[str],
-    *,
-    port: int | None = None,
-    host: str = LOOPBACK,
-    model: str | None = None,
-    log_path: str | os.PathLike[str] | None = None,
-    env: Mapping[str, str] | None = None,
-    ready_timeout: float = 600.0,
-    ready_path: str = "/health",
-    ready_line: str | None = None,
-    api_key: str | None = None,
-    changes: Mapping[str, Any] | None = None,
-    poll_interval: float = 0.1,
-    _restarts: int = 0,
-) -> CommandServer:
-    """Start any inference engine from an argv template and return it once it is ready.
+def start_command(launch: CommandLaunch) -> CommandServer:
+    """Start the engine ``launch`` describes and return it once it is ready.
 
-    ``argv_template`` is a list such as ``["transformers", "serve", "{model}", "--continuous-batching",
-    "--host", "{host}", "--port", "{port}"]``; ``{host}``, ``{port}``, ``{model}`` and ``{python}``
-    (this interpreter) are filled in. ``port=None`` picks a free one (or uses the template's own
-    ``--port N`` when it has no ``{port}``). ``changes`` are flag changes applied to the template
-    first (:func:`apply_flag_changes`). Ready means ``ready_path`` answers 200 (and, when
-    ``ready_line`` is given, that line was logged). The process runs in its own process group with
-    its output in ``log_path``; fatal lines (CUDA OOM, NaN, NCCL...) while starting fail fast.
+    The process runs in its own process group with its output in the log; fatal lines (CUDA OOM,
+    NaN, NCCL...) while starting fail fast. Raises ConfigError for a bad template,
+    ServerLaunchError (cause ``port_in_use``, ``timeout``, ``exited``, ``oom``, ``not_found``, ...)
+    when the engine does not come up.
+    """
+    template = launch.template()
+    fixed = launch.fixed_port(template)
+    port_explicit = launch.port is not None or fixed is not None
+    port = fixed if fixed is not None else launch.port
+    if port is None:
+        port = find_free_port(LOOPBACK)
+    host = launch.host
+    argv = fill_template(template, host=host, port=int(port), model=launch.model)
+    require_free_port(host, int(port))
+    log_path = prepare_log_path(launch.log_path)
+    env_overrides, whole_env, secrets = child_env(launch.env, (launch.api_key,))
+    base_url = f"http://{connect_host(host)}:{port}"
+    logger.info("launching %s (log %s)", " ".join(mask_argv(argv, secrets)), log_path)
+    process = ProcessSpec(
+        argv=argv, env=whole_env, config=None, backend="command", base_url=base_url, log_path=log_path,
+        env_overrides=env_overrides, secrets=secrets, ready_line=launch.ready_line,
+        launch_options={"port_explicit": port_explicit, "ready_timeout": launch.ready_timeout,
+                        "restarts": launch.restarts},
+    )
+    applied = dataclasses.replace(launch, argv_template=tuple(template), changes=None)
+    server = spawn_ready(lambda: CommandServer(applied, int(port), process), launch.ready_timeout,
+                         launch.poll_interval)
+    logger.info("%s ready at %s after %.1f s", server.engine, base_url, server.ready_at - server.started_at)
+    return server
+
+
+def launch_command(argv_template: Sequence[str], **options: Any) -> CommandServer:
+    """Start any inference engine from an argv template and return it once it is ready:
+    :func:`start_command` for ``CommandLaunch(argv_template, **options)``, whose fields (``port``,
+    ``host``, ``model``, ``log_path``, ``env``, ``ready_timeout``, ``ready_path``, ``ready_line``,
+    ``api_key``, ``changes``, ``poll_interval``) are the keywords, each checked before anything starts.
 
     Raises ConfigError for a bad template, ServerLaunchError (cause ``port_in_use``, ``timeout``,
     ``exited``, ``oom``, ``not_found``, ...) when the engine does not come up.
     """
-    template = list(argv_template) if not isinstance(argv_template, (str, bytes)) else argv_template
-    if changes:
-        fill_template(template, host=host, port=0, model=model or "")  # validate before changing
-        template = apply_flag_changes(template, changes)
-    uses_port = any("{port}" in str(t) for t in (template if isinstance(template, list) else []))
-    port_explicit = port is not None
-    if not uses_port and isinstance(template, list):
-        fixed = flag_value([str(t) for t in template], "--port")
-        if isinstance(fixed, str) and fixed.isdigit():
-            if port is not None and int(port) != int(fixed):
-                raise ConfigError(f"port={port} but the command template fixes --port {fixed}; use {{port}} in the template",
-                                  field="port")
-            port, port_explicit = int(fixed), True
-        elif port is None:
-            raise ConfigError(
-                "the command template has no {port} placeholder and no --port N: add '--port', '{port}' "
-                "(or the engine's own port flag with {port}) so the server's address is known",
-                field="argv_template",
-            )
-    if not ready_path.startswith("/"):
-        raise ConfigError(f"ready_path must start with '/', got {ready_path!r}", field="ready_path", valid=["/health", "/v1/models"])
-    if port is None:
-        port = find_free_port(LOOPBACK)
-    argv = fill_template(template, host=host, port=int(port), model=model)
-    require_free_port(host, int(port))
-    log_path = prepare_log_path(log_path)
-    env_overrides, whole_env, secrets = child_env(env, (api_key,))
-    base_url = f"http://{connect_host(host)}:{port}"
-    logger.info("launching %s (log %s)", " ".join(mask_argv(argv, secrets)), log_path)
-    server = spawn_ready(
-        lambda: CommandServer(
-            argv_template=[str(t) for t in template], host=host, port=int(port), model=model,
-            ready_path=ready_path, ready_line=ready_line, api_key=api_key,
-            argv=argv, env=whole_env, base_url=base_url, log_path=log_path,
-            env_overrides=env_overrides, secrets=secrets,
-            launch_options={"port_explicit": port_explicit, "ready_timeout": ready_timeout, "restarts": _restarts},
-        ),
-        ready_timeout,
-        poll_interval,
-    )
-    logger.info("%s ready at %s after %.1f s", server.engine, base_url, server.ready_at - server.started_at)
-    return server
+    return start_command(CommandLaunch(argv_template, **options))

@@ -25,6 +25,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from glm5lib.masking import mask_argv, mask_env, mask_text, secret_env_values
 
 __all__ = [
     "READY_LINE",
+    "ProcessSpec",
     "ServerProcess",
     "at_termination",
     "child_env",
@@ -303,6 +305,26 @@ def next_restart_log(log_path: Path, options: dict[str, Any]) -> Path:
 # --------------------------------------------------------------------------- the process
 
 
+@dataclass(frozen=True)
+class ProcessSpec:
+    """What :class:`ServerProcess` starts: the argv and the child's whole environment, where it
+    serves and logs, what to mask in its log, and what a restart needs (``launch_options``)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str] = field(repr=False)
+    config: Any
+    backend: str
+    base_url: str
+    log_path: Path
+    #: the variables given beside the inherited environment (recorded, masked, and reused by a restart)
+    env_overrides: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: values masked wherever the log or the command line is shown
+    secrets: Sequence[str] = field(default=(), repr=False)
+    launch_options: Mapping[str, Any] = field(default_factory=dict)
+    #: the line the server logs once ready (None: only its ready path counts)
+    ready_line: str | None = READY_LINE
+
+
 class ServerProcess:
     """A server process glm5lib started: its output, state, failure cause and stop."""
 
@@ -311,35 +333,27 @@ class ServerProcess:
     #: Endpoint that answers 200 once the server is ready.
     ready_path: str = "/health"
 
-    def __init__(
-        self,
-        *,
-        argv: list[str],
-        env: Mapping[str, str],
-        config: Any,
-        backend: str,
-        base_url: str,
-        log_path: Path,
-        env_overrides: Mapping[str, str],
-        secrets: Sequence[str],
-        launch_options: Mapping[str, Any],
-        ready_line: str | None = READY_LINE,
-    ):
-        """Start ``argv`` with environment ``env`` and register it; the caller waits for readiness.
+    def __init__(self, spec: ProcessSpec | None = None, /, **fields: Any):
+        """Start the process ``spec`` describes (or one made from its ``fields`` as keywords) and
+        register it; the caller waits for readiness.
 
         Call it inside :func:`signals_deferred` from the main thread, so that an interrupt
         arrives only once the process is registered and guarded.
         """
-        self.ready_line = ready_line
-        self.argv = list(argv)
-        self.config = config
-        self.backend = backend
-        self.base_url = base_url
-        self.log_path = Path(log_path)
+        if spec is None:
+            spec = ProcessSpec(**fields)
+        elif fields:
+            raise TypeError(f"give a ProcessSpec or its fields, not both (got {sorted(fields)})")
+        self.ready_line = spec.ready_line
+        self.argv = list(spec.argv)
+        self.config = spec.config
+        self.backend = spec.backend
+        self.base_url = spec.base_url
+        self.log_path = Path(spec.log_path)
         self.ready_at: float | None = None
-        self._env_overrides = dict(env_overrides)
-        self._secrets = [s for s in secrets if s]
-        self._launch_options = dict(launch_options)
+        self._env_overrides = dict(spec.env_overrides)
+        self._secrets = [s for s in spec.secrets if s]
+        self._launch_options = dict(spec.launch_options)
         self._lock = threading.Lock()
         self._tail: collections.deque[str] = collections.deque(maxlen=400)
         self._fatal: list[tuple[str, str]] = []  # (kind, line)
@@ -353,7 +367,7 @@ class ServerProcess:
         self._guard_pipe: int | None = None
         self._log_file = open(self.log_path, "w", encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the reader
         try:
-            self._process = spawn(self.argv, env)
+            self._process = spawn(self.argv, spec.env)
         except (FileNotFoundError, PermissionError) as exc:
             self._log_file.close()
             raise ServerLaunchError(
