@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,7 @@ from glm5lib.phase.plan import (
 from glm5lib.phase.serving import launch_engine, save_server_info, stop_server
 from glm5lib.telemetry import GPU_COLUMNS, METRICS_COLUMNS, GpuSampler, MetricsScraper
 
-__all__ = ["PhaseResult", "measure_phase", "run_phase"]
+__all__ = ["KEYWORDS", "PhaseResult", "measure_phase", "run_phase"]
 
 log = logging.getLogger(__name__)
 
@@ -351,71 +352,47 @@ def _plan(given: Mapping[str, Any]) -> PhasePlan:
                      keep_running=given["keep_running"])
 
 
+#: measure_phase's keywords beside its own, each a field of the plan's parts, with its default
+#: read from that part (their one source)
+KEYWORDS: dict[str, Any] = {
+    **{n: getattr(_ENGINE, n) for n in _ENGINE_FIELDS},
+    "concurrencies": DEFAULT_CONCURRENCIES, "settings": None, "sweep_options": None,
+    **{n: _SWEEP[n] for n in SweepSettings.field_names() if n != "model"},
+    **{n: getattr(_TELEMETRY, n) for n in _TELEMETRY_FIELDS},
+    "cpus": None, "keep_running": None,
+}
+
+
 def measure_phase(
     server: Any,
     run_dir: str | Path,
     phase: str = "baseline",
     *,
-    settings: SweepSettings | None = None,
-    backend: str = _ENGINE.backend,
-    sim_profile: str | None = _ENGINE.sim_profile,
-    ready_timeout: float = _ENGINE.ready_timeout,
-    extra_args: Sequence[str] = _ENGINE.extra_args,
-    command: Sequence[str] | None = _ENGINE.command,
-    command_changes: Mapping[str, Any] | None = _ENGINE.command_changes,
-    model: str | None = _ENGINE.model,
-    attach_log: str | Path | None = _ENGINE.attach_log,
     api_key: str | None = None,
-    concurrencies: Sequence[int] | int = DEFAULT_CONCURRENCIES,
-    api: str = _SWEEP["api"],
-    input_len: int = _SWEEP["input_len"],
-    output_len: int = _SWEEP["output_len"],
-    range_ratio: float = _SWEEP["range_ratio"],
-    dataset: str | Path | None = _SWEEP["dataset"],
-    requests_per_level: int | None = _SWEEP["requests_per_level"],
-    duration: float | None = _SWEEP["duration"],
-    warmup: int = _SWEEP["warmup"],
-    mode: str = _SWEEP["mode"],
-    rate: float | Sequence[float] | None = _SWEEP["rate"],
-    seed: int = _SWEEP["seed"],
-    token_ids: bool | None = _SWEEP["token_ids"],
-    ignore_eos: bool = _SWEEP["ignore_eos"],
-    temperature: float = _SWEEP["temperature"],
-    extra_body: dict[str, Any] | None = _SWEEP["extra_body"],
-    read_timeout: float = _SWEEP["read_timeout"],
-    health_interval: float = _SWEEP["health_interval"],
-    health_timeout: float = _SWEEP["health_timeout"],
-    resume: bool = _SWEEP["resume"],
-    steady_extend: float = _SWEEP["steady_extend"],
-    exact_prompts: bool = _SWEEP["exact_prompts"],
-    sweep_options: Mapping[str, Any] | None = None,
-    gpu: bool = _TELEMETRY.gpu,
-    gpu_interval: float = _TELEMETRY.gpu_interval,
-    metrics: bool = _TELEMETRY.metrics,
-    metrics_interval: float = _TELEMETRY.metrics_interval,
     progress: bool = True,
     callback: Callable[[dict[str, Any]], None] | None = None,
     stop_event: threading.Event | None = None,
-    keep_running: bool | None = None,
-    cpus: str | None = None,
+    **fields: Any,
 ) -> PhaseResult:
     """:func:`run_phase` with the plan's fields as keywords: measure one phase into
     ``<run_dir>/<phase>/`` and return a :class:`PhaseResult`.
 
-    The keywords are the fields of :class:`~glm5lib.phase.plan.PhasePlan`'s parts, with their
-    defaults: ``server`` is either a running server (a :mod:`glm5lib.server` object, e.g. a panel's:
-    measured as it is, left running unless ``keep_running=False``) or the configuration an
-    :class:`~glm5lib.phase.plan.EnginePlan` launches (None for ``backend="command"`` or a URL;
-    stopped at the end unless ``keep_running=True``) with ``backend``, ``sim_profile``,
-    ``ready_timeout``, ``extra_args``, ``command``, ``command_changes``, ``model`` (the model a
-    server is launched with) and ``attach_log``; the sweep is ``concurrencies`` and one
-    :class:`~glm5lib.loadgen.SweepSettings` as ``settings`` or its fields as keywords (the settings'
-    ``model`` through ``settings`` or ``sweep_options`` only), ``sweep_options`` (e.g.
-    ``{"token_ids": False, "resume": False}``) still passing the fields other than ``api`` to
-    ``warmup``; the telemetry is ``gpu``/``gpu_interval`` and ``metrics``/``metrics_interval``;
-    ``cpus`` and ``keep_running`` are the plan's own. ``api_key``, ``progress``, ``callback`` and
-    ``stop_event`` go to :func:`run_phase`. Every value is checked before a server is started
-    (:class:`~glm5lib.errors.ConfigError` naming the field).
+    ``fields`` are the fields of :class:`~glm5lib.phase.plan.PhasePlan`'s parts (:data:`KEYWORDS`
+    names them with their defaults): ``server`` is either a running server (a :mod:`glm5lib.server`
+    object, e.g. a panel's: measured as it is, left running unless ``keep_running=False``) or the
+    configuration an :class:`~glm5lib.phase.plan.EnginePlan` launches (None for
+    ``backend="command"`` or a URL; stopped at the end unless ``keep_running=True``) with
+    ``backend``, ``sim_profile``, ``ready_timeout``, ``extra_args``, ``command``,
+    ``command_changes``, ``model`` (the model a server is launched with) and ``attach_log``; the
+    sweep is ``concurrencies`` and one :class:`~glm5lib.loadgen.SweepSettings` as ``settings`` or
+    its fields as keywords (the settings' ``model`` through ``settings`` or ``sweep_options``
+    only), ``sweep_options`` (e.g. ``{"token_ids": False, "resume": False}``) still passing the
+    fields other than ``api`` to ``warmup``; the telemetry is ``gpu``/``gpu_interval`` and
+    ``metrics``/``metrics_interval``; ``cpus`` and ``keep_running`` are the plan's own.
+    ``api_key``, ``progress``, ``callback`` and ``stop_event`` go to :func:`run_phase`. A name
+    that is none of these, and every value, is refused before a server is started
+    (:class:`~glm5lib.errors.ConfigError` naming the field, and the nearest names for a misspelt
+    one).
 
     A panel whose Launch already started the server sweeps with telemetry like this (in its sweep
     thread; Stop sets the event, and the server stays up for the next sweep)::
@@ -425,8 +402,13 @@ def measure_phase(
                                progress=False, callback=panel._on_event, stop_event=panel._stop,
                                resume=False)
     """
-    given = dict(locals())  # every argument by name: the plan's parts pick out their own fields
-    plan = _plan(given)
+    unknown = sorted(set(fields) - set(KEYWORDS))
+    if unknown:
+        near = difflib.get_close_matches(unknown[0], list(KEYWORDS), n=3)
+        raise ConfigError(f"measure_phase takes no {unknown[0]!r}"
+                          + (f" (did you mean {', '.join(near)}?)" if near else ""),
+                          field=unknown[0], valid=list(KEYWORDS))
+    plan = _plan({**KEYWORDS, **fields, "server": server})
     running = server if plan.engine is None else None
     return run_phase(plan, run_dir, phase, server=running, api_key=api_key, progress=progress,
                      callback=callback, stop_event=stop_event)

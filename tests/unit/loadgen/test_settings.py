@@ -44,23 +44,25 @@ def test_the_sweep_and_its_coroutine_show_one_signature_made_from_the_fields():
     assert e.value.field == "settings"
 
 
-def test_measure_phase_lists_the_settings_after_the_levels_and_keeps_its_launch_model():
+def test_measure_phase_takes_every_setting_by_keyword_with_the_settings_defaults():
+    # the keyword form has no rewritten signature: its keywords are the plan's fields, listed once
+    from glm5lib.phase.measure import KEYWORDS
+
     params = inspect.signature(measure_phase).parameters
-    assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    names = list(params)
-    at = names.index("concurrencies") + 1
-    assert names[at : at + len(FIELDS) - 1] == [f for f in FIELDS if f != "model"]
-    assert names.count("model") == 1 and names.index("model") < names.index("concurrencies")
-    assert "settings" in params and "sweep_options" in params
+    assert len(params) <= 10 and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    assert [f for f in FIELDS if f != "model"] == [f for f in KEYWORDS if f in FIELDS and f != "model"]
+    assert "model" in KEYWORDS  # the model a server is launched with, once
+    assert "settings" in KEYWORDS and "sweep_options" in KEYWORDS
     for name in FIELDS:
         if name not in ("model", "token_ids"):
-            assert params[name].default == getattr(SweepSettings(), name), name
+            assert KEYWORDS[name] == getattr(SweepSettings(), name), name
 
 
 def test_measure_phase_checks_its_settings_before_it_launches_anything(tmp_path):
     config = ServerConfig.load("glm5-baseline")
-    with pytest.raises(TypeError, match="durations"):
+    with pytest.raises(ConfigError, match="did you mean duration") as e:
         measure_phase(config, tmp_path, "x", durations=5)
+    assert e.value.field == "durations"
     with pytest.raises(ConfigError) as e:
         measure_phase(config, tmp_path, "x", settings=SweepSettings(), input_len=32)
     assert e.value.field == "settings"
