@@ -840,16 +840,27 @@ def load_evidence(
     instead of raising, so a report of a half-finished run still covers what it has."""
     path = find_phase(Path(run_dir), phase)
     ev = Evidence(source=str(path))
+    _read_arguments(ev, path)
+    _read_metrics(ev, path / rundir.METRICS)
+    _read_tables(ev, path, partial)
+    try:
+        ev.environment = _read_environment(environment, path)
+    except DiagnosisError as exc:
+        if not partial:
+            raise
+        ev.skipped.append(str(exc))
+    if reference is not None:
+        resolved = resolve_config(reference)
+        ev.reference_args, ev.reference_label = resolved.args, resolved.label
+        ev.reference_startup = resolved.startup
+        if isinstance(reference, str) and reference in list_references():
+            ev.reference_label = f"the {reference} reference run"
+    return ev
 
-    def table(name: str, read: Any) -> pd.DataFrame | None:
-        try:
-            return read(path / name)
-        except (OSError, ValueError) as exc:  # pandas' parser and empty-data errors are ValueErrors
-            if not partial:
-                raise
-            ev.skipped.append(f"{name} unreadable: {exc}")
-            return None
 
+def _read_arguments(ev: Evidence, path: Path) -> None:
+    """The server log's tables and start-up facts, and the server arguments in the module's
+    precedence: the log's over ``config.json``'s over the flags of ``command.json``."""
     args: dict[str, Any] = {}
     if (path / rundir.CONFIG).is_file():
         try:
@@ -884,27 +895,47 @@ def load_evidence(
             named = str(command.get("engine") or "")
             ev.startup["engine"] = named if named in engines.names() else engines.COMMAND
     ev.server_args = args
-    metrics_path = path / rundir.METRICS
-    if metrics_path.is_file() and metrics_path.stat().st_size:
+
+
+def _read_metrics(ev: Evidence, metrics_path: Path) -> None:
+    """``/metrics`` scrapes: the gauges (the decode table where the log has none), the step token
+    counters, the preemption counter, and the engine their names belong to."""
+    if not (metrics_path.is_file() and metrics_path.stat().st_size):
+        return
+    try:
+        metrics = pd.read_csv(metrics_path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        ev.skipped.append(f"metrics.csv unreadable: {exc}")
+        metrics = pd.DataFrame()
+    ev.metrics = metrics
+    gauges = decode_from_metrics(metrics)
+    ev.step_tokens = step_tokens_from_metrics(metrics)
+    if ev.retractions is None or ev.retractions.empty:
+        preempted = preemptions_from_metrics(metrics)
+        if not preempted.empty:
+            ev.retractions = preempted  # vLLM V1 logs no line per preemption; its counter counts them
+    if not gauges.empty:
+        ev.gauges = gauges
+        if ev.decode is None or ev.decode.empty or "running_req" not in ev.decode:
+            ev.decode = gauges
+            ev.decode_source = "metrics"
+        if gauges.attrs.get("engine") and "engine" not in ev.startup:
+            ev.startup["engine"] = gauges.attrs["engine"]
+
+
+def _read_tables(ev: Evidence, path: Path, partial: bool) -> None:
+    """The sweep (and the phase before it), per-request records, GPU samples, server info and the
+    step profile; with ``partial`` an unreadable table is named in ``skipped`` instead of raising."""
+
+    def table(name: str, read: Any) -> pd.DataFrame | None:
         try:
-            metrics = pd.read_csv(metrics_path)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-            ev.skipped.append(f"metrics.csv unreadable: {exc}")
-            metrics = pd.DataFrame()
-        ev.metrics = metrics
-        gauges = decode_from_metrics(metrics)
-        ev.step_tokens = step_tokens_from_metrics(metrics)
-        if ev.retractions is None or ev.retractions.empty:
-            preempted = preemptions_from_metrics(metrics)
-            if not preempted.empty:
-                ev.retractions = preempted  # vLLM V1 logs no line per preemption; its counter counts them
-        if not gauges.empty:
-            ev.gauges = gauges
-            if ev.decode is None or ev.decode.empty or "running_req" not in ev.decode:
-                ev.decode = gauges
-                ev.decode_source = "metrics"
-            if gauges.attrs.get("engine") and "engine" not in ev.startup:
-                ev.startup["engine"] = gauges.attrs["engine"]
+            return read(path / name)
+        except (OSError, ValueError) as exc:  # pandas' parser and empty-data errors are ValueErrors
+            if not partial:
+                raise
+            ev.skipped.append(f"{name} unreadable: {exc}")
+            return None
+
     if (path / rundir.SWEEP).is_file():
         sweep = table(rundir.SWEEP, pd.read_csv)
         if sweep is not None:
@@ -928,18 +959,5 @@ def load_evidence(
             ev.step_profile = pd.read_csv(path / rundir.STEP_PROFILE)
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             ev.skipped.append(f"{rundir.STEP_PROFILE} unreadable: {exc}")
-    try:
-        ev.environment = _read_environment(environment, path)
-    except DiagnosisError as exc:
-        if not partial:
-            raise
-        ev.skipped.append(str(exc))
-    if reference is not None:
-        resolved = resolve_config(reference)
-        ev.reference_args, ev.reference_label = resolved.args, resolved.label
-        ev.reference_startup = resolved.startup
-        if isinstance(reference, str) and reference in list_references():
-            ev.reference_label = f"the {reference} reference run"
-    return ev
 
 
