@@ -251,7 +251,7 @@ def test_sglang_levers_use_the_release_own_field_names():
 
 def test_one_metrics_map_gives_the_telemetry_aliases_and_the_evidence_gauges():
     from glm5lib import levels
-    from glm5lib.diagnose import evidence
+    from glm5lib.diagnose import scrapes
 
     # the maps that used to be written out by hand in two modules, now both read off the adapters
     assert levels.METRIC_ALIASES == {
@@ -269,7 +269,7 @@ def test_one_metrics_map_gives_the_telemetry_aliases_and_the_evidence_gauges():
         "vllm:time_per_output_token_seconds": "sglang:inter_token_latency_seconds",
         "vllm:e2e_request_latency_seconds": "sglang:e2e_request_latency_seconds",
     }
-    assert evidence._GAUGES == {
+    assert scrapes._GAUGES == {
         "running_req": ("sglang:num_running_reqs", "vllm:num_requests_running"),
         "queue_req": ("sglang:num_queue_reqs", "vllm:num_requests_waiting"),
         "token_usage": ("sglang:token_usage", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc"),
