@@ -96,7 +96,7 @@ def test_real_vllm_scenario_leads_with_its_limit(vllm_installed, tmp_path, sc):
     run = tmp_path / sc.name
     measure_phase(config_for(sc), run, "baseline", backend="vllm", duration=10.0, warmup=1, progress=False,
                   gpu=False, api="completions", sweep_options={"token_ids": False}, ready_timeout=300.0,
-                  **sc.workload)
+                  cpus="split", **sc.workload)  # the engine on one core, the client on the other
     phase = run / "baseline"
     frame = dg.diagnose(phase)
     table = frame[["rule", "score", "finding", "evidence"]].to_string()
