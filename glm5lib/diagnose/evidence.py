@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib import engines, rundir
+from glm5lib.diagnose.linetime import running_quantile
 from glm5lib.diagnose.references import (
     _args_from_json_file,
     arg,
@@ -95,6 +96,9 @@ FINDING_COLUMNS = [
 # or holds a smaller batch steadily (its 10th percentile at least this share of its 90th: a limit
 # the cap does not show, such as the KV pool or a busy front end, holds it there).
 HELD_SHARE = 0.85
+# ... and spent no more than a quarter of its time below this share of it (cohorts that drain and refill;
+# a level's first and last lines, filling and draining, take up to a tenth)
+SWING_FLOOR = 0.7
 
 _DECODE_COLS = [
     "time",
@@ -192,6 +196,12 @@ class Evidence:
     # -- derived facts used by several rules --
     def arg(self, field: str) -> Any:
         return arg(self.server_args, field)
+
+    def running(self, lines: pd.DataFrame, q: float = 0.5) -> float:
+        """The running batch that ``q`` of the lines' time stayed at or below (weighted by the time
+        each line stands for where the engine logs every so many steps: :mod:`.linetime`)."""
+        per_steps = self.adapter().capabilities.decode_lines_per_steps
+        return running_quantile(lines, q, per_steps=per_steps)
 
     def active_decode(self) -> pd.DataFrame:
         """Decode rows with at least one running request, each level's from its densest source.
@@ -514,7 +524,7 @@ class Evidence:
                 row.update(
                     source="+".join(sources),
                     samples=len(lines),
-                    running_median=float(_col(lines, "running_req").median()),
+                    running_median=self.running(lines),
                     running_max=float(_col(lines, "running_req").max()),
                     queued_mean=float(_col(lines, "queue_req").mean()),
                     queued_max=float(_col(lines, "queue_req").max()),
@@ -539,8 +549,8 @@ class Evidence:
             return None, "no scheduler figures to judge the level by"
         cap = self.cap()[0]
         allowed = min(concurrency, int(cap)) if cap else concurrency
-        median, low, high = (float(running.quantile(q)) for q in (0.5, 0.1, 0.9))
-        if median >= HELD_SHARE * allowed:
+        median, low, high = (self.running(lines, q) for q in (0.5, 0.1, 0.9))
+        if median >= HELD_SHARE * allowed and self.running(lines, 0.25) >= SWING_FLOOR * allowed:
             return True, f"held {median:.0f} running of the {allowed} the load and the cap allow"
         if low >= HELD_SHARE * high:
             return True, (f"held {median:.0f} running steadily ({low:.0f}-{high:.0f}) below the {allowed} the load "

@@ -61,13 +61,17 @@ class ServingRole:
 
     ``patterns`` pick its processes out of a level's per-process CPU (``name[pid] 99%``);
     ``workers_field`` is the engine's field that sets how many processes share its work;
-    ``per_chunk`` says its work is per streamed chunk (a larger stream interval divides it)."""
+    ``per_chunk`` says its work is per streamed chunk (a larger stream interval divides it);
+    ``stream_growth`` is how much its work per token grows per doubling of the live streams beyond
+    those a phase ran (0: none known), with ``growth_source`` saying where that figure comes from."""
 
     name: str
     patterns: tuple[str, ...]
     workers_field: str | None = None
     per_chunk: bool = True
     description: str = ""
+    stream_growth: float = 0.0
+    growth_source: str = ""
 
     def matches(self, process: str) -> bool:
         return any(p in process for p in self.patterns)
@@ -117,6 +121,10 @@ class Capabilities:
     #: one scheduler step carries prefill chunks and decode tokens together under one token
     #: budget (vLLM); False: prefill runs in batches of its own (SGLang)
     mixed_steps: bool = False
+    #: its decode lines come every so many scheduler steps (SGLang's ``decode_log_interval``), not every
+    #: so many seconds, so a small batch writes more lines per second: a level's batch is read
+    #: weighted by the time each line stands for (:mod:`glm5lib.diagnose.linetime`)
+    decode_lines_per_steps: bool = False
     #: its decode lines say whether each step replayed a CUDA graph (SGLang's ``cuda graph:``)
     logs_graph_use: bool = False
     #: its word for sending running requests back to the queue when KV runs out

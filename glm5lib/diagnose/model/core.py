@@ -523,18 +523,18 @@ class PerfModel:
         thr, down, up = engine_tps, e_down, e_up
         front_tps = None
         gain = bounds.stream_interval / max(self.bounds.stream_interval, 1)
-        role = self.frontend.binding(bounds.workers, gain) if self.frontend else None
+        role = self.frontend.binding(bounds.workers, gain, batch) if self.frontend else None
         documented = []
         if role is not None:
             n = bounds.workers.get(role.name, role.workers)
-            front_tps = role.ceiling(n, gain)
+            front_tps = role.ceiling(n, gain, batch)
             f_down, f_up = role.band(batch, n)
             if n != role.workers or (gain != 1.0 and role.per_chunk):
                 documented.append(DOCUMENTED_SPREAD)
             if front_tps < engine_tps:
                 thr, by = front_tps, f"frontend:{role.name}"
                 down, up = f_down, f_up
-                sources.append(f"the {role.name} front end's ceiling: {role.describe()}")
+                sources.append(f"the {role.name} front end's ceiling: {role.describe(batch)}")
             # the lower end of either may bind
             low_e = engine_tps * (1 - e_down)
             low_f = front_tps * (1 - f_down)
@@ -585,15 +585,7 @@ class PerfModel:
         as_level = {"kind": "level", "concurrency": int(c), "changes": dict(changes)}
         if unseen:
             return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}", as_level
-        if by.startswith("frontend:"):
-            return (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
-                    "what this phase ran"), as_level
-        if missing is None and self.profile is not None and self.profile.covers(batch, eager):
-            lo, hi = self.seen["batch"]
-            return (f"{level}: the step profile covers batch {batch:g}, but what each request adds to a served "
-                    f"step was read at batches {lo:g}-{hi:g} only"), as_level
         graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
-        bench = self.benchmark_text([batch], wl, graphs_off=graphs_off)
         if missing == "eager":
             what = "what an eager step costs on this deployment (every step of this phase replayed a CUDA graph)"
         elif missing == "graphs":
@@ -601,6 +593,20 @@ class PerfModel:
         else:
             lo, hi = self.seen["batch"]
             what = f"the step at batch {batch:g} (this phase ran {lo:g}-{hi:g})"
+        if by.startswith("frontend:"):
+            # the level measures the front end and the engine together; the benchmark, the engine alone
+            text = (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
+                    "what this phase ran")
+            beyond = self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, eager))
+            bench = self.benchmark_text([batch], wl, graphs_off=graphs_off) if missing is not None or beyond else ""
+            if bench:
+                text += f"; nor is {what} in the evidence ({bench} measures the engine alone)"
+            return text, as_level
+        if missing is None and self.profile is not None and self.profile.covers(batch, eager):
+            lo, hi = self.seen["batch"]
+            return (f"{level}: the step profile covers batch {batch:g}, but what each request adds to a served "
+                    f"step was read at batches {lo:g}-{hi:g} only"), as_level
+        bench = self.benchmark_text([batch], wl, graphs_off=graphs_off)
         if not bench:
             return f"{what}: {level}", as_level
         return (f"{what}: {bench}, or {level}",

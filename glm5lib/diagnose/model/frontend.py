@@ -17,11 +17,16 @@ own design (each process serves its share on its own core); a stream interval of
 divides a per-chunk role's work by ``k`` (the engine sends and the front end writes one chunk per
 ``k`` tokens), which no level has measured, so its forecast says so.
 
-What a capped phase cannot show: the per-token cost at more running streams than it ran. The
-band of a ceiling reached at a batch beyond the phase's reaches down as if that cost grew by
-:data:`BEYOND_PER_DOUBLING` per doubling (more live streams cost the serving process more, never
-less; on the H200 its per-token CPU rose about a third from 64 to 256 running). And one launch's
-reading carries :data:`LAUNCH_SPREAD`.
+What a capped phase cannot show: the per-token cost at more running streams than it ran. Where the
+engine's serving role states how that cost grows (``ServingRole.stream_growth``, per doubling of the
+streams, with its source: SGLang's tokenizer manager took about 12% more per token per doubling from
+64 to 1,024 running on an H100 and an H200), the ceiling at a larger batch is read with that growth and
+its band spans :data:`GROWTH_SPREAD` either side of it per doubling; where it does not, the point
+assumes none and the band reaches down as if the cost grew by :data:`BEYOND_PER_DOUBLING` per
+doubling (more live streams cost the serving process more, never less). On the H100 the capped
+baseline's line (4.97% of a core per 1,000 tok/s at 64 running) read flat put the ceiling at 17.8 k
+tok/s where 13.6 k (256 running) and 11.0 k (1,024) were measured; with the growth, 14.1 k and 11.3 k.
+And one launch's reading carries :data:`LAUNCH_SPREAD`.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ BUSY_PCT = 90.0
 # ceiling's band reaches down by it): on the H200 SGLang's serving process took at least a third
 # more per token at 256 running than at 64; vLLM's API server on CPU took no more at 64 than at 16.
 BEYOND_PER_DOUBLING = 0.15
+# A role's stated growth per doubling is known to within this (H100: +9% and +11%; H200: about +15%).
+GROWTH_SPREAD = 0.06
 # ... and per doubling of the load the line is extrapolated to, beyond the busiest level.
 EXTRAPOLATION_PER_DOUBLING = 0.05
 # A front end's CPU per token moves from launch to launch of one configuration more than the engine's
@@ -68,28 +75,48 @@ class RoleFit:
     busiest_pct: float  # the highest share of its cores any level used
     running_seen: float  # the largest batch among the levels it was fitted on
     workers_field: str | None = None
+    stream_growth: float = 0.0  # per-token cost's growth per doubling of the streams (the role's own figure)
+    growth_source: str = ""
 
-    def ceiling(self, workers: int | None = None, chunk_gain: float = 1.0) -> float:
-        """Received tok/s at which its processes reach one core each."""
+    def _doublings(self, running: float | None) -> float:
+        if not running:
+            return 0.0
+        return max(math.log2(max(running / max(self.running_seen, 1.0), 1.0)), 0.0)
+
+    def ceiling(self, workers: int | None = None, chunk_gain: float = 1.0, running: float | None = None) -> float:
+        """Received tok/s at which its processes reach one core each, at ``running`` streams (the
+        per-token cost grown by the role's stated growth beyond the batches the phase ran)."""
         n = workers or self.workers
         if self.per_token_pct <= 0:
             return math.inf
-        return max(100.0 * n - self.idle_pct, 1.0) / self.per_token_pct * (chunk_gain if self.per_chunk else 1.0)
+        per = self.per_token_pct * (1.0 + self.stream_growth) ** self._doublings(running)
+        return max(100.0 * n - self.idle_pct, 1.0) / per * (chunk_gain if self.per_chunk else 1.0)
 
     def band(self, running: float, workers: int | None = None) -> tuple[float, float]:
         """Relative (down, up) spread of :meth:`ceiling` at a batch of ``running``."""
         reach = 100.0 / max(self.busiest_pct, 1e-9)
         fit = self.fit_error + EXTRAPOLATION_PER_DOUBLING * max(math.log2(max(reach, 1.0)), 0.0)
         spread = math.hypot(fit, LAUNCH_SPREAD)
-        # more streams than the phase ran can only cost more per token: the ceiling divided by that
-        doublings = max(math.log2(max(running / max(self.running_seen, 1.0), 1.0)), 0.0)
-        down = 1.0 - 1.0 / ((1.0 + spread) * (1.0 + BEYOND_PER_DOUBLING * doublings))
-        return min(down, 0.9), spread
+        # more streams than the phase ran cost more per token: by the role's stated growth give or take
+        # GROWTH_SPREAD, or (none stated) by anything from nothing to BEYOND_PER_DOUBLING per doubling
+        d = self._doublings(running)
+        g = self.stream_growth
+        g_hi = max(g + GROWTH_SPREAD, BEYOND_PER_DOUBLING) if g > 0 else BEYOND_PER_DOUBLING
+        g_lo = max(g - GROWTH_SPREAD, 0.0)
+        down = 1.0 - ((1.0 + g) / (1.0 + g_hi)) ** d / (1.0 + spread)
+        up = (1.0 + spread) * ((1.0 + g) / (1.0 + g_lo)) ** d - 1.0
+        return min(down, 0.9), up
 
-    def describe(self) -> str:
-        return (f"{self.name}: {self.idle_pct:.0f}% of a core idle + {self.per_token_pct * 1000:.2f}% per 1,000 tok/s "
+    def describe(self, running: float | None = None) -> str:
+        text = (f"{self.name}: {self.idle_pct:.0f}% of a core idle + {self.per_token_pct * 1000:.2f}% per 1,000 tok/s "
                 f"received ({self.levels} levels, error {self.fit_error:.0%}), {self.workers} process"
                 f"{'es' if self.workers != 1 else ''}: ceiling {self.ceiling():,.0f} tok/s")
+        d = self._doublings(running)
+        if d > 0 and self.stream_growth > 0:
+            text += (f", {self.ceiling(running=running):,.0f} at {running:,.0f} streams (its per-token cost "
+                     f"+{self.stream_growth:.0%} per doubling beyond the {self.running_seen:,.0f} it ran: "
+                     f"{self.growth_source})")
+        return text
 
 
 @dataclasses.dataclass
@@ -101,13 +128,14 @@ class FrontEnd:
     def __bool__(self) -> bool:
         return bool(self.roles)
 
-    def binding(self, workers: dict[str, int] | None = None, chunk_gain: float = 1.0) -> RoleFit | None:
-        """The role with the lowest ceiling under ``workers`` (role -> processes) and a stream
-        interval ``chunk_gain`` times the phase's."""
+    def binding(self, workers: dict[str, int] | None = None, chunk_gain: float = 1.0,
+                running: float | None = None) -> RoleFit | None:
+        """The role with the lowest ceiling under ``workers`` (role -> processes), a stream
+        interval ``chunk_gain`` times the phase's and ``running`` streams."""
         if not self.roles:
             return None
         workers = workers or {}
-        return min(self.roles, key=lambda r: r.ceiling(workers.get(r.name), chunk_gain))
+        return min(self.roles, key=lambda r: r.ceiling(workers.get(r.name), chunk_gain, running))
 
     def describe(self) -> str:
         return "; ".join(r.describe() for r in self.roles)
@@ -146,5 +174,7 @@ def fit_frontend(points: Sequence[Any], roles: Sequence[Any], workers: dict[str,
             name=role.name, idle_pct=idle, per_token_pct=per, workers=n, per_chunk=bool(role.per_chunk),
             fit_error=float(err), levels=len(rows), busiest_pct=max(pct) / n,
             running_seen=max(r[2] for r in rows), workers_field=role.workers_field,
+            stream_growth=float(getattr(role, "stream_growth", 0.0) or 0.0),
+            growth_source=str(getattr(role, "growth_source", "") or ""),
         ))
     return FrontEnd(fits)

@@ -131,7 +131,7 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
             r = pd.to_numeric(lines["running_req"], errors="coerce").dropna()
             q = pd.to_numeric(lines["queue_req"], errors="coerce").dropna() if "queue_req" in lines else r.iloc[0:0]
             if len(r) and len(q) and float(q.median()) > 0:
-                running = float(min(max(r.median(), 1.0), c))
+                running = float(min(max(ev.running(lines), 1.0), c))
         if budget and inp + out > 0:
             # no more requests decode per step than the token budget feeds with prompts (the log
             # counts those still waiting for their prompt's chunks as running too)

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.diagnose.evidence import Evidence, Prediction, _col, _num, _pct
+from glm5lib.diagnose.evidence import Evidence, Prediction, _num, _pct
 from glm5lib.diagnose.model.core import Forecast, PerfModel, RequestShape, _levels
 from glm5lib.errors import ConfigError, DiagnosisError
 
@@ -100,7 +100,7 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str,
     measured = float(pd.to_numeric(top["output_throughput"], errors="coerce"))
     levels = ev.level_decode()
     lines = levels[0][1] if levels else ev.active_decode()
-    batch_now = int(_col(lines, "running_req").median()) if len(lines) else 0
+    batch_now = int(ev.running(lines)) if len(lines) else 0
     asked = dict(changes or {})
     if cap_after is not None or not asked:
         asked.setdefault("running_cap", int(cap_after) if cap_after else max(offered, 1))

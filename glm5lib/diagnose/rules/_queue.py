@@ -33,11 +33,11 @@ def queued_below_limit(ev: Evidence, no_decode: str) -> tuple[float | None, pd.D
     if ev.active_decode().empty:
         ev.skipped.append(no_decode)
         return None
-    for conc, lines, cap, limit, running in levels_with_limit(ev):
+    for conc, lines, cap, limit, _running in levels_with_limit(ev):
         queued = _col(lines, "queue_req").fillna(0) > 0
         usage = _col(lines, "token_usage")
         if (
-            float(running.median()) < 0.9 * limit - 1
+            ev.running(lines) < 0.9 * limit - 1
             and float(queued.mean()) >= 0.3
             and not float(usage.max()) >= KV_FULL
         ):

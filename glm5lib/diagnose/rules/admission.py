@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from glm5lib.diagnose.evidence import (
@@ -37,6 +35,7 @@ from glm5lib.diagnose.evidence import (
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.model.queries import model_of
+from glm5lib.diagnose.rules._frontend import frontend_at
 from glm5lib.diagnose.rules._queue import KV_FULL, queued_below_limit
 
 __all__ = [
@@ -104,7 +103,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
     if n_full >= 3 and share >= 0.5:
         return []  # every prefill batch is full: the prefill budget rule explains it
     conc, lines, cap = held
-    running = float(_col(lines, "running_req").median())
+    running = ev.running(lines)
     queue = float(_col(lines, "queue_req").fillna(0).mean())
     usage = float(_col(lines, "token_usage").mean())
     c = _conservativeness(ev)
@@ -275,31 +274,16 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
 
 def rule_underfed(ev: Evidence) -> list[Finding]:
     """The batch stays below the offered load with nothing queued: requests are not reaching the
-    scheduler (the load generator, the HTTP front end or the tokenizer is the limit)."""
+    scheduler (the load generator, the HTTP front end or the tokenizer is the limit); or the batch
+    is full but the serving process, busy on its core, streams less than the engine generates."""
     levels = [(c, lines) for c, lines in ev.level_decode() if c]
     if not levels:
         ev.skipped.append("underfed: needs decode lines inside sweep levels")
         return []
-    cap, _ = ev.cap()
-    s = ev.sweep_sorted()
-    hits = []
-    busy_frontend = []
-    for conc, lines in levels:
-        if conc < 4:
-            continue
-        running = float(_col(lines, "running_req").median())
-        queue = float(_col(lines, "queue_req").fillna(0).median())
-        usage = float(_col(lines, "token_usage").max())
-        limit = min(c for c in (cap, conc) if c)
-        if queue != 0 or usage >= KV_FULL:
-            continue
-        front = _frontend_at(s, conc, lines, ev.adapter().capabilities.serving_roles)
-        if running < 0.75 * limit or (front is not None and running < 0.95 * limit):
-            hits.append((conc, running, limit))
-            if front is not None:
-                busy_frontend.append((conc, *front))
-    if not hits:
+    hits, busy_frontend = _underfed_levels(ev, levels)
+    if not hits and not busy_frontend:
         return []
+    s = ev.sweep_sorted()
     client = s[_bool_col(s, "client_bound")] if not s.empty and "client_bound" in s else s.iloc[0:0]
     if "client_cpu_pct" in client:
         # a starved client (below half a core) is a caveat on latency, not the reason for the batch
@@ -309,8 +293,9 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
         for c, r, _ in hits[:4]
     )
     for conc, who, pct, made, got in busy_frontend[:2]:
-        text += (f"; at concurrency {int(conc)} the server's serving process ({who}) used {pct:.0f}% of its one core "
-                 f"while its decode lines generated {made:,.0f} tok/s and the client received {got:,.0f}")
+        text += ("; " if text else "") + (
+            f"at concurrency {int(conc)} the server's serving process ({who}) used {pct:.0f}% of its one core "
+            f"while its decode lines generated {made:,.0f} tok/s and the client received {got:,.0f}")
     if len(client):
         text += f"; the load generator flagged {len(client)} level(s) as client-bound"
         confidence = 0.8
@@ -329,9 +314,12 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
             prediction = max(remedies, key=lambda p: (p.given, p.throughput))
     if prediction is None:
         prediction = predict_remedy(ev, ev.cap()[0], "with the offered load reaching the scheduler")
+    finding = ("the server was fed less than the offered load: requests did not reach the scheduler" if hits else
+               "the serving front end streamed less than the engine generated: the batch was full, the serving "
+               "process busy on its core")
     return [
         Finding(
-            finding="the server was fed less than the offered load: requests did not reach the scheduler",
+            finding=finding,
             evidence=text,
             suggestion=suggestion,
             confidence=confidence,
@@ -341,6 +329,29 @@ def rule_underfed(ev: Evidence) -> list[Finding]:
             covers=("stream_interval", "frontend_workers"),
         )
     ]
+
+
+def _underfed_levels(ev: Evidence, levels: list[tuple[float, pd.DataFrame]]) -> tuple[list[Any], list[Any]]:
+    """``(hits, busy_frontend)``: the levels whose batch stayed short of the load with nothing queued
+    ``(conc, running, limit)``, and those where the serving process was busy and the client received
+    well under what the engine generated ``(conc, process, pct, made, got)``, full batch or not."""
+    cap, _ = ev.cap()
+    hits, busy_frontend = [], []
+    for conc, lines in levels:
+        if conc < 4:
+            continue
+        running = ev.running(lines)
+        queue = float(_col(lines, "queue_req").fillna(0).median())
+        usage = float(_col(lines, "token_usage").max())
+        limit = min(c for c in (cap, conc) if c)
+        if queue != 0 or usage >= KV_FULL:
+            continue
+        front = frontend_at(ev, conc, lines)
+        if running < 0.75 * limit or (front is not None and running < 0.95 * limit):
+            hits.append((conc, running, limit))
+        if front is not None:
+            busy_frontend.append((conc, *front))
+    return hits, busy_frontend
 
 
 # what the front-end remedies are forecast at: twice the processes, and chunks of this many tokens
@@ -367,44 +378,6 @@ def _frontend_remedies(ev: Evidence) -> list[Any]:
         if p is not None:
             out.append(p)
     return out
-
-
-_FRONTEND_BUSY_PCT = 90.0
-# the engine made tokens this much faster than the client received them
-_FRONTEND_GAP = 1.25
-_PROCESS_RE = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
-
-
-def _frontend_at(s: pd.DataFrame, conc: float, lines: pd.DataFrame,
-                 roles: Sequence[Any] = ()) -> tuple[str, float, float, float] | None:
-    """``(process, % of a core, decode lines' tok/s, client tok/s)`` where a level's serving process
-    (one that parses, tokenizes and streams: the engine adapter's first serving role, not the
-    scheduler, which polls a core whether busy or not) was busy on its core and the engine generated
-    tokens faster than they reached the client."""
-    if s.empty or "other_processes" not in s or "gen_throughput" not in lines or not roles:
-        return None
-    row = s[_col(s, "concurrency") == conc]
-    if row.empty:
-        return None
-    row = row.iloc[0]
-    best = None
-    for part in str(row.get("other_processes") or "").split("; "):
-        m = _PROCESS_RE.match(part.strip())
-        if m is None:
-            continue
-        who = m.group("who")
-        if not roles[0].matches(who):
-            continue
-        pct = float(m.group("pct"))
-        if best is None or pct > best[1]:
-            best = (who, pct)
-    if best is None or best[1] < _FRONTEND_BUSY_PCT:
-        return None
-    made = float(_col(lines, "gen_throughput").median())
-    got = float(row.get("output_throughput", np.nan))
-    if not (np.isfinite(made) and np.isfinite(got) and got > 0 and made >= _FRONTEND_GAP * got):
-        return None
-    return best[0], best[1], made, got
 
 
 _DP_RE = re.compile(r"DP(\d+)")

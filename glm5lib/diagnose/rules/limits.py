@@ -89,7 +89,7 @@ def rule_token_budget(ev: Evidence) -> list[Finding]:
         ev.skipped.append("token_budget: prompt or output tokens per request unknown")
         return []
     limit = min(c for c in (cap, conc) if c)
-    running = float(_col(lines, "running_req").median())
+    running = ev.running(lines)
     peak = float(_col(lines, "running_req").max())
     queue = _col(lines, "queue_req").fillna(0)
     usage = _col(lines, "token_usage")
@@ -167,7 +167,7 @@ def rule_load_bound(ev: Evidence) -> list[Finding]:
     usage = _col(lines, "token_usage")
     if cap and cap <= conc:
         return []  # the cap is at or below the load: the cap rule's question
-    med, peak = float(running.median()), float(running.max())
+    med, peak = ev.running(lines), float(running.max())
     if not (peak >= conc - max(1, 0.05 * conc) and med >= 0.75 * conc):
         return []
     # a closed loop's replacements queue for a step or two as requests end: only a standing queue counts

@@ -10,6 +10,7 @@ import pandas as pd
 from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, _pct
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.diagnose.model.queries import model_of
+from glm5lib.diagnose.rules._frontend import frontend_at
 from glm5lib.diagnose.rules._queue import levels_with_limit
 from glm5lib.errors import ConfigError
 from glm5lib.levels import level_windows
@@ -66,8 +67,16 @@ def rule_saturation(ev: Evidence) -> list[Finding]:
         "all-reduce and scheduling"
     )
     eager_top = _eager_at_top(ev)
+    front_top = _frontend_at_top(ev)
     model = model_of(ev) if not d.empty else None
-    if eager_top is not None:
+    if front_top is not None:
+        # the engine generated more than the client received while the serving process was busy:
+        # the front end holds throughput, and the underfed finding says so; the kernels are not it
+        parts.append(front_top)
+        suggestion = ("the serving front end streamed less than the engine generated at the highest load: take work "
+                      "off it first (the underfed finding: more tokenizer processes, larger stream chunks), then "
+                      "judge the decode step; " + suggestion.split(": ", 1)[1])
+    elif eager_top is not None:
         # the steps at the top ran eagerly above the graph ceiling: the kernels are not what limits
         # them, and the cuda_graph finding says what does
         parts.append(eager_top)
@@ -155,14 +164,28 @@ def _eager_at_top(ev: Evidence) -> str | None:
             f"(running requests median {_num(float(_col(lines, 'running_req').median()))})")
 
 
+def _frontend_at_top(ev: Evidence) -> str | None:
+    """What says the serving front end held the highest level with decode lines, or None."""
+    levels = [(c, lines) for c, lines in ev.level_decode() if c]
+    if not levels:
+        return None
+    conc, lines = levels[0]
+    front = frontend_at(ev, conc, lines)
+    if front is None:
+        return None
+    who, pct, made, got = front
+    return (f"at concurrency {int(conc)} the decode lines generated {_num(made)} tok/s while the client received "
+            f"{_num(got)}, the serving process ({who}) at {pct:.0f}% of its one core")
+
+
 def _admission_held(ev: Evidence) -> bool:
-    for _, lines, _, limit, running in levels_with_limit(ev):
+    for _, lines, _, limit, _running in levels_with_limit(ev):
         queue = _col(lines, "queue_req").fillna(0)
         # a queue as large as half the batch, most of the time: admission, not the step, holds it
         if (
-            float(running.median()) < 0.9 * limit - 1
+            ev.running(lines) < 0.9 * limit - 1
             and float((queue > 0).mean()) >= 0.3
-            and float(queue.mean()) >= 0.5 * float(running.median())
+            and float(queue.mean()) >= 0.5 * ev.running(lines)
         ):
             return True
     return False

@@ -41,7 +41,11 @@ __all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "SERVING_ROLES", "la
 #: 0.5.12 on); both handle every streamed chunk (``--stream-interval`` tokens each)
 SERVING_ROLES = (
     ServingRole("tokenizer", ("sglang.launch_server", "sglang serve", "sglang::tokenizer", "sglang::http"),
-                workers_field="tokenizer_worker_num", description="HTTP server and tokenizer manager"),
+                workers_field="tokenizer_worker_num", description="HTTP server and tokenizer manager",
+                stream_growth=0.12,
+                growth_source="SGLang 0.5.16's serving process per token: flat from 1 to 64 streams, then +9% and "
+                              "+11% per doubling to 256 and 1,024 on an H100, about +15% to 256 on an H200 "
+                              "(data/examples/h100-sglang-next, h200-sglang)"),
     ServingRole("detokenizer", ("sglang::detokenizer",), workers_field="detokenizer_worker_num",
                 description="detokenizer manager"),
 )
@@ -57,6 +61,7 @@ CAPABILITIES = Capabilities(
     reserves_future_tokens=True,
     logs_prefill_lines=True,
     logs_decode_lines=True,
+    decode_lines_per_steps=True,
     token_budget_field="chunked_prefill_size",
     running_cap_field="max_running_requests",
     kv_fraction_field="mem_fraction_static",

@@ -67,3 +67,22 @@ def test_crash_rule_ignores_the_shutdown(tmp_path):
     (phase / "server.log").write_text(REAL.read_text())
     ev = load_evidence(phase)
     assert [f for f in rule_crashes(ev) if f.rule.startswith("crash:")] == []
+
+
+GRAPH_1024 = FIXTURES / "sglang-0.5.16-h100-graph1024.log"
+
+
+def test_a_graph_ceiling_raised_to_the_cap_is_read_and_every_step_replays_a_graph():
+    """0.5.16 on an H100 with --cuda-graph-max-bs 1024: 68 decode sizes captured (every 32 above 512),
+    the level's batch of 1,023 replayed graphs; the straggler's lines come every 0.1 s, the full
+    batch's every second (the log is paced by steps, not by time)."""
+    from glm5lib.diagnose.linetime import running_quantile
+
+    slog = logs.parse_log(GRAPH_1024)
+    sizes = slog.startup["cuda_graph_batch_sizes"]
+    assert len(sizes) == 68 and max(sizes) == 1024 and sizes[-3:] == [960, 992, 1024]
+    assert slog.startup["max_running_requests"] == 1024
+    d = slog.decode
+    assert set(d["cuda_graph"]) == {True} and int(d["running_req"].max()) == 1023
+    assert float(d["running_req"].median()) < 1000  # half the lines are the straggler's
+    assert running_quantile(d, 0.5, per_steps=True) == 1023

@@ -1,0 +1,59 @@
+"""The serving front end as the limit: the process that parses, tokenizes and streams, busy on its
+one core while the engine generates tokens faster than they reach the client. Read by the
+``underfed`` rule (its finding) and by ``saturation`` (which then does not blame the kernels)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.diagnose.evidence import Evidence, _col
+
+__all__ = ["frontend_at"]
+
+# the serving process's share of its one core from which it counts as busy
+_FRONTEND_BUSY_PCT = 90.0
+# the engine made tokens this much faster than the client received them
+_FRONTEND_GAP = 1.25
+_PROCESS_RE = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
+
+
+def frontend_at(ev: Evidence, conc: float, lines: pd.DataFrame) -> tuple[str, float, float, float] | None:
+    """``(process, % of a core, decode lines' tok/s, client tok/s)`` where a level's serving process
+    (one that parses, tokenizes and streams: the engine adapter's first serving role, not the
+    scheduler, which polls a core whether busy or not) was busy on its core and the engine generated
+    tokens faster than they reached the client (its decode lines' rate at the level's fullest batch)."""
+    s = ev.sweep_sorted()
+    roles: Sequence[Any] = ev.adapter().capabilities.serving_roles
+    if s.empty or "other_processes" not in s or "gen_throughput" not in lines or not roles:
+        return None
+    row = s[_col(s, "concurrency") == conc]
+    if row.empty:
+        return None
+    row = row.iloc[0]
+    best = None
+    for part in str(row.get("other_processes") or "").split("; "):
+        m = _PROCESS_RE.match(part.strip())
+        if m is None:
+            continue
+        who = m.group("who")
+        if not roles[0].matches(who):
+            continue
+        pct = float(m.group("pct"))
+        if best is None or pct > best[1]:
+            best = (who, pct)
+    if best is None or best[1] < _FRONTEND_BUSY_PCT:
+        return None
+    # the engine's rate while its batch was full: what it could generate when fed (over the whole
+    # level it also idles while the front end is late to bring new requests)
+    running = _col(lines, "running_req")
+    full = lines[running >= 0.9 * float(running.max())] if running.notna().any() else lines
+    made = float(_col(full, "gen_throughput").median())
+    got = float(row.get("output_throughput", np.nan))
+    if not (np.isfinite(made) and np.isfinite(got) and got > 0 and made >= _FRONTEND_GAP * got):
+        return None
+    return best[0], best[1], made, got
