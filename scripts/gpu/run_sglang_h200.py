@@ -62,8 +62,8 @@ class OutOfTime(Exception):
 def capped_config(model: str, cap: int, mem: float, tp: int = 1) -> dict:
     return {
         "format": "glm5lib.server_config/1",
-        "name": "qwen3-moe-h200-capped",
-        "description": f"A random-weight Qwen3-MoE on one H200, running cap {cap} (the seed's cap)",
+        "name": "qwen3-moe-1gpu-capped",
+        "description": f"A random-weight Qwen3-MoE on one GPU (whichever the host has: environment.json names it), running cap {cap} (the seed's cap)",
         "source": "scripts/gpu/run_sglang_h200.py",
         "server_args": {
             "model_path": model, "tp_size": tp, "max_running_requests": cap, "load_format": "dummy",

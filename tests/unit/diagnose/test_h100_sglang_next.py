@@ -38,7 +38,7 @@ def test_each_level_of_the_fix_held_its_batch_by_time_not_by_lines():
     table = ev.level_table().set_index("concurrency")
     assert table.loc[1024, "running_median"] == 1023
     assert table["batch_held"].all(), table["held_note"].tolist()
-    [(conc, lines)] = [(c, lines) for c, lines in ev.level_decode() if c == 1024]
+    [lines] = [lines for c, lines in ev.level_decode() if c == 1024]
     assert float(lines["running_req"].median()) < 10  # what the lines alone said
 
 
