@@ -85,6 +85,7 @@ SWEEP_COLUMNS = [
     "host_cpu_pct",
     "others_cpu_pct",
     "other_processes",
+    "server_cpus",
 ]
 
 #: A steady window shorter than this share of its level (and than :data:`MIN_WINDOW_S`), or one

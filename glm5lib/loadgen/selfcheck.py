@@ -48,13 +48,18 @@ LOOP_LAG_BOUND_MS = 25.0
 # Other processes named per level: the largest users of CPU, down to this share of a core.
 _OTHERS_LISTED = 5
 _OTHERS_MIN_PCT = 1.0
+# The processes whose cores ``server_cpus`` counts: those that used this much of a core (the engine's,
+# not a shell or a notebook runner that woke now and then)
+_BUSY_PROCESS_PCT = 10.0
 
 #: The sweep.csv columns :meth:`LevelSelfCheck.finish` adds beside ``client_cpu_pct`` and
 #: ``loop_lag_p99_ms``: loop lag p50 and max (ms), the host's logical cores and busy share (%,
 #: of all cores), the other processes' CPU (% of one core, summed) and the largest of them
 #: (``"python[812] -m vllm.entrypoints.openai.api_server 183%; name[pid] 12%"``, shares of one core).
+#: ``server_cpus`` is how many cores the busiest of them (10% of a core or more) may run on (the union
+#: of their CPU affinities: the host's count unless a layout such as ``GLM5_CPUS=split`` confined them).
 SELFCHECK_COLUMNS = ["loop_lag_p50_ms", "loop_lag_max_ms", "host_cpus", "host_cpu_pct", "others_cpu_pct",
-                     "other_processes"]
+                     "other_processes", "server_cpus"]
 
 
 def client_limited(cpu_pct: float, loop_lag_p99_ms: float, median_itl_ms: float,
@@ -166,6 +171,18 @@ def _cpu_by_process(me: int) -> dict[int, tuple[str, float]]:
     return out
 
 
+def _cores_of(pids: list[int]) -> int:
+    """How many cores the processes ``pids`` may run on between them (their affinities' union); 0
+    where none can be read."""
+    cores: set[int] = set()
+    for pid in pids:
+        try:
+            cores.update(psutil.Process(pid).cpu_affinity())
+        except (psutil.Error, AttributeError, OSError):  # gone, not ours, or a platform without affinity
+            continue
+    return len(cores)
+
+
 def _what(who: str) -> str:
     """``name[pid]``, with the module a Python process runs (``python[812] -m vllm.entrypoints...``)."""
     try:
@@ -203,11 +220,14 @@ class LevelSelfCheck:
                                                  + (getattr(host1, "iowait", 0.0) - getattr(self._host0, "iowait", 0.0)))
         total = sum(host1) - sum(self._host0)
         others: list[tuple[float, str]] = []
+        busy_pids: list[int] = []
         for pid, (name, seconds) in _cpu_by_process(self.proc.pid).items():
             before = self._others0.get(pid)
             used = seconds - (before[1] if before is not None else 0.0)
             if used > 0:
                 others.append((100.0 * used / wall, f"{name}[{pid}]"))
+                if 100.0 * used / wall >= _BUSY_PROCESS_PCT:
+                    busy_pids.append(pid)
         others.sort(reverse=True)
         listed = [f"{_what(who)} {pct:.0f}%" for pct, who in others[:_OTHERS_LISTED] if pct >= _OTHERS_MIN_PCT]
         lags = np.frombuffer(self.lags) * 1000.0 if len(self.lags) else np.empty(0)
@@ -220,4 +240,5 @@ class LevelSelfCheck:
             "host_cpu_pct": 100.0 * busy / total if total > 0 else float("nan"),
             "others_cpu_pct": float(sum(pct for pct, _ in others)),
             "other_processes": "; ".join(listed),
+            "server_cpus": _cores_of(busy_pids),
         }

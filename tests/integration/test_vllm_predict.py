@@ -75,7 +75,16 @@ def test_a_capped_baseline_forecasts_a_gain_at_the_raised_caps_top_level_and_rec
     assert model.engine == "vllm" and model.bounds.running_cap == CAP
     # the batch the fit reads is the requests the engine may hold, not the log's sparse snapshots
     assert [round(p.running) for p in model.levels] == [2, 4, 8, 16]
-    assert f.given and f.running == 64 and f.binding_limit == "load", model.describe()
+    assert f.running == 64 and f.binding_limit == "load", model.describe()
+    # Given, or withheld for the one reason the profile cannot settle: vLLM's API server and its
+    # engine took turns on the server's one core at every level (server_cpus 1, 100% used), and how
+    # the front end's growing work contends with a step of 64 is not in the evidence (a local run
+    # measured the served step at 64 at 2x the offline one, where 2-16 had read 1.1-1.2x: +67% off)
+    if model.shares_cores:
+        assert not f.given and f.measurement == {"kind": "level", "concurrency": 64, "changes": RAISED}, f.needs
+        assert "shared every core" in f.needs and any("takes turns with the step" in s for s in f.sources)
+    else:
+        assert f.given, (model.describe(), f.needs)
     forecast = prediction.write_forecast(tmp_path, [f], RAISED)
 
     phase.measure_phase(config.with_changes(**RAISED), tmp_path, "fix", backend="vllm", ready_timeout=600,
@@ -101,8 +110,11 @@ def test_a_capped_baseline_forecasts_a_gain_at_the_raised_caps_top_level_and_rec
     # drift itself is known only as well as 8 and 16 agree on it (a CI run read 0.95x as their
     # median while 64 measured 0.5% above the band's top)
     assert top["drift"] > 0, table
-    spread = control_spread(tmp_path, frame.attrs["drift_levels"])
-    assert held_net_of_some_drift(top, spread), (model.describe(), table, f"control spread {spread:.1%}")
+    if f.given:
+        spread = control_spread(tmp_path, frame.attrs["drift_levels"])
+        assert held_net_of_some_drift(top, spread), (model.describe(), table, f"control spread {spread:.1%}")
+    else:  # the level it named was the one measured: the record says so beside the figure
+        assert not bool(top["given"]) and "one level at concurrency 64" in str(top["needs"]), table
     # the client kept its core: its event loop lagged by milliseconds (3-6 ms pinned), not by the
     # 0.4-2.5 s it lagged when vLLM's scheduler polled its core
     for name in ("baseline", "fix"):

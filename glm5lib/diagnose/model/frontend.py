@@ -77,6 +77,9 @@ class RoleFit:
     workers_field: str | None = None
     stream_growth: float = 0.0  # per-token cost's growth per doubling of the streams (the role's own figure)
     growth_source: str = ""
+    # its processes shared every core the server may use with the engine at every level: no core of
+    # its own to fill, so no ceiling; its work shows in the engine's step instead
+    shares_cores: bool = False
 
     def _doublings(self, running: float | None) -> float:
         if not running:
@@ -87,7 +90,7 @@ class RoleFit:
         """Received tok/s at which its processes reach one core each, at ``running`` streams (the
         per-token cost grown by the role's stated growth beyond the batches the phase ran)."""
         n = workers or self.workers
-        if self.per_token_pct <= 0:
+        if self.per_token_pct <= 0 or self.shares_cores:
             return math.inf
         per = self.per_token_pct * (1.0 + self.stream_growth) ** self._doublings(running)
         return max(100.0 * n - self.idle_pct, 1.0) / per * (chunk_gain if self.per_chunk else 1.0)
@@ -110,7 +113,10 @@ class RoleFit:
     def describe(self, running: float | None = None) -> str:
         text = (f"{self.name}: {self.idle_pct:.0f}% of a core idle + {self.per_token_pct * 1000:.2f}% per 1,000 tok/s "
                 f"received ({self.levels} levels, error {self.fit_error:.0%}), {self.workers} process"
-                f"{'es' if self.workers != 1 else ''}: ceiling {self.ceiling():,.0f} tok/s")
+                f"{'es' if self.workers != 1 else ''}: ")
+        if self.shares_cores:
+            return text + "no ceiling of its own (it shared the server's every core with the engine at every level)"
+        text += f"ceiling {self.ceiling():,.0f} tok/s"
         d = self._doublings(running)
         if d > 0 and self.stream_growth > 0:
             text += (f", {self.ceiling(running=running):,.0f} at {running:,.0f} streams (its per-token cost "
@@ -155,8 +161,8 @@ def fit_frontend(points: Sequence[Any], roles: Sequence[Any], workers: dict[str,
     level are left out (the processes shared cores, so none had a ceiling of its own)."""
     fits = []
     for role in roles:
-        rows = [(p.throughput, p.frontend[role.name], p.running) for p in points
-                if role.name in p.frontend and p.throughput > 0 and not p.host_busy]
+        used = [p for p in points if role.name in p.frontend and p.throughput > 0 and not p.host_busy]
+        rows = [(p.throughput, p.frontend[role.name], p.running) for p in used]
         rows = [r for r in rows if r[1] >= MIN_PCT] or []
         if not rows:
             continue
@@ -175,6 +181,7 @@ def fit_frontend(points: Sequence[Any], roles: Sequence[Any], workers: dict[str,
             fit_error=float(err), levels=len(rows), busiest_pct=max(pct) / n,
             running_seen=max(r[2] for r in rows), workers_field=role.workers_field,
             stream_growth=float(getattr(role, "stream_growth", 0.0) or 0.0),
+            shares_cores=bool(used) and all(getattr(p, "cores_shared", False) for p in used),
             growth_source=str(getattr(role, "growth_source", "") or ""),
         ))
     return FrontEnd(fits)

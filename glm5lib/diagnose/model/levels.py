@@ -26,6 +26,8 @@ STARVED_CPU_PCT = 50.0
 # A level whose host had every core this busy (%) shared them among the engine, its front end and
 # the client: no serving process had a core of its own.
 HOST_BUSY_PCT = 95.0
+# A level's server processes, summed, used this much of each core they may run on: they took turns
+SHARED_CORES_PCT = 90.0
 _PROCESS = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
 
 
@@ -51,6 +53,9 @@ class LevelPoint:
     frontend: dict[str, float] = dataclasses.field(default_factory=dict)
     # every core of the host was busy: processes shared cores
     host_busy: bool = False
+    # the server's processes used every core they may run on (``server_cpus``, at least 90% each):
+    # the front end's work and the engine's step took turns on the same cores
+    cores_shared: bool = False
 
     @property
     def u_ms(self) -> float:
@@ -159,6 +164,14 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
                 held=(held or {}).get(int(c)),
                 frontend=role_cpu(row.get("other_processes"), roles),
                 host_busy=(as_float(row.get("host_cpu_pct")) or 0.0) >= HOST_BUSY_PCT,
+                cores_shared=_cores_shared(row),
             )
         )
     return points
+
+
+def _cores_shared(row: Mapping[str, Any]) -> bool:
+    """The server's processes used at least :data:`SHARED_CORES_PCT` of every core they may run on."""
+    cores = as_float(row.get("server_cpus")) or 0.0
+    used = as_float(row.get("others_cpu_pct")) or 0.0
+    return cores >= 1 and used >= SHARED_CORES_PCT * cores

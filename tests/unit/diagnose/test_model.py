@@ -264,3 +264,28 @@ def test_glm5_predict_prints_json_and_refuses_a_misspelt_limit(tmp_path, capsys)
     assert f["running"] == 16 and f["binding_limit"] == "load" and "given" in f and "needs" in f
     assert main(["predict", str(run), "--phase", "baseline", "--set", "runing_cap=16", "--concurrency", "16"]) == 2
     assert "did you mean running_cap" in capsys.readouterr().err
+
+
+def test_a_server_that_shared_its_cores_with_its_front_end_widens_beyond_its_batches():
+    """vLLM on one CPU core beside its own API server: every level's server processes used the one core
+    they may run on (``server_cpus`` 1, 100%), so the front end's work per token took turns with the
+    step. At the batches run the forecast is as before; beyond them the band widens by the front end's
+    share of the step, and the reason names the shared cores. The same sweep on cores of its own is
+    not widened."""
+    step = lambda b: 2.0 + 0.1 * b  # noqa: E731
+    s = sweep([1, 4, 8, 16], cap=16, step=step, processes=_busy(0.004, idle=15.0))
+    s["others_cpu_pct"], s["server_cpus"] = 100.0, 1
+    args = {"max_running_requests": 16, "disable_cuda_graph": True}
+    shared = pm.PerfModel.from_evidence(Evidence(sweep=s, server_args=args), engine="sglang")
+    alone = pm.PerfModel.from_evidence(Evidence(sweep=s.assign(server_cpus=8), server_args=args), engine="sglang")
+    assert shared.shares_cores and not alone.shares_cores
+    # a front end that had no core of its own has no ceiling of its own: its cost is in the step
+    [role] = shared.frontend.roles
+    assert role.shares_cores and role.ceiling() == float("inf") and "no ceiling of its own" in role.describe()
+    [a16], [s16] = alone.forecast({}, [16]), shared.forecast({}, [16])
+    assert s16.band == pytest.approx(a16.band)
+    [a64], [s64] = alone.forecast({"max_running_requests": 64}, [64]), shared.forecast({"max_running_requests": 64}, [64])
+    assert s64.predicted_tok_s == pytest.approx(a64.predicted_tok_s)
+    assert s64.band > a64.band
+    assert any("takes turns with the step" in src for src in s64.sources)
+    assert not any("takes turns" in src for src in a64.sources)
