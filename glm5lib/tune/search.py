@@ -307,10 +307,12 @@ def _evaluate(folder: Path, goal: Goal, workload: Workload, phases: EvidenceCach
     binding = goal.binding(out)
     out["binding_limit"] = str(binding) if binding else ""
     out["binding_ratio"] = binding.ratio(out) if binding else math.nan
-    row = _scheduler_row(folder, workload.concurrency, phases)
-    out["running"] = _running(folder, workload.concurrency, row, phases)
-    out["completed"] = int(row.get("completed", 0) or 0)
-    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, row, phases)
+    # the requests the level completed are the sweep's figure; the scheduler's come from the level table
+    done = pd.to_numeric(pd.Series([row.get("completed")]), errors="coerce").iloc[0]
+    out["completed"] = int(done) if pd.notna(done) else 0
+    scheduler = _scheduler_row(folder, workload.concurrency, phases)
+    out["running"] = _running(folder, workload.concurrency, scheduler, phases)
+    out["batch_held"], out["held_note"] = batch_held(folder, workload.concurrency, scheduler, phases)
     return out
 
 

@@ -41,3 +41,15 @@ def test_the_winner_is_a_steady_level_while_one_meets_the_limits():
     assert _pick(rows, 0.03)["phase"] == "tune-1"
     # no steady candidate at all: the best measured still wins, and says it was not steady
     assert _pick([_row("tune-2", 15_000.0, False)], 0.03)["batch_held"] is False
+
+
+def test_a_candidate_counts_the_requests_its_level_completed():
+    """The grid's cap 64 at 256 offered completed 957 requests in its 25-s level (grid/tune.csv):
+    the tuner's reading of a candidate carries the sweep's figure, not the scheduler table's (which
+    has none), beside the batch the scheduler held."""
+    from glm5lib.tune import Goal, Workload
+    from glm5lib.tune.search import _evaluate
+
+    out = _evaluate(RUN / "grid" / "grid-1", Goal.parse(["median_tpot_ms<=20"]), Workload(256, 256, 256, 25.0))
+    assert out["completed"] == 957
+    assert out["running"] == pytest.approx(64, abs=1) and out["batch_held"] is True
