@@ -532,7 +532,7 @@ class Evidence:
                 )
             steps = self.steps_in_level(level)
             row["tokens_per_step"] = steps["mean"] if steps else np.nan
-            row["batch_held"], row["held_note"] = self._held(lines, int(level["concurrency"]))
+            row["batch_held"], row["held_note"] = self._held(_steady_part(lines, level), int(level["concurrency"]))
             rows.append(row)
         cols = ["concurrency", "source", "samples", "running_median", "running_max", "queued_mean",
                 "queued_max", "kv_max", "tokens_per_step", "batch_held", "held_note"]
@@ -891,4 +891,19 @@ def _read_tables(ev: Evidence, path: Path, partial: bool) -> None:
         except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
             ev.skipped.append(f"{rundir.STEP_PROFILE} unreadable: {exc}")
 
+
+def _steady_part(lines: pd.DataFrame, level: Mapping[str, Any]) -> pd.DataFrame:
+    """A level's decode lines inside its steady window (``window_start``-``window_end``: the client's
+    own judgement of when every stream was running), where the level has one and it holds three
+    lines or more; the whole level's otherwise. A short level's filling and draining are not a swing."""
+    a, b = level.get("window_start", np.nan), level.get("window_end", np.nan)
+    try:
+        a, b = float(a), float(b)
+    except (TypeError, ValueError):
+        return lines
+    if not (np.isfinite(a) and np.isfinite(b)) or "epoch" not in lines or b <= a:
+        return lines
+    t = pd.to_numeric(lines["epoch"], errors="coerce").to_numpy(dtype=float)
+    part = lines[(t >= a) & (t <= b)]
+    return part if len(part) >= 3 else lines
 
