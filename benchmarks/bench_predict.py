@@ -17,7 +17,8 @@ scores no error: count both).
 Shipped pairs (``data/examples``): real SGLang 0.5.16 on one H200, cap 64 -> 1,024 with CUDA graphs
 kept and with the seed's graphs-off fix (``h200-sglang``, phases ``fix`` and ``fix-graphs-off``),
 and every cap of its grid (``grid/grid-2``... at 256 concurrent requests) forecast from the same cap-64
-baseline; real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+baseline; real SGLang 0.5.16 on one H100, glm5lib's fix (cap and graph ceiling 1,024) from its cap-64
+baseline and the step benchmark taken before the fix's launch (``h100-sglang-next``, ``glm5-fix``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
@@ -59,6 +60,8 @@ SHIPPED = [
      EXAMPLES / "h200-sglang", {"max_running_requests": 1024}, "fix"),
     ("real SGLang 0.5.16 on 1x H200, cap 64 -> 1,024, graphs and radix cache off (the seed's fix)",
      EXAMPLES / "h200-sglang", STORY_CHANGES, "fix-graphs-off"),
+    ("real SGLang 0.5.16 on 1x H100, cap 64 -> 1,024 with the graph ceiling at 1,024 (glm5lib's fix)",
+     EXAMPLES / "h100-sglang-next", {"max_running_requests": 1024, "cuda_graph_max_bs": 1024}, "glm5-fix"),
 ]
 
 
