@@ -370,15 +370,20 @@ class PerfModel:
         CPU core beside its own API server): the front end's work and the engine's step took turns."""
         return bool(self.levels) and all(p.cores_shared for p in self.levels)
 
+    def contends_beyond(self, batch: float) -> bool:
+        """``batch`` is beyond the phase's batches on a server whose front end shared the engine's cores
+        (:attr:`shares_cores`): how the two contend there is not in the evidence."""
+        return self.shares_cores and bool(self.frontend) and batch > self.seen["batch"][1] * 1.05
+
     def engine_step(self, batch: float, bounds: Bounds, wl: RequestShape) -> dict[str, Any]:
         """One step at ``batch`` under ``bounds``: ``step_ms``, its relative ``down``/``up`` spread
         on throughput, ``eager``, ``sources`` and what is ``missing`` (None: nothing). Where the
         server's processes shared their cores at every level, a step beyond the batches the phase
         ran widens by the front end's share of it (:data:`SHARED_BEYOND_PER_DOUBLING`)."""
         out = self._engine_step(batch, bounds, wl)
-        seen = max((p.running for p in self.levels), default=0.0)
-        if not (self.shares_cores and self.frontend and seen and batch > seen * 1.05):
+        if not self.contends_beyond(batch):
             return out
+        seen = self.seen["batch"][1]
         # CPU ms the front end spends on a step's tokens (per_token_pct: % of a core per tok/s)
         front_ms = batch * sum(r.per_token_pct for r in self.frontend.roles) * 10.0
         share = min(front_ms / max(out["step_ms"], 1e-9), 1.0)
@@ -635,7 +640,7 @@ class PerfModel:
             return text, as_level
         if missing is None and self.profile is not None and self.profile.covers(batch, eager):
             lo, hi = self.seen["batch"]
-            if self.shares_cores and self.frontend and batch > hi * 1.05:
+            if self.contends_beyond(batch):
                 return (f"{level}: the step profile covers batch {batch:g}, but the server's processes shared every "
                         f"core they may run on, and how its front end's work contends with a step beyond the "
                         f"{hi:.0f} running this phase ran is not in the evidence"), as_level

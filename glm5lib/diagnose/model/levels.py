@@ -78,19 +78,22 @@ def _truthy(v: Any) -> bool:
     return bool(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else False
 
 
+def processes(text: Any) -> list[tuple[str, float]]:
+    """``"name[pid] 99%; name[pid] 12%"`` (a level's ``other_processes``) as ``[(process, % of one core)]``."""
+    if not isinstance(text, str):
+        return []
+    found = (_PROCESS.match(part.strip()) for part in text.split(";"))
+    return [(m.group("who"), float(m.group("pct"))) for m in found if m is not None]
+
+
 def role_cpu(text: Any, roles: Sequence[Any]) -> dict[str, float]:
-    """``"name[pid] 99%; name[pid] 12%"`` as role -> % of one core summed over its processes
-    (each role's ``matches(process)`` picks them)."""
+    """A level's ``other_processes`` as role -> % of one core summed over its processes (each
+    role's ``matches(process)`` picks them)."""
     out: dict[str, float] = {}
-    if not isinstance(text, str) or not roles:
-        return out
-    for part in text.split(";"):
-        m = _PROCESS.match(part.strip())
-        if m is None:
-            continue
+    for who, pct in processes(text) if roles else []:
         for role in roles:
-            if role.matches(m.group("who")):
-                out[role.name] = out.get(role.name, 0.0) + float(m.group("pct"))
+            if role.matches(who):
+                out[role.name] = out.get(role.name, 0.0) + pct
                 break
     return out
 

@@ -4,7 +4,6 @@ one core while the engine generates tokens faster than they reach the client. Re
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, _col
+from glm5lib.diagnose.model.levels import processes
 
 __all__ = ["frontend_at"]
 
@@ -19,15 +19,16 @@ __all__ = ["frontend_at"]
 _FRONTEND_BUSY_PCT = 90.0
 # the engine made tokens this much faster than the client received them
 _FRONTEND_GAP = 1.25
-_PROCESS_RE = re.compile(r"^(?P<who>.+?) (?P<pct>\d+(?:\.\d+)?)%$")
 
 
-def frontend_at(ev: Evidence, conc: float, lines: pd.DataFrame) -> tuple[str, float, float, float] | None:
+def frontend_at(ev: Evidence, conc: float, lines: pd.DataFrame,
+                sweep: pd.DataFrame | None = None) -> tuple[str, float, float, float] | None:
     """``(process, % of a core, decode lines' tok/s, client tok/s)`` where a level's serving process
     (one that parses, tokenizes and streams: the engine adapter's first serving role, not the
     scheduler, which polls a core whether busy or not) was busy on its core and the engine generated
-    tokens faster than they reached the client (its decode lines' rate at the level's fullest batch)."""
-    s = ev.sweep_sorted()
+    tokens faster than they reached the client (its decode lines' rate at the level's fullest batch).
+    ``sweep``: the evidence's sorted sweep, where the caller already has it."""
+    s = ev.sweep_sorted() if sweep is None else sweep
     roles: Sequence[Any] = ev.adapter().capabilities.serving_roles
     if s.empty or "other_processes" not in s or "gen_throughput" not in lines or not roles:
         return None
@@ -35,17 +36,8 @@ def frontend_at(ev: Evidence, conc: float, lines: pd.DataFrame) -> tuple[str, fl
     if row.empty:
         return None
     row = row.iloc[0]
-    best = None
-    for part in str(row.get("other_processes") or "").split("; "):
-        m = _PROCESS_RE.match(part.strip())
-        if m is None:
-            continue
-        who = m.group("who")
-        if not roles[0].matches(who):
-            continue
-        pct = float(m.group("pct"))
-        if best is None or pct > best[1]:
-            best = (who, pct)
+    serving = [(who, pct) for who, pct in processes(row.get("other_processes")) if roles[0].matches(who)]
+    best = max(serving, key=lambda wp: wp[1], default=None)
     if best is None or best[1] < _FRONTEND_BUSY_PCT:
         return None
     # the engine's rate while its batch was full: what it could generate when fed (over the whole

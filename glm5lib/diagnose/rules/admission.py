@@ -336,6 +336,7 @@ def _underfed_levels(ev: Evidence, levels: list[tuple[float, pd.DataFrame]]) -> 
     ``(conc, running, limit)``, and those where the serving process was busy and the client received
     well under what the engine generated ``(conc, process, pct, made, got)``, full batch or not."""
     cap, _ = ev.cap()
+    sweep = ev.sweep_sorted()
     hits, busy_frontend = [], []
     for conc, lines in levels:
         if conc < 4:
@@ -346,7 +347,7 @@ def _underfed_levels(ev: Evidence, levels: list[tuple[float, pd.DataFrame]]) -> 
         limit = min(c for c in (cap, conc) if c)
         if queue != 0 or usage >= KV_FULL:
             continue
-        front = frontend_at(ev, conc, lines)
+        front = frontend_at(ev, conc, lines, sweep)
         if running < 0.75 * limit or (front is not None and running < 0.95 * limit):
             hits.append((conc, running, limit))
         if front is not None:
