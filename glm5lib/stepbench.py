@@ -30,6 +30,7 @@ from glm5lib import cpus, engines, rundir
 from glm5lib.diagnose.evidence import load_evidence
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.errors import ConfigError, DiagnosisError, ServerLaunchError
+from glm5lib.logs.fatal import ERROR_KINDS, classify_fatal
 
 __all__ = ["PROFILE_COLUMNS", "Settled", "profile_batches", "settle_forecast", "take_step_profile"]
 
@@ -104,8 +105,30 @@ def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = 
         if col not in frame:
             frame[col] = None
     out = folder / rundir.STEP_PROFILE
-    frame[PROFILE_COLUMNS].to_csv(out, index=False)
+    frame = _merged(out, frame[PROFILE_COLUMNS])
+    frame.to_csv(out, index=False)
     return out
+
+
+def _merged(path: Path, new: pd.DataFrame) -> pd.DataFrame:
+    """``new`` with the rows of an earlier profile at ``path`` it did not measure again (same batch,
+    same graphs): a profile taken for batch 1,024 keeps the 256 taken before it."""
+    if not path.is_file():
+        return new
+    try:
+        old = pd.read_csv(path)
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        log.warning("an earlier step profile at %s could not be read (%s): replaced", path, exc)
+        return new
+
+    def key(f: pd.DataFrame) -> pd.Series:
+        return f["batch"].astype(int).astype(str) + "/" + f["graphs"].astype(str).str.lower()
+
+    kept = old[~key(old).isin(set(key(new)))] if {"batch", "graphs"} <= set(old.columns) else old.iloc[0:0]
+    if kept.empty:
+        return new
+    both = pd.concat([kept.reindex(columns=PROFILE_COLUMNS), new], ignore_index=True)
+    return both.sort_values("batch", kind="stable").reset_index(drop=True)
 
 
 def _median(s: pd.DataFrame, col: str) -> int | None:
@@ -119,8 +142,10 @@ def _run(argv: list[str], env: dict[str, str], logfile: Path, timeout: float, be
     """Run ``argv`` with its output written to ``logfile`` as it arrives; its whole output."""
     started = time.monotonic()
     try:
-        with logfile.open("w") as sink:
-            sink.write(f"# {shlex.join(argv)}\n")
+        # an earlier profile's output stays: each benchmark appends its own, headed by its command
+        offset = logfile.stat().st_size if logfile.exists() else 0
+        with logfile.open("a") as sink:
+            sink.write(f"# {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} {shlex.join(argv)}\n")
             sink.flush()
             proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env, text=True)
             layout = cpus.current()
@@ -136,11 +161,43 @@ def _run(argv: list[str], env: dict[str, str], logfile: Path, timeout: float, be
                     f"last lines:\n{_tail(logfile)}", cause="timeout") from None
     except FileNotFoundError as exc:
         raise ServerLaunchError(f"cannot start {bench.title}: {exc}; {bench.hint}", cause="not_found") from exc
-    text = logfile.read_text(errors="replace")
+    text = logfile.read_bytes()[offset:].decode(errors="replace")
     if code != 0:
+        kind, line = failure_cause(text)
+        why = _CAUSES.get(kind, bench.hint) if kind else bench.hint
+        said = f": {line}" if line else ""
         raise ServerLaunchError(f"{bench.title} exited with code {code} after {time.monotonic() - started:.0f} s "
-                                f"({logfile}); {bench.hint}; its last lines:\n{_tail(logfile)}", cause="exit")
+                                f"({logfile}){said}; {why}; its last lines:\n{_tail(logfile)}",
+                                cause=kind or "exit")
     return text
+
+
+#: what a benchmark that failed of each cause needs (an install hint only where nothing ran)
+_CAUSES = {
+    "oom": ("it ran out of GPU memory: the benchmark prefills each batch in one pass, which the server chunks; "
+            "fewer or smaller batch sizes (--batch-size) leave room, or a smaller share of the GPU's memory kept "
+            "for the engine's KV pool"),
+    "nccl": "a collective failed between the GPUs: the server's own launch would fail the same way",
+    "nan": "the model produced NaN: its weights or its quantization, not the benchmark",
+}
+_NOT_INSTALLED = ("No module named", "ModuleNotFoundError")
+
+
+def failure_cause(text: str) -> tuple[str | None, str]:
+    """The most specific fatal kind a failed benchmark's output names (the server's own signatures,
+    :data:`glm5lib.logs.fatal.ERROR_KINDS` order; ``not_installed`` where its module is missing) and
+    the line that names it; (None, "") where no line does."""
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        kind = classify_fatal(line)
+        if kind is None and any(m in line for m in _NOT_INSTALLED):
+            kind = "not_installed"
+        if kind is not None:
+            found.setdefault(kind, line.strip()[:300])
+    for kind in (*ERROR_KINDS, "not_installed"):
+        if kind in found:
+            return kind, found[kind]
+    return None, ""
 
 
 def _tail(path: Path) -> str:

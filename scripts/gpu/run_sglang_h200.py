@@ -86,7 +86,7 @@ class Plan:
     def launch_cost(self) -> float:
         """A launch and its level(s), from the ones made so far (a first guess before any)."""
         seen = [x["seconds"] for x in self.state["launches"]]
-        return seen[-1] if seen else 200.0
+        return min(seen) if seen else 200.0
 
     def left(self) -> float:
         return self.end - time.monotonic()

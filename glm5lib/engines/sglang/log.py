@@ -65,6 +65,16 @@ from glm5lib.masking import mask_text
 #: the first line SGLang logs when asked to stop (0.5.16: "SIGTERM received. signum=None frame=None.
 #: Draining requests and shutting down..."); what it logs after it is the stop, not a fault
 SHUTDOWN_MARKERS = ("SIGTERM received", "Received sigterm", "Received SIGTERM")
+#: uvicorn's own level prefix before a marker ("INFO:     Received SIGTERM, exiting." with tokenizer workers)
+_UVICORN_LEVEL_RE = re.compile(r"(?:INFO|WARNING|ERROR):\s+")
+
+
+def _is_shutdown(msg: str) -> bool:
+    """The first line of a stop that was asked for, however SGLang's processes print it."""
+    if "Draining requests and shutting down" in msg:
+        return True
+    m = _UVICORN_LEVEL_RE.match(msg)
+    return (msg[m.end():] if m else msg).startswith(SHUTDOWN_MARKERS)
 
 __all__ = ["ENGINE", "SGLangParser"]
 
@@ -375,7 +385,7 @@ class _Parser:
                 self._close_blocks()
                 self.http_rows.append((self.lines, stamp, um.group(1), um.group(3), um.group(4), int(um.group(5))))
                 return
-        if msg.startswith(SHUTDOWN_MARKERS) or "Draining requests and shutting down" in msg:
+        if _is_shutdown(msg):
             self._close_blocks()
             self.startup.setdefault("shutdown_requested_at", stamp)
             return
@@ -415,6 +425,10 @@ class _Parser:
         stripped = line.strip()
         if stripped.startswith(TRACEBACK) or stripped.startswith("Traceback"):
             self._open_block(None, self.last_time_str, "", stripped)
+            return
+        if _is_shutdown(stripped):
+            # 0.5.16 with several tokenizer workers: each process prints the marker undated
+            self.startup.setdefault("shutdown_requested_at", self.last_time_str)
             return
         um = UVICORN_RE.match(line)
         if um is not None:

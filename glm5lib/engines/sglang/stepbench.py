@@ -29,7 +29,7 @@ from typing import Any
 from glm5lib.engines.base import StepBenchmark
 from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes, release_of
 
-__all__ = ["BENCHMARK", "bench_command", "decode_graph_sizes", "parse_bench_output"]
+__all__ = ["BENCHMARK", "bench_command", "decode_graph_sizes", "kv_tokens_needed", "parse_bench_output"]
 
 _PREFILL = re.compile(r"Prefill\. latency: ([\d.]+) s")
 _DECODE_I = re.compile(r"Decode (\d+)\. Batch size: (\d+), latency: ([\d.]+) s")
@@ -79,6 +79,14 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
                 given.pop(name)  # the ceiling a release clamped to the cap: not one the user set
         config = ServerConfig.from_server_args(given)
     changes: dict[str, Any] = {"max_running_requests": max(batches)}
+    # The benchmark prefills every request of a batch in one pass (the server chunks it), so the
+    # activations of batch x input tokens need room the KV pool would otherwise take (0.5.16 on one
+    # H100: 1,024 x 256 tokens ran out of memory with the pool at its default size). The pool needs
+    # only the largest batch's tokens: capping it leaves the rest free, as SGLang's
+    # ``max_total_tokens`` does (it allocates min(profiled, max_total_tokens)).
+    need = kv_tokens_needed(max(batches), input_len, output_len)
+    held = config.get("max_total_tokens")
+    changes["max_total_tokens"] = min(int(held), need) if held else need
     if graphs_off is not None:
         changes["disable_cuda_graph"] = bool(graphs_off)
     config = config.with_changes(**changes)
@@ -90,6 +98,16 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
             "--batch-size", *map(str, batches), "--input-len", str(int(input_len)),
             "--output-len", str(max(int(output_len), 2)), "--run-name", "glm5lib"]
     return argv
+
+
+#: KV tokens beyond the benchmark's own requests: its warm-up batch and page rounding
+_KV_MARGIN = 1.15
+_KV_FLOOR = 16384
+
+
+def kv_tokens_needed(batch: int, input_len: int, output_len: int) -> int:
+    """The KV pool the benchmark's largest batch needs (its requests' whole sequences, a margin)."""
+    return max(_KV_FLOOR, int(batch * (int(input_len) + max(int(output_len), 2)) * _KV_MARGIN))
 
 
 def parse_bench_output(text: str, *, graphs_off: bool | None = None) -> list[dict[str, Any]]:

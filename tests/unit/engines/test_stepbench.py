@@ -17,14 +17,17 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
-from glm5lib import engines
+from glm5lib import engines, stepbench
 from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes
 from glm5lib.engines.sglang.stepbench import bench_command, bench_module, parse_bench_output
 from glm5lib.engines.vllm import stepbench as vbench
 from glm5lib.sim import bench as sim_bench
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "data" / "examples"
 
 SGLANG_0_5_16 = """\
 [2026-12-04 17:45:22] Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs=[1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 128, 136, 144, 152, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240, 248, 256], avail mem=26.16 GB
@@ -112,3 +115,25 @@ def test_sglangs_graph_schedule_is_its_documented_one():
     assert decode_graph_sizes(300)[-1] == 300  # the ceiling itself is captured (0.5.12 on)
     # trimmed to the request pool, whose size is captured too
     assert engines.get("sglang").graph_sizes(256, 100)[-3:] == (88, 96, 100)
+
+
+def test_sglangs_benchmark_pool_holds_the_largest_batch_and_leaves_the_rest_to_its_one_pass_prefill():
+    """bench_one_batch prefills a whole batch in one pass: on one H100 the pool at its default size
+    left 3.9 GiB for 1,024 x 256 tokens and the fused MoE asked for 6 (baseline/step-profile-1024.log
+    of data/examples/h100-sglang-next). The pool is capped at the largest batch's sequences."""
+    config = ServerConfig(model_path="/m", max_running_requests=64, release="0.5.16")
+    argv = bench_command(config, [1, 64, 1024], 256, 256)
+    tokens = int(argv[argv.index("--max-total-tokens") + 1])
+    assert 1024 * 512 <= tokens <= 1.25 * 1024 * 512
+    # a pool the user capped lower stays theirs
+    argv = bench_command(config.with_changes(max_total_tokens=100000), [1024], 256, 256)
+    assert argv[argv.index("--max-total-tokens") + 1] == "100000"
+
+
+def test_a_failed_benchmark_names_its_cause_from_its_own_lines():
+    text = (EXAMPLES / "h100-sglang-next" / "baseline" / "step-profile-1024.log").read_text()
+    kind, line = stepbench.failure_cause(text)
+    assert kind == "oom" and "CUDA out of memory. Tried to allocate 6.00 GiB" in line
+    assert stepbench.failure_cause("Traceback\nModuleNotFoundError: No module named 'sglang'\n")[0] == "not_installed"
+    assert stepbench.failure_cause("all fine\n") == (None, "")
+

@@ -135,7 +135,7 @@ ODD_BLOCKS = [
 def fixture_blocks() -> list[list[str]]:
     # a shutdown line ends a log (what follows is the stop, not a fault): it is no block to scatter
     return [
-        [line for line in p.read_text().rstrip("\n").splitlines() if "SIGTERM received" not in line]
+        [line for line in p.read_text().rstrip("\n").splitlines() if "SIGTERM" not in line]
         for p in sorted(FIX.glob("*.log"))
     ]
 

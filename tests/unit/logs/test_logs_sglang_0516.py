@@ -86,3 +86,27 @@ def test_a_graph_ceiling_raised_to_the_cap_is_read_and_every_step_replays_a_grap
     assert set(d["cuda_graph"]) == {True} and int(d["running_req"].max()) == 1023
     assert float(d["running_req"].median()) < 1000  # half the lines are the straggler's
     assert running_quantile(d, 0.5, per_steps=True) == 1023
+
+
+WORKERS = FIXTURES / "sglang-0.5.16-h100-tokenizer-workers.log"
+
+
+def test_the_stop_of_several_tokenizer_workers_is_not_a_crash():
+    """With ``--tokenizer-worker-num 4`` each process prints its ``SIGTERM received`` undated and the
+    first dated line of the stop is uvicorn's ``INFO:     Received SIGTERM, exiting.``; the parent's
+    ``kill_process_tree`` that follows is the stop glm5lib asked for (the H100 run's notebook 05 led
+    with "a server child process died" before this was read)."""
+    slog = logs.parse_log(WORKERS)
+    assert slog.errors.empty and slog.crash_cause() is None, slog.errors
+    assert slog.startup["shutdown_requested_at"] == "2026-12-05 18:54:24"
+    assert slog.startup["errors_during_shutdown"] == 1
+    assert slog.server_args["tokenizer_worker_num"] == 4
+    assert slog.decode["running_req"].tolist()[:3] == [1023, 1023, 1023]
+    # each spelling of the marker alone still marks the stop
+    for marker in ("SIGTERM received. signum=None frame=None.", "[2026-12-05 18:54:26] INFO:     Received SIGTERM, exiting."):
+        keep = [line for line in WORKERS.read_text().splitlines()
+                if not ("SIGTERM" in line and marker not in line)]
+        assert logs.parse_log("\n".join(keep)).crash_cause() is None, marker
+    # with neither, the same kill_process_tree line is a fault
+    text = "\n".join(line for line in WORKERS.read_text().splitlines() if "SIGTERM" not in line)
+    assert logs.parse_log(text).crash_cause() == "sigquit"
