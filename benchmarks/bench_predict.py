@@ -50,7 +50,9 @@ from glm5lib.stepbench import take_step_profile
 
 EXAMPLES = data_dir() / "examples"
 STORY_CHANGES = {"max_running_requests": 1024, "disable_cuda_graph": True, "disable_radix_cache": True}
-# (title, run folder, change, the phase that measured it); the baseline phase is "baseline"
+FRONTEND_CHANGES = {"max_running_requests": 1024, "cuda_graph_max_bs": 1024, "tokenizer_worker_num": 4,
+                    "stream_interval": 4}
+# (title, run folder, change, the phase that measured it[, the phase forecast from: "baseline" if not named])
 SHIPPED = [
     ("real vLLM 0.32 on CPU, --max-num-seqs 4 -> 256 (the workbook's example)", EXAMPLES / "cpu-vllm",
      {"max_num_seqs": 256}, "fix"),
@@ -62,6 +64,10 @@ SHIPPED = [
      EXAMPLES / "h200-sglang", STORY_CHANGES, "fix-graphs-off"),
     ("real SGLang 0.5.16 on 1x H100, cap 64 -> 1,024 with the graph ceiling at 1,024 (glm5lib's fix)",
      EXAMPLES / "h100-sglang-next", {"max_running_requests": 1024, "cuda_graph_max_bs": 1024}, "glm5-fix"),
+    ("real SGLang 0.5.16 on 1x H100, the front-end remedy (4 tokenizer workers, stream interval 4) on glm5lib's fix, "
+     "from the cap-64 baseline", EXAMPLES / "h100-sglang-next", FRONTEND_CHANGES, "frontend"),
+    ("real SGLang 0.5.16 on 1x H100, the front-end remedy on glm5lib's fix, from the fix",
+     EXAMPLES / "h100-sglang-next", FRONTEND_CHANGES, "frontend", "glm5-fix"),
 ]
 
 
@@ -92,9 +98,9 @@ def recorded_pairs() -> list[tuple[str, Path, dict[str, Any]]]:
     return out
 
 
-def evaluate(title: str, run: Path, changes: dict[str, Any], phase: str = "fix") -> pd.DataFrame:
-    frame = prediction.record_prediction(run, changes, phase=phase, write=False)
-    print(f"\n== {title}\n   {run} ({phase})\n   change: {changes}\n   model: {frame.attrs['model']}")
+def evaluate(title: str, run: Path, changes: dict[str, Any], phase: str = "fix", baseline: str = "baseline") -> pd.DataFrame:
+    frame = prediction.record_prediction(run, changes, baseline=baseline, phase=phase, write=False)
+    print(f"\n== {title}\n   {run} ({baseline} -> {phase})\n   change: {changes}\n   model: {frame.attrs['model']}")
     frame["band"] = [max(h / p - 1.0, 1.0 - lo / p) if p else float("nan")
                      for p, lo, h in zip(frame["predicted"], frame["low"], frame["high"], strict=True)]
     cols = ["concurrency", "predicted", "low", "high", "band", "given", "measured", "error", "inside_band", "held",
@@ -209,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append((f"stand-in story, cap 64 -> 1,024, graphs and radix cache off (output {args.output_len})",
                       run, STORY_CHANGES, "fix"))
     levels = []
-    for title, run, changes, phase in pairs:
-        frame = evaluate(title, run, changes, phase)
+    for title, run, changes, phase, *source in pairs:
+        frame = evaluate(title, run, changes, phase, *source)
         for _, r in frame.dropna(subset=["measured"]).iterrows():
             held = r.get("held")
             levels.append({"engine": _engine_of(title), "pair": title[:70], "concurrency": int(r["concurrency"]),

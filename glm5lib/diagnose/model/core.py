@@ -48,7 +48,7 @@ from glm5lib.diagnose.model.curve import Curve, distinct_sizes, fit_curve
 from glm5lib.diagnose.model.frontend import BUSY_PCT, FrontEnd, fit_frontend
 from glm5lib.diagnose.model.graphs import Eager, pad, recorded_prior
 from glm5lib.diagnose.model.levels import LevelPoint, as_float, level_points
-from glm5lib.diagnose.model.profile import StepProfile, read_profile
+from glm5lib.diagnose.model.profile import StepProfile, lines_profile, read_profile
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams, nnls
 
@@ -281,7 +281,14 @@ class PerfModel:
         wl = RequestShape(float(np.median([p.input_len for p in points])), float(np.median([p.output_len for p in points])))
         model = cls(curve=curve, bounds=bounds, workload=wl, engine=engine, eager_base=eager_base,
                     frontend=frontend, levels=points, graphs_apply=graphs_apply, _adapter=adapter, _evidence=ev)
-        if profile is not None:
+        if profile is None and len(paced) < len(base):
+            profile = lines_profile(points, [p for p in points if p in paced])
+            if profile is not None:
+                held_back = ", ".join(f"{p.concurrency:,}" for p in base if p not in paced)
+                model.notes.append(f"the front end held back the client at {held_back}: the engine's step at those "
+                                   f"batches is read off its decode lines, scaled on the levels it paced")
+                model.profile = profile
+        elif profile is not None:
             profile.fit_scale([(p.running, p.u_ms, p.eager) for p in points])
             model.profile = profile if profile.scale else None
             if model.profile is None:
@@ -770,7 +777,7 @@ def _points_of(ev: Any, bounds: Bounds, adapter: Any) -> list[LevelPoint]:
         log.debug("no level table: %s", exc)
     return level_points(ev, cap=bounds.running_cap, budget=bounds.token_budget if bounds.mixed_steps else None,
                         graphs=bounds.graphs, graph_max=bounds.largest_graph, roles=adapter.capabilities.serving_roles,
-                        held=held)
+                        held=held, step_paced=adapter.capabilities.decode_lines_per_steps)
 
 
 def _frontend_busy(p: LevelPoint, workers: Mapping[str, int]) -> bool:

@@ -56,6 +56,10 @@ class LevelPoint:
     # the server's processes used every core they may run on (``server_cpus``, at least 90% each):
     # the front end's work and the engine's step took turns on the same cores
     cores_shared: bool = False
+    # the engine's own pace at the level's fullest batch, from decode lines an engine writes every so
+    # many steps (SGLang): that batch and its step (ms); None where its lines do not say
+    line_batch: float | None = None
+    line_step_ms: float | None = None
 
     @property
     def u_ms(self) -> float:
@@ -109,8 +113,30 @@ def _eager_share(lines: pd.DataFrame) -> float | None:
     return float(eager.mean())
 
 
+# a level's fullest batch: its decode lines at this share of their largest running count or more
+FULL_BATCH = 0.9
+
+
+def line_pace(lines: pd.DataFrame | None) -> tuple[float, float] | None:
+    """``(batch, step ms)`` the engine kept while the level's batch was full, from decode lines
+    written every so many steps with the engine's own generation rate: the median running count
+    and rate of the lines at :data:`FULL_BATCH` of the largest count or more (at least two)."""
+    if lines is None or len(lines) < 2 or not {"running_req", "gen_throughput"} <= set(lines.columns):
+        return None
+    running = pd.to_numeric(lines["running_req"], errors="coerce")
+    if not running.notna().any() or float(running.max()) < 1:
+        return None
+    full = lines[running >= FULL_BATCH * float(running.max())]
+    made = pd.to_numeric(full["gen_throughput"], errors="coerce").dropna()
+    if len(made) < 2 or float(made.median()) <= 0:
+        return None
+    batch = float(pd.to_numeric(full["running_req"], errors="coerce").median())
+    return batch, 1000.0 * batch / float(made.median())
+
+
 def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, graph_max: int | None,
-                 roles: Sequence[Any] = (), held: Mapping[int, bool | None] | None = None) -> list[LevelPoint]:
+                 roles: Sequence[Any] = (), held: Mapping[int, bool | None] | None = None,
+                 step_paced: bool = False) -> list[LevelPoint]:
     """The phase's sweep levels with a measured output throughput, as :class:`LevelPoint`.
 
     The batch is the requests the engine may hold (the offered load, up to its cap), as the forecast
@@ -147,6 +173,7 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
         mean_conc = as_float(row.get("mean_concurrency"))
         if mean_conc and mean_conc < running:
             running = max(1.0, mean_conc)
+        pace = line_pace(lines) if step_paced else None
         share = _eager_share(lines)
         if share is not None and graphs:
             eager = share >= 0.5
@@ -168,6 +195,8 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
                 frontend=role_cpu(row.get("other_processes"), roles),
                 host_busy=(as_float(row.get("host_cpu_pct")) or 0.0) >= HOST_BUSY_PCT,
                 cores_shared=_cores_shared(row),
+                line_batch=pace[0] if pace else None,
+                line_step_ms=pace[1] if pace else None,
             )
         )
     return points

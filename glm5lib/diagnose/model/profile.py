@@ -16,13 +16,14 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from glm5lib.stepmodel import nnls
 
-__all__ = ["StepProfile", "read_profile"]
+__all__ = ["StepProfile", "lines_profile", "read_profile"]
 
 # A profile covers a batch up to this factor beyond its largest measured batch (the step between
 # two measured sizes is read on the line joining them in log-log).
@@ -197,3 +198,33 @@ def read_profile(frame: pd.DataFrame | None) -> StepProfile | None:
     source = str(frame["source"].dropna().iloc[0]) if "source" in frame and frame["source"].notna().any() else "step-profile.csv"
     return StepProfile(rows, source)
 
+
+
+LINES_SOURCE = "the engine's decode lines at each level's full batch"
+
+
+def lines_profile(points: Sequence[Any], paced: Sequence[Any]) -> StepProfile | None:
+    """The engine's own steps read off a phase's decode lines (``line_batch``, ``line_step_ms`` of its
+    levels), scaled to served steps on the levels the engine paced (``paced``), as a benchmark's
+    profile is: where a busy front end held a level's client back, its decode lines still time the
+    engine at that batch. None where no level the front end held back has them, or no paced level
+    does to scale them."""
+    held_back = [p for p in points if p not in paced and p.line_step_ms]
+    read = [p for p in paced if p.line_step_ms]
+    if not held_back or not read:
+        return None
+    rows: dict[str, list[tuple[float, float]]] = {"graph": [], "eager": [], "any": []}
+    for p in points:
+        if p.line_step_ms and p.line_batch:
+            rows["eager" if p.eager else "graph"].append((float(p.line_batch), float(p.line_step_ms)))
+    for kind in rows:
+        by: dict[float, list[float]] = {}
+        for b, step in rows[kind]:
+            by.setdefault(round(b), []).append(step)
+        rows[kind] = sorted((float(b), float(np.median(v))) for b, v in by.items())
+    profile = StepProfile(rows, LINES_SOURCE)
+    profile.fit_scale([(p.running, p.u_ms, p.eager) for p in read])
+    kinds = {"eager" if p.eager else "graph" for p in held_back}
+    if not all(k in profile.scale for k in kinds):
+        return None
+    return profile

@@ -123,3 +123,31 @@ def test_the_front_end_remedys_forecast_from_the_baseline_held_where_it_was_give
     written = json.loads((EXAMPLE / "baseline" / "forecast-frontend-2995991.json").read_text())
     by = {int(r["concurrency"]): r for r in (written if isinstance(written, list) else written["forecasts"])}
     assert by[256]["predicted_tok_s"] == pytest.approx(rows.loc[256, "predicted"], rel=1e-6)
+
+
+@pytest.mark.parametrize(("level", "measured"), [(256, 21742), (1024, 32210)])
+def test_from_the_fix_the_engines_step_where_the_front_end_held_the_client_back_is_read_off_its_decode_lines(
+        level, measured):
+    """The fix's 256 and 1,024 levels were paced by the front end, so their client throughput says
+    nothing of the engine's step; their decode lines do (25.9 k and 42.9 k tok/s at the full batch).
+    Scaled to served steps on the levels the engine paced (1 and 64), they forecast the remedy within
+    10%, given. Read off the levels alone, the model extrapolated the step from 1-64: -41% and -43%,
+    withheld (glm5-fix/forecast-frontend-2995991.json, written before the remedy's launch)."""
+    [f] = predict(EXAMPLE, "glm5-fix", FRONTEND, [level])
+    assert f.given and f.low_tok_s <= measured <= f.high_tok_s, (f.predicted_tok_s, f.low_tok_s, f.high_tok_s)
+    assert abs(f.predicted_tok_s / measured - 1) < 0.10
+    assert any("decode lines" in s for s in f.sources), f.sources
+    written = json.loads((EXAMPLE / "glm5-fix" / "forecast-frontend-2995991.json").read_text())
+    [before] = [r for r in written if int(r["concurrency"]) == level]
+    assert not before["given"] and before["predicted_tok_s"] < 0.65 * measured
+
+
+def test_an_engine_whose_lines_are_not_step_paced_keeps_its_levels_as_they_are():
+    """vLLM logs its generation rate every ten seconds, idle time included: no level of the CPU
+    example reads a step off its lines."""
+    from glm5lib.diagnose.model import PerfModel
+
+    model = PerfModel.fit_phase(EXAMPLE.parent / "cpu-vllm" / "fix")
+    assert all(p.line_step_ms is None for p in model.levels)
+    ours = PerfModel.fit_phase(EXAMPLE / "glm5-fix")
+    assert {round(p.line_batch) for p in ours.levels if p.line_batch} == {1, 64, 256, 1023}
