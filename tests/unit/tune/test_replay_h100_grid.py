@@ -12,12 +12,11 @@ to 14.3 at 192: under 10 ms only cap 64 of the grid meets the limit.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+from grid_replay import GridReplay
 
 from glm5lib import rundir, tune
 from glm5lib.engines.sglang.config import ServerConfig
@@ -25,45 +24,9 @@ from glm5lib.engines.sglang.config import ServerConfig
 EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h100-sglang-next"
 GRID = pd.read_csv(EXAMPLE / "grid" / rundir.TUNE_CSV).sort_values("value")
 STEADY = GRID[GRID["value"] <= 192]
-INTERPOLATED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_ms")
 LEVER = "max_running_requests"
+REPLAY = GridReplay(EXAMPLE / "grid", STEADY, LEVER)
 WORKLOAD = tune.Workload(256, 256, 256, 20.0, warmup=4, sweep_options={"range_ratio": 0.5})
-
-
-def _sweep(phase: str) -> pd.DataFrame:
-    return pd.read_csv(EXAMPLE / "grid" / phase / rundir.SWEEP)
-
-
-def _nearest(value: float) -> pd.Series:
-    x = np.log(STEADY["value"].astype(float).to_numpy())
-    return STEADY.iloc[int(np.argmin(abs(x - np.log(value))))]
-
-
-def _at(value: float) -> pd.DataFrame:
-    """The grid's level at ``value``: linear in log(value) between the steady grid points."""
-    x = np.log(STEADY["value"].astype(float).to_numpy())
-    row = _sweep(_nearest(value)["phase"]).iloc[[-1]].copy()
-    for column in INTERPOLATED:
-        ys = [_sweep(p).iloc[-1][column] for p in STEADY["phase"]]
-        row[column] = float(np.interp(np.log(value), x, np.asarray(ys, dtype=float)))
-    return row
-
-
-def _replay(run_dir: Path, launches: list[float]):
-    def measure(changes, phase, extra_levels=()):
-        value = float(changes[LEVER])
-        launches.append(value)
-        folder = run_dir / phase
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        for name in (rundir.SERVER_LOG, rundir.CONFIG, "server_info.json"):
-            src = EXAMPLE / "grid" / _nearest(value)["phase"] / name
-            if src.exists():
-                shutil.copy(src, folder / name)
-        _at(value).to_csv(folder / rundir.SWEEP, index=False)
-        return folder
-
-    return measure
 
 
 def test_the_grid_is_the_one_recorded_and_its_steady_points_rise_with_the_cap():
@@ -92,12 +55,12 @@ def test_the_search_reaches_95_percent_of_the_h100_grids_best_in_four_launches(t
     goal = tune.Goal.parse([f"median_tpot_ms<={limit:g}"])
     launches: list[float] = []
     result = tune.tune(base, tmp_path, goal, WORKLOAD, backend="sglang", max_launches=4,
-                       levers=[f"{LEVER}=64:256"], measure=_replay(tmp_path, launches))
+                       levers=[f"{LEVER}=64:256"], measure=REPLAY.measure(tmp_path, launches))
     shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
     assert launches[0] == 64 and len(launches) == result.launches <= 4, launches
     assert result.best is not None, shown
     picked = float(result.best["changes"][LEVER])
     met = STEADY[STEADY["median_tpot_ms"] <= limit]
     best = float(met["output_throughput"].max())
-    assert float(_at(picked)["output_throughput"].iloc[0]) >= 0.95 * best, (picked, best, shown)
-    assert float(_at(picked)["median_tpot_ms"].iloc[0]) <= limit, shown
+    assert REPLAY.figure(picked) >= 0.95 * best, (picked, best, shown)
+    assert REPLAY.figure(picked, "median_tpot_ms") <= limit, shown

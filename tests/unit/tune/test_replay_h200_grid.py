@@ -20,57 +20,25 @@ forecast, so it reaches the grid's best at 11-15 ms as at 9-10.
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
+from grid_replay import GridReplay
 
 from glm5lib import rundir, tune
 from glm5lib.engines.sglang.config import ServerConfig
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h200-sglang"
 GRID = pd.read_csv(EXAMPLE / "grid" / rundir.TUNE_CSV).sort_values("value")
-INTERPOLATED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_ms")
 LEVER = "max_running_requests"
-
-
-def _nearest(value: float) -> pd.Series:
-    x = np.log(GRID["value"].astype(float).to_numpy())
-    return GRID.iloc[int(np.argmin(abs(x - np.log(value))))]
-
-
-def _at(value: float) -> pd.DataFrame:
-    x = np.log(GRID["value"].astype(float).to_numpy())
-    row = pd.read_csv(EXAMPLE / "grid" / _nearest(value)["phase"] / rundir.SWEEP).iloc[[-1]].copy()
-    for column in INTERPOLATED:
-        ys = [pd.read_csv(EXAMPLE / "grid" / p / rundir.SWEEP).iloc[-1][column] for p in GRID["phase"]]
-        row[column] = float(np.interp(np.log(value), x, np.asarray(ys, dtype=float)))
-    return row
-
-
-def _replay(run_dir: Path, launches: list[float]):
-    def measure(changes, phase, extra_levels=()):
-        value = float(changes[LEVER])
-        launches.append(value)
-        folder = run_dir / phase
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        for name in (rundir.SERVER_LOG, rundir.CONFIG, "server_info.json"):
-            src = EXAMPLE / "grid" / _nearest(value)["phase"] / name
-            if src.exists():
-                shutil.copy(src, folder / name)
-        _at(value).to_csv(folder / rundir.SWEEP, index=False)
-        return folder
-
-    return measure
+REPLAY = GridReplay(EXAMPLE / "grid", GRID, LEVER)
 
 
 def test_the_grid_is_the_one_recorded():
     assert list(GRID["value"]) == [64, 96, 128, 160, 192]
     for _, point in GRID.iterrows():
-        assert float(_at(point["value"])["output_throughput"].iloc[0]) == pytest.approx(point["output_throughput"])
+        assert REPLAY.figure(point["value"]) == pytest.approx(point["output_throughput"])
 
 
 @pytest.mark.parametrize("limit", [8.0, 9.0, 10.0, 11.0, 12.0, 15.0])
@@ -80,12 +48,12 @@ def test_the_search_reaches_95_percent_of_the_gpu_grids_best_in_four_launches(tm
     goal = tune.Goal.parse([f"median_tpot_ms<={limit:g}"])
     launches: list[float] = []
     result = tune.tune(base, tmp_path, goal, workload, backend="sglang", max_launches=4,
-                       levers=[f"{LEVER}=64:256"], measure=_replay(tmp_path, launches))
+                       levers=[f"{LEVER}=64:256"], measure=REPLAY.measure(tmp_path, launches))
     shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
     assert launches[0] == 64 and len(launches) == result.launches <= 4, launches
     assert result.best is not None, shown
     picked = float(result.best["changes"][LEVER])
     met = GRID[GRID["median_tpot_ms"] <= limit]
     best = float(met["output_throughput"].max())
-    assert float(_at(picked)["output_throughput"].iloc[0]) >= 0.95 * best, (picked, best, shown)
-    assert float(_at(picked)["median_tpot_ms"].iloc[0]) <= limit, shown
+    assert REPLAY.figure(picked) >= 0.95 * best, (picked, best, shown)
+    assert REPLAY.figure(picked, "median_tpot_ms") <= limit, shown

@@ -14,12 +14,12 @@ asks for. No process is started.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from grid_replay import GridReplay
 
 from glm5lib import rundir, tune
 from glm5lib.engines import vllm as ev
@@ -28,31 +28,7 @@ FIXTURE = Path(__file__).parents[2] / "fixtures" / "tune" / "vllm-grid"
 META = json.loads((FIXTURE / "meta.json").read_text())
 GRID = pd.read_csv(FIXTURE / rundir.TUNE_CSV)
 GRID = GRID[GRID["kind"] == "grid"].sort_values("value")
-INTERPOLATED = ("output_throughput", "median_tpot_ms", "median_itl_ms", "median_ttft_ms")
-
-
-def _at(value: float) -> pd.DataFrame:
-    """The grid's level at ``value``: the nearest point's row, its figures interpolated."""
-    x = np.log(GRID["value"].astype(float).to_numpy())
-    nearest = GRID.iloc[int(np.argmin(abs(x - np.log(value))))]
-    row = pd.read_csv(FIXTURE / nearest["phase"] / rundir.SWEEP).iloc[[-1]].copy()
-    for column in INTERPOLATED:
-        ys = [pd.read_csv(FIXTURE / p / rundir.SWEEP).iloc[-1][column] for p in GRID["phase"]]
-        row[column] = float(np.interp(np.log(value), x, np.asarray(ys, dtype=float)))
-    return row
-
-
-def _replay(run_dir: Path, launches: list[float]):
-    def measure(changes, phase, extra_levels=()):
-        value = float(changes[META["lever"]])
-        launches.append(value)
-        folder = run_dir / phase
-        shutil.rmtree(folder, ignore_errors=True)
-        folder.mkdir(parents=True)
-        _at(value).to_csv(folder / rundir.SWEEP, index=False)
-        return folder
-
-    return measure
+REPLAY = GridReplay(FIXTURE, GRID, META["lever"], evidence=())
 
 
 def _grid_best() -> float:
@@ -62,9 +38,9 @@ def _grid_best() -> float:
 
 def test_the_replay_answers_with_the_grids_own_points_and_between_them():
     for _, point in GRID.iterrows():
-        assert float(_at(point["value"])["output_throughput"].iloc[0]) == pytest.approx(point["output_throughput"])
+        assert REPLAY.figure(point["value"]) == pytest.approx(point["output_throughput"])
     lo, hi = GRID.iloc[4], GRID.iloc[5]  # 16 and 24
-    between = float(_at(float(np.sqrt(lo["value"] * hi["value"])))["output_throughput"].iloc[0])
+    between = REPLAY.figure(float(np.sqrt(lo["value"] * hi["value"])))
     assert between == pytest.approx((lo["output_throughput"] + hi["output_throughput"]) / 2)
 
 
@@ -75,7 +51,7 @@ def test_the_search_reaches_95_percent_of_the_recorded_grids_best_in_four_launch
                              api="completions", warmup=META.get("warmup", 2), sweep_options={"token_ids": False})
     goal = tune.Goal.parse(META["slo"])
     launches: list[float] = []
-    measure = _replay(tmp_path, launches)
+    measure = REPLAY.measure(tmp_path, launches)
     top = max(META["values"])
     measure({META["lever"]: top}, "first")  # the live test's first launch: the configuration as given
     space = f"{META['lever']}={min(META['values'])}:{top}"
@@ -84,7 +60,7 @@ def test_the_search_reaches_95_percent_of_the_recorded_grids_best_in_four_launch
     assert len(launches) == 1 + result.launches <= 4, launches
     assert result.best is not None, result.candidates
     picked = float(result.best["changes"][META["lever"]])
-    reached = float(_at(picked)["output_throughput"].iloc[0])
+    reached = REPLAY.figure(picked)
     shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
     assert reached >= 0.95 * _grid_best(), (picked, reached, _grid_best(), shown)
-    assert float(_at(picked)["median_tpot_ms"].iloc[0]) <= goal.limits[0].value, shown
+    assert REPLAY.figure(picked, "median_tpot_ms") <= goal.limits[0].value, shown

@@ -6,7 +6,7 @@ import inspect
 
 import pandas as pd
 import pytest
-from test_replay_vllm_grid import META, _replay
+from test_replay_vllm_grid import META, REPLAY
 
 from glm5lib import rundir, tune
 from glm5lib.engines import vllm as ev
@@ -34,7 +34,7 @@ def test_the_options_as_one_object_or_as_keywords_take_the_same_path(tmp_path):
                          ("options", {"options": tune.SearchOptions(levers=[space], noise=0.1, margin=0.15)})):
         run = tmp_path / name
         result = tune.tune(base, run, goal, workload, backend="vllm", max_launches=3,
-                           measure=_replay(run, []), **kwargs)
+                           measure=REPLAY.measure(run, []), **kwargs)
         frames.append(pd.read_csv(run / rundir.TUNE_CSV))
         assert result.best is not None
     pd.testing.assert_frame_equal(frames[0], frames[1])
@@ -65,6 +65,6 @@ def test_each_candidate_is_read_once_per_measurement(tmp_path, monkeypatch):
 
     monkeypatch.setattr(phases, "load_evidence", counting)
     result = tune.tune(base, tmp_path, goal, workload, backend="vllm", max_launches=3, levers=[space],
-                       measure=_replay(tmp_path, []))
+                       measure=REPLAY.measure(tmp_path, []))
     measured = list(result.candidates["phase"])
     assert measured and sorted(reads) == sorted(measured), reads  # the evaluation and every fit share one read
