@@ -288,22 +288,11 @@ class CommandServer(ServerProcess):
         return flag_value(self.argv, flag)
 
     def info(self) -> dict[str, Any]:
-        return {
-            "backend": self.backend,
-            "engine": self.engine,
-            "base_url": self.base_url,
-            "pid": self.pid,
-            "argv_template": mask_argv(self.argv_template, self._secrets),
-            "argv": self.masked_argv(),
-            "model": self.model,
-            "env": self.masked_env(),
-            "log_path": str(self.log_path),
-            "started_at": self.started_at,
-            "ready_at": self.ready_at,
-            "alive": self.alive(),
-            "returncode": self.returncode,
-            "crash_cause": self.crash_cause(),
-        }
+        """The launch's record (:meth:`ServerProcess.info`) with the engine, the command's template
+        and the model it names, and no engine config (a command has none)."""
+        own = {k: v for k, v in super().info().items() if k != "config"}
+        return {**own, "engine": self.engine, "argv_template": mask_argv(self.argv_template, self._secrets),
+                "model": self.model}
 
     def restart(self, *, log_path: str | os.PathLike[str] | None = None, ready_timeout: float | None = None,
                 **changes: Any) -> CommandServer:

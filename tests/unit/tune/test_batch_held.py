@@ -53,3 +53,25 @@ def test_a_candidate_counts_the_requests_its_level_completed():
     out = _evaluate(RUN / "grid" / "grid-1", Goal.parse(["median_tpot_ms<=20"]), Workload(256, 256, 256, 25.0))
     assert out["completed"] == 957
     assert out["running"] == pytest.approx(64, abs=1) and out["batch_held"] is True
+
+
+def test_a_swinging_candidate_that_beat_every_steady_one_is_measured_once_more():
+    """The stand-in's cap 511 met the limit at 3,006 tok/s while its batch swung 16-511 (the same
+    value held 512 in another launch); the steady best was 796. With launches left, the search
+    measures it once more rather than stop at 796; a second swing is final."""
+    from glm5lib.tune import Goal, Workload
+    from glm5lib.tune.search import SearchOptions, _Search
+
+    lever = type("L", (), {"field": "max_running_requests"})()
+    search = _Search(RUN, Goal.parse(["median_tpot_ms<=250"]), Workload(1024, 128, 32, 6.0), lever,
+                     SearchOptions(), None, None)
+    steady = {**_row("tune-1", 796.0, True), "changes": '{"max_running_requests": 64}'}
+    swung = {**_row("tune-3", 3006.0, False), "changes": '{"max_running_requests": 511}'}
+    search.rows = [steady, swung]
+    again = search.again(0.03)
+    assert again is not None and again.value == 511 and "swung" in again.reason
+    search.rows.append({**swung, "phase": "tune-4"})
+    assert search.again(0.03) is None
+    # nothing to gain over the steady best: no launch spent on it
+    search.rows = [steady, {**swung, "objective": 800.0}]
+    assert search.again(0.03) is None
