@@ -54,13 +54,15 @@ def profile_batches(ev: Any, extra: Sequence[int] = ()) -> list[int]:
 
 def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = (), *, graphs_off: bool | None = None,
                       input_len: int | None = None, output_len: int | None = None, timeout: float = 900.0,
-                      python: str | None = None) -> Path:
+                      python: str | None = None, changes: Mapping[str, Any] | None = None) -> Path:
     """Run the phase's engine's step benchmark; returns ``step-profile.csv``'s path.
 
     ``batches`` are added to the phase's own; ``graphs_off`` True/False switches CUDA graphs off/on
     for the benchmark (None: as the phase ran); the workload defaults to the phase's own. Everything
     is checked before anything starts; a benchmark that fails raises ServerLaunchError with the
-    last lines of its output (kept in ``step-profile.log``)."""
+    last lines of its output (kept in ``step-profile.log``). Of ``changes`` (a change being
+    forecast), those that set which steps replay a graph apply (:func:`glm5lib.engines.step_kind_changes`):
+    the steps the forecast lacks are the changed deployment's."""
     folder = Path(run_dir) / phase
     if not (folder / rundir.SWEEP).is_file() and not (folder / rundir.CONFIG).is_file():
         raise ConfigError(f"{folder} is not a measured phase (no {rundir.SWEEP} or {rundir.CONFIG})", field="phase")
@@ -83,6 +85,9 @@ def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = 
     i = input_len or _median(s, "input_len") or 256
     o = output_len or _median(s, "output_len") or 32
     config: Any = ev.config if ev.config is not None else dict(ev.server_args or {})
+    kind = engines.step_kind_changes(changes, adapter, ev.server_args or {})
+    if kind:
+        config = config.with_changes(**kind) if hasattr(config, "with_changes") else {**config, **kind}
     env = {str(k): str(v) for k, v in (getattr(ev.config, "env", None) or {}).items()}
     if bench.env is not None:
         env = {**bench.env(config), **env}
@@ -240,7 +245,7 @@ def settle_forecast(run_dir: str | Path, phase: str, changes: Mapping[str, Any] 
     offs = {w.get("graphs_off") for w in wants}
     graphs_off = True if True in offs else (False if False in offs else None)
     try:
-        profile = take_step_profile(run_dir, phase, batches, graphs_off=graphs_off, **options)
+        profile = take_step_profile(run_dir, phase, batches, graphs_off=graphs_off, changes=changes, **options)
     except (ServerLaunchError, ConfigError) as exc:
         return Settled(model, forecasts, None, f"the step profile could not be taken here, so what it would settle "
                                                f"stays not forecast: {exc}")

@@ -53,6 +53,7 @@ __all__ = [
     "ENGINES",
     "LIMITS",
     "STANDIN",
+    "STEP_KIND_LIMITS",
     "Capabilities",
     "Engine",
     "EngineAdapter",
@@ -79,6 +80,7 @@ __all__ = [
     "neutral_field",
     "register",
     "sglang_knobs",
+    "step_kind_changes",
     "topic",
     "unregister",
     "vllm_module",
@@ -299,6 +301,30 @@ def limit_changes(changes: Mapping[str, Any], engine: str | EngineAdapter | None
         else:
             rest[name] = value
     return limits, rest
+
+
+#: the limits that decide which decode steps replay a graph: a step benchmark of a change runs with them
+STEP_KIND_LIMITS = frozenset({"graph_max_batch", "graphs_off"})
+
+
+def step_kind_changes(changes: Mapping[str, Any] | None, engine: str | EngineAdapter | None = None,
+                      args: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The fields of ``changes`` that set which decode steps replay a graph (its ceiling, graphs
+    off): what an offline step benchmark of the changed deployment must run with."""
+    changes = dict(changes or {})
+    context = {**dict(args or {}), **changes}
+    caps = (get(engine, default=COMMAND) if engine is not None else get(COMMAND)).capabilities
+    out: dict[str, Any] = {}
+    for name, value in changes.items():
+        found = limit_changes({name: value}, engine, context)[0]
+        for limit in set(found) & STEP_KIND_LIMITS:
+            if name in LIMITS:  # a neutral name: the engine's own field carries it
+                field = caps.field(limit)
+                if field:
+                    out[field] = found[limit]
+            else:
+                out[name] = value
+    return out
 
 
 def metric_names(column: str) -> tuple[str, ...]:

@@ -641,7 +641,8 @@ class PerfModel:
             text = (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
                     "what this phase ran")
             beyond = self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, eager))
-            bench = self.benchmark_text([batch], wl, graphs_off=graphs_off) if missing is not None or beyond else ""
+            bench = (self.benchmark_text([batch], wl, graphs_off=graphs_off, changes=changes)
+                     if missing is not None or beyond else "")
             if bench:
                 text += f"; nor is {what} in the evidence ({bench} measures the engine alone)"
             return text, as_level
@@ -653,22 +654,31 @@ class PerfModel:
                         f"{hi:.0f} running this phase ran is not in the evidence"), as_level
             return (f"{level}: the step profile covers batch {batch:g}, but what each request adds to a served "
                     f"step was read at batches {lo:g}-{hi:g} only"), as_level
-        bench = self.benchmark_text([batch], wl, graphs_off=graphs_off)
+        bench = self.benchmark_text([batch], wl, graphs_off=graphs_off, changes=changes)
         if not bench:
             return f"{what}: {level}", as_level
         return (f"{what}: {bench}, or {level}",
                 {"kind": "step_profile", "batches": [max(1, round(batch))], "graphs_off": graphs_off})
 
-    def benchmark_text(self, batches: Sequence[float], wl: RequestShape | None = None, *, graphs_off: bool | None = None) -> str:
+    def benchmark_text(self, batches: Sequence[float], wl: RequestShape | None = None, *, graphs_off: bool | None = None,
+                       changes: Mapping[str, Any] | None = None) -> str:
         """The engine's offline step benchmark at ``batches`` with this phase's arguments, as a
-        command to run (one launch, no HTTP server); "" where the engine has none."""
+        command to run (one launch, no HTTP server); "" where the engine has none. Of ``changes``,
+        those that set which steps replay a graph (its ceiling, graphs off) apply: the step the
+        forecast lacks is the changed deployment's (a graph ceiling raised to 1,024 times a graph
+        step at 1,024, not the phase's eager one)."""
         adapter = self._adapter or engines.get(self.engine, default=engines.COMMAND)
         bench = self._bench or adapter.step_benchmark
         if bench is None:
             return ""
         wl = wl or self.workload
+        config = self.config if self.config is not None else self.server_args
+        graph_fields = engines.step_kind_changes(changes, adapter, self.server_args)
+        if graph_fields:
+            config = (config.with_changes(**graph_fields) if hasattr(config, "with_changes")
+                      else {**dict(config or {}), **graph_fields})
         try:
-            argv = bench.command(self.config if self.config is not None else self.server_args,
+            argv = bench.command(config,
                                  sorted({round(b) for b in batches}),
                                  round(wl.input_len), round(wl.output_len), graphs_off=graphs_off)
         except (ConfigError, ValueError, KeyError, TypeError) as exc:

@@ -151,3 +151,20 @@ def test_an_engine_whose_lines_are_not_step_paced_keeps_its_levels_as_they_are()
     assert all(p.line_step_ms is None for p in model.levels)
     ours = PerfModel.fit_phase(EXAMPLE / "glm5-fix")
     assert {round(p.line_batch) for p in ours.levels if p.line_batch} == {1, 64, 256, 1023}
+
+
+def test_the_benchmark_a_withheld_forecast_names_runs_the_changed_graph_ceiling():
+    """The remedy's 1,024 forecast from the baseline lacks a graph step at 1,024. The benchmark the
+    notebook ran for it used the baseline's graph ceiling and timed an eager step
+    (step-profile-retaken/: 27.6 ms, graphs False); the command named now carries the change's
+    ceiling, and none of its other fields (the tokenizer workers are no step's)."""
+    from glm5lib import engines
+    from glm5lib.diagnose.evidence import load_evidence
+
+    [f] = predict(EXAMPLE, "baseline", FRONTEND, [1024])
+    assert not f.given and "--cuda-graph-max-bs 1024" in f.needs and "--batch-size 1024" in f.needs
+    assert "--max-total-tokens" in f.needs and "tokenizer-worker" not in f.needs
+    ev = load_evidence(EXAMPLE, phase="baseline")
+    assert engines.step_kind_changes(FRONTEND, ev.engine, ev.server_args) == {"cuda_graph_max_bs": 1024}
+    retaken = pd.read_csv(EXAMPLE / "step-profile-retaken" / "step-profile.csv").set_index("batch")
+    assert not bool(retaken.loc[1024, "graphs"]) and bool(retaken.loc[256, "graphs"])
