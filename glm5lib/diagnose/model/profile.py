@@ -199,7 +199,6 @@ def read_profile(frame: pd.DataFrame | None) -> StepProfile | None:
     return StepProfile(rows, source)
 
 
-
 LINES_SOURCE = "the engine's decode lines at each level's full batch"
 
 

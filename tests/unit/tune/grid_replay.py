@@ -11,6 +11,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -61,3 +62,23 @@ class GridReplay:
             return folder
 
         return measure
+
+    def check_search(self, run_dir: Path, base: Any, workload: Any, limit: float, *, low: int, high: int,
+                     steady: pd.DataFrame | None = None) -> None:
+        """Tune ``base``'s lever over ``low:high`` under median TPOT <= ``limit`` on this grid: the
+        first launch is the configuration as given (``low``), at most 4 launches, and the pick reaches
+        95% of the best grid point (of ``steady``: every point) that meets the limit, and meets it."""
+        from glm5lib import tune
+
+        goal = tune.Goal.parse([f"median_tpot_ms<={limit:g}"])
+        launches: list[float] = []
+        result = tune.tune(base, run_dir, goal, workload, backend="sglang", max_launches=4,
+                           levers=[f"{self.lever}={low}:{high}"], measure=self.measure(run_dir, launches))
+        shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
+        assert launches[0] == low and len(launches) == result.launches <= 4, launches
+        assert result.best is not None, shown
+        picked = float(result.best["changes"][self.lever])
+        points = self.points if steady is None else steady
+        best = float(points[points["median_tpot_ms"] <= limit]["output_throughput"].max())
+        assert self.figure(picked) >= 0.95 * best, (picked, best, shown)
+        assert self.figure(picked, "median_tpot_ms") <= limit, shown

@@ -52,15 +52,4 @@ def test_the_live_search_beat_the_grids_best_under_the_limit_in_two_launches_and
 @pytest.mark.parametrize("limit", [10.0, 11.0, 12.0, 13.0, 15.0])
 def test_the_search_reaches_95_percent_of_the_h100_grids_best_in_four_launches(tmp_path, limit):
     base = ServerConfig.load(EXAMPLE / "capped-config.json")
-    goal = tune.Goal.parse([f"median_tpot_ms<={limit:g}"])
-    launches: list[float] = []
-    result = tune.tune(base, tmp_path, goal, WORKLOAD, backend="sglang", max_launches=4,
-                       levers=[f"{LEVER}=64:256"], measure=REPLAY.measure(tmp_path, launches))
-    shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
-    assert launches[0] == 64 and len(launches) == result.launches <= 4, launches
-    assert result.best is not None, shown
-    picked = float(result.best["changes"][LEVER])
-    met = STEADY[STEADY["median_tpot_ms"] <= limit]
-    best = float(met["output_throughput"].max())
-    assert REPLAY.figure(picked) >= 0.95 * best, (picked, best, shown)
-    assert REPLAY.figure(picked, "median_tpot_ms") <= limit, shown
+    REPLAY.check_search(tmp_path, base, WORKLOAD, limit, low=64, high=256)

@@ -44,16 +44,4 @@ def test_the_grid_is_the_one_recorded():
 @pytest.mark.parametrize("limit", [8.0, 9.0, 10.0, 11.0, 12.0, 15.0])
 def test_the_search_reaches_95_percent_of_the_gpu_grids_best_in_four_launches(tmp_path, limit):
     base = ServerConfig.load(EXAMPLE / "capped-config.json")
-    workload = tune.Workload(256, 256, 256, 25.0, warmup=4)
-    goal = tune.Goal.parse([f"median_tpot_ms<={limit:g}"])
-    launches: list[float] = []
-    result = tune.tune(base, tmp_path, goal, workload, backend="sglang", max_launches=4,
-                       levers=[f"{LEVER}=64:256"], measure=REPLAY.measure(tmp_path, launches))
-    shown = result.candidates[["value", "objective", "median_tpot_ms", "slo_met"]]
-    assert launches[0] == 64 and len(launches) == result.launches <= 4, launches
-    assert result.best is not None, shown
-    picked = float(result.best["changes"][LEVER])
-    met = GRID[GRID["median_tpot_ms"] <= limit]
-    best = float(met["output_throughput"].max())
-    assert REPLAY.figure(picked) >= 0.95 * best, (picked, best, shown)
-    assert REPLAY.figure(picked, "median_tpot_ms") <= limit, shown
+    REPLAY.check_search(tmp_path, base, tune.Workload(256, 256, 256, 25.0, warmup=4), limit, low=64, high=256)
