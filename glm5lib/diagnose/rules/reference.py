@@ -67,6 +67,11 @@ def _ruled_out(field: str, current: Any, reference: Any, ev: Evidence) -> str | 
         top = int(_col(d, "running_req").max())
         if top <= current:
             return f"no decode batch exceeded it (largest {top})"
+    if limit in ("stream_interval", "frontend_workers") and _more(current, reference):
+        # a larger interval streams fewer chunks, more workers share them: the reference's value
+        # loads the serving front end more, never less
+        what = "streams fewer chunks per token" if limit == "stream_interval" else "runs more front-end processes"
+        return f"this run {what} than the reference ({shown(current)} against {shown(reference)})"
     if (
         limit in ("token_budget", "prefill_chunk")
         and not d.empty
@@ -74,6 +79,13 @@ def _ruled_out(field: str, current: Any, reference: Any, ev: Evidence) -> str | 
     ):
         return "no request ever waited in the queue"
     return None
+
+
+def _more(current: Any, reference: Any) -> bool:
+    try:
+        return float(current) > float(reference)
+    except (TypeError, ValueError):
+        return False
 
 
 def rule_reference_diff(ev: Evidence) -> list[Finding]:

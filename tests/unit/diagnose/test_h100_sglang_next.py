@@ -168,3 +168,17 @@ def test_the_benchmark_a_withheld_forecast_names_runs_the_changed_graph_ceiling(
     assert engines.step_kind_changes(FRONTEND, ev.engine, ev.server_args) == {"cuda_graph_max_bs": 1024}
     retaken = pd.read_csv(EXAMPLE / "step-profile-retaken" / "step-profile.csv").set_index("batch")
     assert not bool(retaken.loc[1024, "graphs"]) and bool(retaken.loc[256, "graphs"])
+
+
+def test_the_reference_diff_does_not_undo_the_front_end_remedy():
+    """The K2 reference streams every token with one tokenizer process; the remedy streams every
+    fourth with four. The reference's values load the front end more, so the diff rules them out
+    instead of suggesting ``--stream-interval 1``."""
+    from glm5lib.paths import data_dir
+
+    findings = list(dg.diagnose(EXAMPLE, reference=data_dir() / "reference" / "k2-thinking", phase="frontend",
+                                write=False).itertuples())
+    assert not [f for f in findings if "--stream-interval 1" in f.suggestion]
+    [ruled] = [f for f in findings if f.rule == "reference_diff_ruled_out"]
+    assert "stream_interval (this run streams fewer chunks per token than the reference (4 against 1))" in ruled.evidence
+    assert "tokenizer_worker_num (this run runs more front-end processes" in ruled.evidence
