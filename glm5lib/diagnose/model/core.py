@@ -289,7 +289,9 @@ class PerfModel:
                                    f"batches is read off its decode lines, scaled on the levels it paced")
                 model.profile = profile
         elif profile is not None:
-            profile.fit_scale([(p.running, p.u_ms, p.eager) for p in points])
+            # read as served on the levels the engine paced: a busy front end's level says nothing of the step
+            engine_paced = [p for p in points if not _frontend_busy(p, bounds.workers)] or points
+            profile.fit_scale([(p.running, p.u_ms, p.eager) for p in engine_paced])
             model.profile = profile if profile.scale else None
             if model.profile is None:
                 model.notes.append(f"{profile.describe()}: no level of the phase ran a batch it covers, so it "

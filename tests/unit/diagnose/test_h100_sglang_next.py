@@ -182,3 +182,17 @@ def test_the_reference_diff_does_not_undo_the_front_end_remedy():
     [ruled] = [f for f in findings if f.rule == "reference_diff_ruled_out"]
     assert "stream_interval (this run streams fewer chunks per token than the reference (4 against 1))" in ruled.evidence
     assert "tokenizer_worker_num (this run runs more front-end processes" in ruled.evidence
+
+
+def test_a_benchmark_profile_is_read_as_served_on_the_levels_the_engine_paced(tmp_path):
+    """The baseline's profile (graph steps at 1, 64, 256) beside the fix's phase: its 256 level was
+    the front end's, so only 1 and 64 scale the profile to served steps."""
+    import shutil
+
+    from glm5lib.diagnose.model import PerfModel
+
+    shutil.copytree(EXAMPLE / "glm5-fix", tmp_path / "glm5-fix")
+    shutil.copy(EXAMPLE / "baseline" / "step-profile.csv", tmp_path / "glm5-fix" / "step-profile.csv")
+    model = PerfModel.fit_phase(tmp_path / "glm5-fix")
+    assert model.profile is not None and model.profile.source != "the engine's decode lines at each level's full batch"
+    assert model.profile.read_up_to["graph"] == pytest.approx(64, abs=0.5) and model.profile.read_from["graph"] == 1
