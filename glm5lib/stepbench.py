@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
+import math
 import os
 import shlex
 import subprocess
@@ -85,14 +86,12 @@ def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = 
     i = input_len or _median(s, "input_len") or 256
     o = output_len or _median(s, "output_len") or 32
     config: Any = ev.config if ev.config is not None else dict(ev.server_args or {})
-    kind = engines.step_kind_changes(changes, adapter, ev.server_args or {})
-    if kind:
-        config = config.with_changes(**kind) if hasattr(config, "with_changes") else {**config, **kind}
     env = {str(k): str(v) for k, v in (getattr(ev.config, "env", None) or {}).items()}
     if bench.env is not None:
         env = {**bench.env(config), **env}
     interpreter = python or (bench.python() if bench.python else sys.executable)
-    argv = bench.command(config, want, int(i), int(o), graphs_off=graphs_off, python=interpreter)
+    argv = bench.command(config, want, int(i), int(o), graphs_off=graphs_off, python=interpreter,
+                         changes=engines.step_kind_changes(changes, adapter, ev.server_args or {}))
     logfile = folder / rundir.STEP_PROFILE_LOG
     text = _run(argv, {**os.environ, **env}, logfile, timeout, bench)
     rows = bench.parse(text, graphs_off=graphs_off)
@@ -117,7 +116,8 @@ def take_step_profile(run_dir: str | Path, phase: str, batches: Sequence[int] = 
 
 def _merged(path: Path, new: pd.DataFrame) -> pd.DataFrame:
     """``new`` with the rows of an earlier profile at ``path`` it did not measure again (same batch,
-    same graphs): a profile taken for batch 1,024 keeps the 256 taken before it."""
+    same kind of step), where that profile timed the same workload: a profile taken for batch 1,024
+    keeps the 256 taken before it."""
     if not path.is_file():
         return new
     try:
@@ -125,15 +125,29 @@ def _merged(path: Path, new: pd.DataFrame) -> pd.DataFrame:
     except (OSError, ValueError, pd.errors.ParserError) as exc:
         log.warning("an earlier step profile at %s could not be read (%s): replaced", path, exc)
         return new
-
-    def key(f: pd.DataFrame) -> pd.Series:
-        return f["batch"].astype(int).astype(str) + "/" + f["graphs"].astype(str).str.lower()
-
-    kept = old[~key(old).isin(set(key(new)))] if {"batch", "graphs"} <= set(old.columns) else old.iloc[0:0]
+    if not {"batch", "graphs"} <= set(old.columns):
+        return new
+    old = old[pd.to_numeric(old["batch"], errors="coerce").notna()]
+    for col in ("input_len", "output_len"):
+        if col in old.columns and col in new.columns:
+            old = old[pd.to_numeric(old[col], errors="coerce") == pd.to_numeric(new[col], errors="coerce").iloc[0]]
+    kept = old[~_step_keys(old).isin(set(_step_keys(new)))]
     if kept.empty:
         return new
     both = pd.concat([kept.reindex(columns=PROFILE_COLUMNS), new], ignore_index=True)
     return both.sort_values("batch", kind="stable").reset_index(drop=True)
+
+
+def _step_keys(frame: pd.DataFrame) -> pd.Series:
+    """``batch/kind`` of each row: graph, eager, or unknown (no graphs figure)."""
+
+    def kind(g: Any) -> str:
+        if g is None or (isinstance(g, float) and math.isnan(g)) or str(g).strip() == "":
+            return "unknown"
+        return "graph" if str(g).strip().lower() in ("true", "1") else "eager"
+
+    batch = pd.to_numeric(frame["batch"], errors="coerce").round().astype("Int64").astype(str)
+    return batch + "/" + frame["graphs"].map(kind)
 
 
 def _median(s: pd.DataFrame, col: str) -> int | None:
@@ -169,7 +183,7 @@ def _run(argv: list[str], env: dict[str, str], logfile: Path, timeout: float, be
     text = logfile.read_bytes()[offset:].decode(errors="replace")
     if code != 0:
         kind, line = failure_cause(text)
-        why = _CAUSES.get(kind, bench.hint) if kind else bench.hint
+        why = _CAUSES.get(kind) or (bench.hint if kind in (None, "not_installed") else "its last lines below say why")
         said = f": {line}" if line else ""
         raise ServerLaunchError(f"{bench.title} exited with code {code} after {time.monotonic() - started:.0f} s "
                                 f"({logfile}){said}; {why}; its last lines:\n{_tail(logfile)}",
@@ -193,9 +207,14 @@ def failure_cause(text: str) -> tuple[str | None, str]:
     :data:`glm5lib.logs.fatal.ERROR_KINDS` order; ``not_installed`` where its module is missing) and
     the line that names it; (None, "") where no line does."""
     found: dict[str, str] = {}
-    for line in text.splitlines():
+    lines = text.splitlines()
+    # a missing module is the cause where the run ended on it (its last error line), not where a
+    # warning mentions one in passing
+    errors = [x for x in lines if "error" in x.lower()]
+    last_error = errors[-1] if errors else None
+    for line in lines:
         kind = classify_fatal(line)
-        if kind is None and any(m in line for m in _NOT_INSTALLED):
+        if kind is None and line is last_error and any(m in line for m in _NOT_INSTALLED):
             kind = "not_installed"
         if kind is not None:
             found.setdefault(kind, line.strip()[:300])

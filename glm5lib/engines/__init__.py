@@ -317,13 +317,14 @@ def step_kind_changes(changes: Mapping[str, Any] | None, engine: str | EngineAda
     out: dict[str, Any] = {}
     for name, value in changes.items():
         found = limit_changes({name: value}, engine, context)[0]
+        key = str(name).lstrip("-").replace("-", "_")  # a flag or a hyphenated name, as a field
         for limit in set(found) & STEP_KIND_LIMITS:
-            if name in LIMITS:  # a neutral name: the engine's own field carries it
+            if key in LIMITS:  # a neutral name: the engine's own field carries it
                 field = caps.field(limit)
                 if field:
                     out[field] = found[limit]
             else:
-                out[name] = value
+                out[key] = value
     return out
 
 

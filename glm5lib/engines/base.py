@@ -362,8 +362,9 @@ class StepBenchmark:
     """The engine's own offline benchmark of one decode step at chosen batch sizes, in one process
     launch without its HTTP server (SGLang's ``bench_one_batch``, vLLM's offline engine).
 
-    ``command(args, batches, input_len, output_len, graphs_off=None, python=None)`` is its argv for a
-    phase's server arguments (graphs as they are, or switched off/on); ``parse(text)`` reads its
+    ``command(args, batches, input_len, output_len, graphs_off=None, python=None, changes=None)`` is
+    its argv for a phase's server arguments (graphs as they are, or switched off/on; ``changes``: the
+    fields of a change being forecast that decide which steps replay a graph); ``parse(text)`` reads its
     output into rows of ``batch``, ``step_ms`` (one decode step), ``prefill_ms``, ``graphs`` (the step
     replayed a CUDA graph: True/False, None for an engine without graphs); ``parse(text,
     graphs_off=True)`` marks every step eager."""

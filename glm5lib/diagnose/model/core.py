@@ -281,10 +281,11 @@ class PerfModel:
         wl = RequestShape(float(np.median([p.input_len for p in points])), float(np.median([p.output_len for p in points])))
         model = cls(curve=curve, bounds=bounds, workload=wl, engine=engine, eager_base=eager_base,
                     frontend=frontend, levels=points, graphs_apply=graphs_apply, _adapter=adapter, _evidence=ev)
-        if profile is None and len(paced) < len(base):
-            profile = lines_profile(points, [p for p in points if p in paced])
+        held = [p for p in base if p not in paced]
+        if profile is None and held:
+            profile = lines_profile(points, [p for p in points if p in paced], held)
             if profile is not None:
-                held_back = ", ".join(f"{p.concurrency:,}" for p in base if p not in paced)
+                held_back = ", ".join(f"{p.concurrency:,}" for p in held if p.line_step_ms)
                 model.notes.append(f"the front end held back the client at {held_back}: the engine's step at those "
                                    f"batches is read off its decode lines, scaled on the levels it paced")
                 model.profile = profile
@@ -675,14 +676,10 @@ class PerfModel:
             return ""
         wl = wl or self.workload
         config = self.config if self.config is not None else self.server_args
-        graph_fields = engines.step_kind_changes(changes, adapter, self.server_args)
-        if graph_fields:
-            config = (config.with_changes(**graph_fields) if hasattr(config, "with_changes")
-                      else {**dict(config or {}), **graph_fields})
         try:
-            argv = bench.command(config,
-                                 sorted({round(b) for b in batches}),
-                                 round(wl.input_len), round(wl.output_len), graphs_off=graphs_off)
+            argv = bench.command(config, sorted({round(b) for b in batches}), round(wl.input_len),
+                                 round(wl.output_len), graphs_off=graphs_off,
+                                 changes=engines.step_kind_changes(changes, adapter, self.server_args))
         except (ConfigError, ValueError, KeyError, TypeError) as exc:
             log.debug("no benchmark command: %s", exc)
             return ""

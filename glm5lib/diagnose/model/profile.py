@@ -202,13 +202,13 @@ def read_profile(frame: pd.DataFrame | None) -> StepProfile | None:
 LINES_SOURCE = "the engine's decode lines at each level's full batch"
 
 
-def lines_profile(points: Sequence[Any], paced: Sequence[Any]) -> StepProfile | None:
+def lines_profile(points: Sequence[Any], paced: Sequence[Any], held_back: Sequence[Any]) -> StepProfile | None:
     """The engine's own steps read off a phase's decode lines (``line_batch``, ``line_step_ms`` of its
     levels), scaled to served steps on the levels the engine paced (``paced``), as a benchmark's
-    profile is: where a busy front end held a level's client back, its decode lines still time the
-    engine at that batch. None where no level the front end held back has them, or no paced level
-    does to scale them."""
-    held_back = [p for p in points if p not in paced and p.line_step_ms]
+    profile is: where a busy front end held a level's client back (``held_back``), its decode lines
+    still time the engine at that batch. None where no level the front end held back has them, or
+    no paced level does to scale them."""
+    held_back = [p for p in held_back if p.line_step_ms]
     read = [p for p in paced if p.line_step_ms]
     if not held_back or not read:
         return None

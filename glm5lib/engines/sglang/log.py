@@ -416,6 +416,8 @@ class _Parser:
         read_startup(self.startup, self._startup_other, msg, rank, cut)
 
     def _unprefixed(self, line: str, cut: bool) -> None:
+        if self._open_blocks and _is_shutdown(line.strip()):
+            self._close_blocks()  # the stop's first line ends a traceback before it
         if self._open_blocks:
             if UVICORN_RE.match(line) or is_nccl(line) or GLOG_RE.match(line):
                 self._close_blocks()

@@ -61,10 +61,12 @@ def bench_module(release: str | None) -> str:
 
 
 def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: int, output_len: int, *,
-                  graphs_off: bool | None = None, python: str | None = None, module: str | None = None) -> list[str]:
+                  graphs_off: bool | None = None, python: str | None = None, module: str | None = None,
+                  changes: Mapping[str, Any] | None = None) -> list[str]:
     """The benchmark's argv for a phase's server arguments (logged ``ServerArgs`` or a config's
     fields): the same model and flags, the running cap raised to the largest batch, graphs switched
-    off (True), on (False) or left as they are (None)."""
+    off (True), on (False) or left as they are (None); ``changes`` (fields of a change being
+    forecast: its graph ceiling, graphs off) on top."""
     batches = sorted({int(b) for b in batches if int(b) >= 1})
     if not batches:
         raise ValueError("no batch size to benchmark")
@@ -78,15 +80,15 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
             if cap is not None and given.get(name) == cap:
                 given.pop(name)  # the ceiling a release clamped to the cap: not one the user set
         config = ServerConfig.from_server_args(given)
-    changes: dict[str, Any] = {"max_running_requests": max(batches)}
+    changes = {**dict(changes or {}), "max_running_requests": max(batches)}
     # The benchmark prefills every request of a batch in one pass (the server chunks it), so the
     # activations of batch x input tokens need room the KV pool would otherwise take (0.5.16 on one
     # H100: 1,024 x 256 tokens ran out of memory with the pool at its default size). The pool needs
     # only the largest batch's tokens: capping it leaves the rest free, as SGLang's
     # ``max_total_tokens`` does (it allocates min(profiled, max_total_tokens)).
-    need = kv_tokens_needed(max(batches), input_len, output_len)
-    held = config.get("max_total_tokens")
-    changes["max_total_tokens"] = min(int(held), need) if held else need
+    need = kv_tokens_needed(max(batches), input_len, output_len, _whole(config.get("page_size")) or 1)
+    held = _whole(config.get("max_total_tokens"))
+    changes["max_total_tokens"] = min(held, need) if held else need
     if graphs_off is not None:
         changes["disable_cuda_graph"] = bool(graphs_off)
     config = config.with_changes(**changes)
@@ -105,9 +107,24 @@ _KV_MARGIN = 1.15
 _KV_FLOOR = 16384
 
 
-def kv_tokens_needed(batch: int, input_len: int, output_len: int) -> int:
-    """The KV pool the benchmark's largest batch needs (its requests' whole sequences, a margin)."""
-    return max(_KV_FLOOR, int(batch * (int(input_len) + max(int(output_len), 2)) * _KV_MARGIN))
+def kv_tokens_needed(batch: int, input_len: int, output_len: int, page_size: int = 1) -> int:
+    """The KV pool the benchmark's largest batch needs: its requests' whole sequences, each rounded
+    up to whole pages, and a margin."""
+    page = max(int(page_size), 1)
+    per_request = -(-(int(input_len) + max(int(output_len), 2)) // page) * page
+    return max(_KV_FLOOR, int(batch * per_request * _KV_MARGIN))
+
+
+def _whole(value: Any) -> int | None:
+    """A size as SGLang takes it (``64k`` too, as 0.5.23 reads it); None where it is none."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value).strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        return None
 
 
 def parse_bench_output(text: str, *, graphs_off: bool | None = None) -> list[dict[str, Any]]:

@@ -48,12 +48,15 @@ def _argv_of(args: Mapping[str, Any]) -> list[str]:
 
 
 def bench_command(args: Any, batches: Sequence[int], input_len: int, output_len: int, *,
-                  graphs_off: bool | None = None, python: str | None = None, module: str | None = None) -> list[str]:
-    """The benchmark's argv for a phase's engine arguments (a :class:`VllmConfig` or its fields)."""
+                  graphs_off: bool | None = None, python: str | None = None, module: str | None = None,
+                  changes: Any = None) -> list[str]:
+    """The benchmark's argv for a phase's engine arguments (a :class:`VllmConfig` or its fields), with
+    ``changes`` (fields of a change being forecast) on top."""
     batches = sorted({int(b) for b in batches if int(b) >= 1})
     if not batches:
         raise ValueError("no batch size to benchmark")
-    fields = args.to_dict() if hasattr(args, "to_dict") and hasattr(args, "env") else dict(args)
+    fields = {**(args.to_dict() if hasattr(args, "to_dict") and hasattr(args, "env") else dict(args)),
+              **dict(changes or {})}
     if graphs_off is not None:
         fields["enforce_eager"] = bool(graphs_off)
     return [python or "python", str(SCRIPT), "--batch-size", *map(str, batches), "--input-len", str(int(input_len)),

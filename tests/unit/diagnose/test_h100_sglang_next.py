@@ -196,3 +196,9 @@ def test_a_benchmark_profile_is_read_as_served_on_the_levels_the_engine_paced(tm
     model = PerfModel.fit_phase(tmp_path / "glm5-fix")
     assert model.profile is not None and model.profile.source != "the engine's decode lines at each level's full batch"
     assert model.profile.read_up_to["graph"] == pytest.approx(64, abs=0.5) and model.profile.read_from["graph"] == 1
+
+
+@pytest.mark.parametrize("spelling", ["graph-max-batch", "--cuda-graph-max-bs", "cuda-graph-max-bs"])
+def test_a_graph_ceiling_spelt_as_a_flag_or_with_hyphens_reaches_the_benchmark(spelling):
+    [f] = predict(EXAMPLE, "baseline", {"running_cap": 1024, spelling: 1024}, [1024])
+    assert "--cuda-graph-max-bs 1024" in f.needs, f.needs

@@ -137,3 +137,47 @@ def test_a_failed_benchmark_names_its_cause_from_its_own_lines():
     assert stepbench.failure_cause("Traceback\nModuleNotFoundError: No module named 'sglang'\n")[0] == "not_installed"
     assert stepbench.failure_cause("all fine\n") == (None, "")
 
+
+
+def test_a_change_being_forecast_sets_the_benchmarks_graph_ceiling_even_at_the_cap():
+    """The logged arguments' ceiling equal to the cap reads as one a release clamped and is dropped;
+    a change's ceiling is the change's, and stays (SGLang 0.5.23 reads sizes like ``64k`` too)."""
+    args = {"model_path": "/m", "max_running_requests": 512, "cuda_graph_max_bs": 256, "page_size": 64,
+            "max_total_tokens": "64k"}
+    argv = bench_command(args, [512], 16, 16, changes={"cuda_graph_max_bs": 512})
+    assert argv[argv.index("--cuda-graph-max-bs") + 1] == "512"
+    # each request's sequence rounds up to whole pages: 32 tokens take one page of 64
+    assert int(argv[argv.index("--max-total-tokens") + 1]) == stepbench_kv(512, 16, 16, 64) >= 512 * 64
+    # a pool the user capped lower, in SGLang's own spelling, stays theirs
+    argv = bench_command({**args, "max_total_tokens": "20k"}, [512], 16, 16)
+    assert argv[argv.index("--max-total-tokens") + 1] == "20000"
+
+
+def stepbench_kv(batch, i, o, page):
+    from glm5lib.engines.sglang.stepbench import kv_tokens_needed
+
+    return kv_tokens_needed(batch, i, o, page)
+
+
+def test_a_passing_mention_of_a_missing_module_is_not_the_cause():
+    text = "No module named 'helion'\nloading...\nCUDA error: an illegal memory access was encountered\nexit\n"
+    assert stepbench.failure_cause(text) == (None, "")
+    assert stepbench.failure_cause("Traceback\nModuleNotFoundError: No module named 'sglang'\n")[0] == "not_installed"
+
+
+def test_profiles_merge_by_batch_and_kind_of_step_for_the_same_workload(tmp_path):
+    import pandas as pd
+
+    path = tmp_path / "step-profile.csv"
+    cols = stepbench.PROFILE_COLUMNS
+    old = pd.DataFrame([{"batch": 256, "step_ms": 9.0, "graphs": None, "input_len": 32, "output_len": 64},
+                        {"batch": None, "step_ms": 1.0, "graphs": None, "input_len": 32, "output_len": 64},
+                        {"batch": 64, "step_ms": 5.0, "graphs": None, "input_len": 128, "output_len": 64}])
+    old.reindex(columns=cols).to_csv(path, index=False)
+    new = pd.DataFrame([{"batch": 1024, "step_ms": 30.0, "graphs": None, "input_len": 32, "output_len": 64}]).reindex(
+        columns=cols)
+    merged = stepbench._merged(path, new)
+    # vLLM's steps have no graphs figure: the older 256 stays; the unreadable row and another workload's go
+    assert sorted(merged["batch"].astype(int)) == [256, 1024]
+    again = stepbench._merged(path, new.assign(batch=256, step_ms=10.0))
+    assert list(again["batch"].astype(int)) == [256] and float(again["step_ms"].iloc[0]) == 10.0

@@ -110,3 +110,14 @@ def test_the_stop_of_several_tokenizer_workers_is_not_a_crash():
     # with neither, the same kill_process_tree line is a fault
     text = "\n".join(line for line in WORKERS.read_text().splitlines() if "SIGTERM" not in line)
     assert logs.parse_log(text).crash_cause() == "sigquit"
+
+
+def test_the_stop_ends_a_traceback_printed_before_it():
+    text = ("[2026-12-05 18:54:20] Decode batch, #running-req: 1, #token: 9, token usage: 0.00, cuda graph: True, "
+            "gen throughput (token/s): 4.00, #queue-req: 0\n"
+            "Traceback (most recent call last):\n  File \"x.py\", line 1, in <module>\nValueError: warm-up\n"
+            "INFO:     Received SIGTERM, exiting.\n"
+            "[2026-12-05 18:54:30] kill_process_tree called: parent_pid=1257, include_parent=False, pid=1257\n")
+    slog = logs.parse_log(text)
+    assert slog.startup.get("shutdown_requested_at") == "2026-12-05 18:54:20"
+    assert "sigquit" not in set(slog.errors["kind"]) if len(slog.errors) else True
