@@ -117,6 +117,15 @@ def _eager_share(lines: pd.DataFrame) -> float | None:
 FULL_BATCH = 0.9
 
 
+def full_batch(lines: pd.DataFrame) -> pd.DataFrame:
+    """A level's decode lines while its batch was full: at :data:`FULL_BATCH` of their largest
+    running count or more (all of them where the count is unknown)."""
+    if "running_req" not in lines:
+        return lines
+    running = pd.to_numeric(lines["running_req"], errors="coerce")
+    return lines[running >= FULL_BATCH * float(running.max())] if running.notna().any() else lines
+
+
 def line_pace(lines: pd.DataFrame | None) -> tuple[float, float] | None:
     """``(batch, step ms)`` the engine kept while the level's batch was full, from decode lines
     written every so many steps with the engine's own generation rate: the median running count
@@ -126,7 +135,7 @@ def line_pace(lines: pd.DataFrame | None) -> tuple[float, float] | None:
     running = pd.to_numeric(lines["running_req"], errors="coerce")
     if not running.notna().any() or float(running.max()) < 1:
         return None
-    full = lines[running >= FULL_BATCH * float(running.max())]
+    full = full_batch(lines)
     made = pd.to_numeric(full["gen_throughput"], errors="coerce").dropna()
     if len(made) < 2 or float(made.median()) <= 0:
         return None

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, _col
-from glm5lib.diagnose.model.levels import processes
+from glm5lib.diagnose.model.levels import full_batch, processes
 
 __all__ = ["frontend_at"]
 
@@ -42,9 +42,7 @@ def frontend_at(ev: Evidence, conc: float, lines: pd.DataFrame,
         return None
     # the engine's rate while its batch was full: what it could generate when fed (over the whole
     # level it also idles while the front end is late to bring new requests)
-    running = _col(lines, "running_req")
-    full = lines[running >= 0.9 * float(running.max())] if running.notna().any() else lines
-    made = float(_col(full, "gen_throughput").median())
+    made = float(_col(full_batch(lines), "gen_throughput").median())
     got = float(row.get("output_throughput", np.nan))
     if not (np.isfinite(made) and np.isfinite(got) and got > 0 and made >= _FRONTEND_GAP * got):
         return None
