@@ -1,9 +1,10 @@
 """The ``glm5`` command.
 
 Each sub-command lives in a module of this package (``glm5lib.cli.logs`` for ``glm5 logs``...)
-that defines ``register_cli(subparsers)``, adding its sub-command with
-``set_defaults(func=handler)``; the handler takes the parsed arguments, calls the library's
-public API, prints, and returns an exit code. The library itself never prints. This module only
+that defines ``register_cli(subparsers)``, adding its sub-command and the handler that answers it
+with :func:`glm5lib.cli.options.add_command` (the handler's docstring is the command's
+description in ``--help``); the handler takes the parsed arguments, calls the library's public
+API, prints, and returns an exit code. The library itself never prints. This module only
 assembles them.
 
 A command module imports at its top only what building its parser needs (argparse, the

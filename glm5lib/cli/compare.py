@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from glm5lib import rundir
+from glm5lib.cli.options import add_command
 
 __all__ = ["register_cli"]
 
@@ -34,8 +35,8 @@ def _cmd_compare(args) -> int:
 
 
 def register_cli(sub) -> None:
-    p = sub.add_parser(
-        "compare",
+    p = add_command(
+        sub, "compare", _cmd_compare,
         help="compare two runs: throughput, latency, power, finished requests, arguments, findings",
         description=("Set two run folders side by side: per phase and concurrency level, output "
                      "throughput, TTFT/TPOT percentiles, end-to-end latency, GPU power and finished "
@@ -49,4 +50,3 @@ def register_cli(sub) -> None:
     p.add_argument("--json", action="store_true", help="print the per-level rows as a JSON list")
     p.add_argument("--figure", metavar="PATH", help="where to write the figure (a .png or .svg path)")
     p.add_argument("--no-figure", action="store_true", help="draw no figure")
-    p.set_defaults(func=_cmd_compare)

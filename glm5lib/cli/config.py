@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 
+from glm5lib.cli.options import add_command
 from glm5lib.engines.sglang.config import (
     DEFAULT_RELEASE,
     ServerConfig,
@@ -29,6 +30,7 @@ def _resolve_config(text: str, release: str | None = None) -> ServerConfig:
 
 
 def _cmd_config(args: argparse.Namespace) -> int:
+    """Work with SGLang server configs: shipped ones by name (see 'glm5 config list') or JSON files."""
     action = args.config_command
     if action == "list":
         for name, path in shipped_configs().items():
@@ -110,21 +112,17 @@ def raw_diff(config: ServerConfig | str, other: ServerConfig | str, *, release: 
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     """Add ``glm5 config`` (list/show/argv/diff/flags/check)."""
-    parser = subparsers.add_parser(
-        "config",
-        help="show, diff and turn into argv SGLang server configs",
-        description="Work with SGLang server configs: shipped ones by name (see 'glm5 config list') or JSON files.",
-    )
+    parser = add_command(subparsers, "config", _cmd_config, help="show, diff and turn into argv SGLang server configs")
     sub = parser.add_subparsers(dest="config_command", metavar="ACTION", required=True)
     sub.add_parser("list", help="list the shipped configs")
     flags = sub.add_parser("flags", help="search the catalogue of SGLang flags")
     flags.add_argument("pattern", nargs="?", help="substring of a field or flag name")
-    flags.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")
+    _add_release(flags)
     check = sub.add_parser(
         "check", help="validate sglang.launch_server arguments (after '--')",
         description="Validate launch_server arguments: glm5 config check -- --model-path M --tp 8",
     )
-    check.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")
+    _add_release(check)
     check.add_argument("argv", nargs=argparse.REMAINDER, help="the launch_server arguments")
     for name, text in (
         ("show", "show a config's fields (secrets masked)"),
@@ -143,5 +141,9 @@ def register_cli(subparsers: argparse._SubParsersAction) -> None:
             p.add_argument("--module", default="sglang.launch_server", help="module to run (e.g. glm5lib.sim)")
         p.add_argument("--set", action="append", metavar="FIELD=VALUE", help="change a field first (repeatable)")
         p.add_argument("--json", action="store_true", help="machine-readable output")
-        p.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")
-    parser.set_defaults(func=_cmd_config)
+        _add_release(p)
+
+
+def _add_release(parser: argparse.ArgumentParser) -> None:
+    """``--release``: the SGLang release whose flags an action reads."""
+    parser.add_argument("--release", help=f"SGLang release (default: the installed SGLang, else the config's or {DEFAULT_RELEASE})")

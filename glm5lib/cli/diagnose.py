@@ -8,6 +8,7 @@ import textwrap
 from typing import TYPE_CHECKING, Any
 
 from glm5lib import rundir
+from glm5lib.cli.options import add_command
 from glm5lib.errors import ConfigError, DiagnosisError, UsageError
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ def _print_findings(frame: pd.DataFrame) -> None:
 
 
 def _cli_diagnose(args: argparse.Namespace) -> int:
+    """Apply the diagnosis rules to one phase of a run folder and print the findings."""
     from glm5lib.diagnose import PerfModel, diagnose, load_evidence, recommend_running_cap
 
     # RUN_DIR or --run-dir, the spelling of a run folder every other command takes
@@ -105,6 +107,9 @@ def _print_forecasts(forecasts) -> None:
 
 
 def _cli_diff(args: argparse.Namespace) -> int:
+    """CURRENT and REFERENCE: a config .json, a server log, a run folder, a reference name or a
+    shipped config name. Ranked by their impact on throughput; --raw lists every field that differs
+    between two SGLang configs, unranked."""
     if args.raw:
         from glm5lib.cli.config import raw_diff
 
@@ -143,11 +148,8 @@ def _cli_diff(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers: Any) -> None:
     """Add ``glm5 diagnose RUN_DIR`` and ``glm5 diff CURRENT REFERENCE``."""
-    p = subparsers.add_parser(
-        "diagnose",
-        help="rank the likely bottlenecks of a measured run, with evidence",
-        description="Apply the diagnosis rules to one phase of a run folder and print the findings.",
-    )
+    p = add_command(subparsers, "diagnose", _cli_diagnose,
+                    help="rank the likely bottlenecks of a measured run, with evidence")
     p.add_argument("run_dir", metavar="RUN_DIR", nargs="?", help="a run folder or one of its phase folders")
     p.add_argument("--run-dir", dest="run_dir_option", metavar="RUN_DIR", help="the same, as other commands spell it")
     p.add_argument("--phase", help="phase folder inside RUN_DIR (baseline, fix, ...)")
@@ -167,15 +169,9 @@ def register_cli(subparsers: Any) -> None:
     )
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--no-write", action="store_true", help=f"do not write {rundir.FINDINGS}")
-    p.set_defaults(func=_cli_diagnose)
 
-    q = subparsers.add_parser(
-        "diff",
-        help="rank the server-argument differences between two configurations (--raw: field by field)",
-        description="CURRENT and REFERENCE: a config .json, a server log, a run folder, a reference name or a "
-                    "shipped config name. Ranked by their impact on throughput; --raw lists every field that "
-                    "differs between two SGLang configs, unranked.",
-    )
+    q = add_command(subparsers, "diff", _cli_diff,
+                    help="rank the server-argument differences between two configurations (--raw: field by field)")
     q.add_argument("current", metavar="CURRENT")
     q.add_argument("reference", metavar="REFERENCE")
     q.add_argument(
@@ -186,4 +182,3 @@ def register_cli(subparsers: Any) -> None:
     q.add_argument("--exit-code", action="store_true", help="with --raw: exit 1 when the configs differ")
     q.add_argument("--release", help="with --raw: SGLang release of CURRENT")
     q.add_argument("--other-release", help="with --raw: SGLang release of REFERENCE")
-    q.set_defaults(func=_cli_diff)

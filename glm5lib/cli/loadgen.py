@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import rundir
+from glm5lib.cli.options import REQUEST_APIS, add_command
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli", "settings_defaults"]
@@ -99,18 +100,13 @@ def _setting(name: str) -> _Default:
 
 
 def register_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "sweep",
-        help="drive a server at rising concurrency and record throughput and latency",
-        description=(
-            "Run a concurrency (or request-rate) sweep against BASE_URL and write sweep.csv and "
-            "requests.jsonl to a run folder. Rerunning with the same folder skips levels already done."
-        ),
-    )
+    """Add ``glm5 sweep``."""
+    p = add_command(subparsers, "sweep", _handler,
+                    help="drive a server at rising concurrency and record throughput and latency")
     p.add_argument("base_url", metavar="BASE_URL", help="e.g. http://127.0.0.1:30000")
     p.add_argument("-c", "--concurrency", type=_int_list, default=_Default("concurrencies"),
                    help="levels, comma-separated (default %(default)s)")
-    p.add_argument("--api", choices=["generate", "completions", "chat"], default=_setting("api"),
+    p.add_argument("--api", choices=REQUEST_APIS, default=_setting("api"),
                    help="request API (default %(default)s)")
     p.add_argument("--model", default=_setting("model"), help="model name for OpenAI APIs (default: from /v1/models)")
     p.add_argument("--input-len", type=int, default=_setting("input_len"), help="prompt tokens (default %(default)s)")
@@ -146,7 +142,6 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--no-resume", action="store_true", help="redo levels already in sweep.csv")
     p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
                    help="no progress lines (--no-progress is the older spelling)")
-    p.set_defaults(func=_handler)
 
 
 def _settings_given(args: argparse.Namespace) -> dict[str, Any]:
@@ -181,6 +176,8 @@ def _record_environment(run: Path, base_url: str, api_key: str | None) -> None:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    """Run a concurrency (or request-rate) sweep against BASE_URL and write sweep.csv and
+    requests.jsonl to a run folder. Rerunning with the same folder skips levels already done."""
     import pandas as pd
 
     from glm5lib.loadgen import SweepSettings, run_sweep

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from glm5lib.cli.options import add_command
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]
@@ -38,6 +39,7 @@ def _format_summary(s: dict[str, Any]) -> str:
 
 
 def _cmd_logs(args: argparse.Namespace) -> int:
+    """Parse an SGLang server log and print what matters for throughput."""
     from glm5lib.logs import available_engines, parse_log, summarize
 
     engines = ["auto", *available_engines()]
@@ -57,11 +59,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
 
 def register_cli(sub: Any) -> None:
     """Add ``glm5 logs FILE [--json]``: a summary of an SGLang server log."""
-    p = sub.add_parser(
-        "logs",
-        help="summarise an SGLang server log (args that matter, startup, decode stats, errors)",
-        description="Parse an SGLang server log and print what matters for throughput.",
-    )
+    p = add_command(sub, "logs", _cmd_logs,
+                    help="summarise an SGLang server log (args that matter, startup, decode stats, errors)")
     p.add_argument("file", help="the server log (e.g. data/runs/<run>/<phase>/server.log)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     # Not argparse choices: listing the installed adapters imports the parsers (pandas), and
@@ -70,4 +69,3 @@ def register_cli(sub: Any) -> None:
         "--engine", default="auto", metavar="ENGINE",
         help="the engine that wrote the log: sglang, vllm or another installed adapter (default: auto, told from its first lines)",
     )
-    p.set_defaults(func=_cmd_logs)

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from glm5lib import rundir
+from glm5lib.cli.options import add_command
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["parse_concurrency", "parse_value", "register_cli"]
@@ -64,6 +65,8 @@ def _fmt(x: float | None, unit: str = "") -> str:
 
 
 def _cli_predict(args: argparse.Namespace) -> int:
+    """Fit the performance model on one phase of a run folder and forecast what a change of the
+    engine's own fields gives at each concurrency."""
     from pathlib import Path
 
     from glm5lib.diagnose.model import PerfModel
@@ -136,16 +139,9 @@ def _check_names(changes: dict[str, Any], engine: str) -> None:
 def register_cli(subparsers: Any) -> None:
     """Add ``glm5 predict`` and ``glm5 profile``."""
     register_profile_cli(subparsers)
-    p = subparsers.add_parser(
-        "predict",
-        help="forecast throughput, TTFT and TPOT after a config change, from one measured phase",
-        description=(
-            "Fit the performance model on one phase of a run folder and forecast what a change of "
-            "the engine's own fields gives at each concurrency."
-        ),
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
-    p.add_argument("--phase", required=True, help="the phase folder to fit on (baseline, fix, ...)")
+    p = add_command(subparsers, "predict", _cli_predict,
+                    help="forecast throughput, TTFT and TPOT after a config change, from one measured phase")
+    _add_phase(p, "the phase folder to fit on (baseline, fix, ...)")
     p.add_argument(
         "--set",
         action="append",
@@ -155,13 +151,27 @@ def register_cli(subparsers: Any) -> None:
              "engine's own field (repeatable)",
     )
     p.add_argument("--concurrency", required=True, metavar="N[,M...]", help="offered concurrency levels")
-    p.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")
-    p.add_argument("--output-len", type=int, help="output tokens per request (default: the phase's)")
+    _add_lengths(p)
     p.add_argument("--json", action="store_true", help="print a list of forecast objects as JSON")
-    p.set_defaults(func=_cli_predict)
+
+
+def _add_phase(parser: argparse.ArgumentParser, phase_help: str) -> None:
+    """``RUN_DIR --phase P``: the measured phase a command reads."""
+    parser.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
+    parser.add_argument("--phase", required=True, help=phase_help)
+
+
+def _add_lengths(parser: argparse.ArgumentParser) -> None:
+    """``--input-len`` and ``--output-len``, the phase's own where left out."""
+    parser.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")
+    parser.add_argument("--output-len", type=int, help="output tokens per request (default: the phase's)")
 
 
 def _cli_profile(args: argparse.Namespace) -> int:
+    """Run the phase's engine's own offline step benchmark (SGLang's bench_one_batch, vLLM's offline
+    engine, the stand-in's imitation) with the phase's configuration, at the phase's own batch sizes
+    and those given, and write step-profile.csv into the phase folder: the evidence a forecast
+    beyond the phase's batches, or of CUDA graphs switched off, needs."""
     from glm5lib.stepbench import take_step_profile
 
     graphs = {"as-run": None, "off": True, "on": False}[args.graphs]
@@ -178,22 +188,11 @@ def _cli_profile(args: argparse.Namespace) -> int:
 
 def register_profile_cli(subparsers: Any) -> None:
     """Add ``glm5 profile``."""
-    p = subparsers.add_parser(
-        "profile",
-        help="time one engine step at chosen batch sizes with the engine's offline benchmark (one launch, no HTTP)",
-        description=(
-            "Run the phase's engine's own offline step benchmark (SGLang's bench_one_batch, vLLM's offline engine, "
-            "the stand-in's imitation) with the phase's configuration, at the phase's own batch sizes and those "
-            "given, and write step-profile.csv into the phase folder: the evidence a forecast beyond the phase's "
-            "batches, or of CUDA graphs switched off, needs."
-        ),
-    )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder")
-    p.add_argument("--phase", required=True, help="the phase whose configuration to benchmark")
+    p = add_command(subparsers, "profile", _cli_profile,
+                    help="time one engine step at chosen batch sizes with the engine's offline benchmark (one launch, no HTTP)")
+    _add_phase(p, "the phase whose configuration to benchmark")
     p.add_argument("--batch-size", type=int, nargs="+", metavar="B", help="batch sizes beyond the phase's own")
     p.add_argument("--graphs", choices=("as-run", "off", "on"), default="as-run",
                    help="CUDA graphs as the phase ran them (default), switched off, or on")
-    p.add_argument("--input-len", type=int, help="prompt tokens per request (default: the phase's)")
-    p.add_argument("--output-len", type=int, help="output tokens per request (default: the phase's)")
+    _add_lengths(p)
     p.add_argument("--timeout", type=float, default=900.0, help="seconds before the benchmark is stopped")
-    p.set_defaults(func=_cli_profile)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from glm5lib import rundir
+from glm5lib.cli.options import add_command
 
 __all__ = ["register_cli"]
 
@@ -18,12 +19,11 @@ def _cmd_report(args) -> int:
 
 
 def register_cli(sub) -> None:
-    p = sub.add_parser(
-        "report",
+    p = add_command(
+        sub, "report", _cmd_report,
         help=f"write {rundir.REPORT}, {rundir.REPORT_HTML} and {rundir.SUMMARY} of a run folder again",
         description=("Read a run folder (one made by an older glm5lib too) and write its report: "
                      f"{rundir.REPORT}, the self-contained {rundir.REPORT_HTML} (figures embedded, no "
                      f"outside resource) and {rundir.SUMMARY}."),
     )
     p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder, or a run's name under data/runs/")
-    p.set_defaults(func=_cmd_report)

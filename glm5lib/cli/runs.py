@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from glm5lib.cli.options import add_command
+
 __all__ = ["register_cli"]
 
 
@@ -31,7 +33,6 @@ def _cmd_runs(args) -> int:
 
 
 def register_cli(sub) -> None:
-    p = sub.add_parser("runs", help="list the run folders: date, engine, headline figures, state")
+    p = add_command(sub, "runs", _cmd_runs, help="list the run folders: date, engine, headline figures, state")
     p.add_argument("--root", help="runs folder (default: data/runs/, or GLM5_RUNS_DIR)")
     p.add_argument("--json", action="store_true", help="print one JSON object per run")
-    p.set_defaults(func=_cmd_runs)

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from glm5lib import engines
+from glm5lib.cli.options import add_command
 from glm5lib.engines.sglang.config import ServerConfig, parse_assignment
 from glm5lib.errors import ConfigError, UsageError
 
@@ -56,6 +57,10 @@ def _interrupt(signum: int, _frame: object) -> None:
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
+    """Start a server from a shipped config name, a JSON config file, or sglang.launch_server flags
+    after '--' (which also override the config's fields; with --backend sim the stand-in's own
+    --sim-* flags may follow too); with --backend vllm from a vLLM config; with --backend command
+    from the argv template after '--'. Prints the base URL, then waits; Ctrl-C stops it."""
     from glm5lib.engines.sglang import launch
 
     # SIGTERM (kill, a service manager, a closing terminal's SIGHUP) stops the server as Ctrl-C does;
@@ -131,23 +136,14 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers: argparse._SubParsersAction) -> None:
     """Add ``glm5 launch``."""
-    parser = subparsers.add_parser(
-        "launch",
-        help="start a server of any engine (SGLang, vLLM, the stand-in, a command), print its URL, stop it on Ctrl-C",
-        description=(
-            "Start a server from a shipped config name, a JSON config file, or sglang.launch_server "
-            "flags after '--' (which also override the config's fields; with --backend sim the "
-            "stand-in's own --sim-* flags may follow too); with --backend vllm from a vLLM config; with "
-            "--backend command from the argv template after '--'. Prints the base URL, then waits; "
-            "Ctrl-C stops it."
-        ),
-    )
+    parser = add_command(subparsers, "launch", _cmd_launch,
+                         help="start a server of any engine (SGLang, vLLM, the stand-in, a command), print its URL, stop it on Ctrl-C")
     _add_launch_options(parser)
     parser.add_argument(
         "rest", nargs=argparse.REMAINDER, metavar="[CONFIG] [-- FLAGS]",
         help="shipped config name or JSON file; then '--' and launch_server (and --sim-*) flags",
     )
-    parser.set_defaults(func=_cmd_launch, config=None)
+    parser.set_defaults(config=None)
 
 
 def _add_launch_options(parser: argparse.ArgumentParser) -> None:

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from glm5lib.cli.options import add_command
 from glm5lib.errors import ConfigError
 
 __all__ = ["register_cli"]
@@ -65,15 +66,14 @@ def _cmd_telemetry(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers: Any) -> None:
     """Add ``glm5 env`` and ``glm5 telemetry``."""
-    env = subparsers.add_parser("env", help="snapshot the host's GPUs, links and packages, with warnings")
+    env = add_command(subparsers, "env", _cmd_env, help="snapshot the host's GPUs, links and packages, with warnings")
     env.add_argument("--json", action="store_true", help="print the snapshot as JSON")
     env.add_argument("--sim", metavar="URL", help="read the stand-in server's simulated environment at URL")
     env.add_argument("--out", metavar="PATH", help="also write the snapshot as JSON to PATH")
-    env.set_defaults(func=_cmd_env)
-    tel = subparsers.add_parser("telemetry", help="sample GPU power, utilisation, clocks and PCIe for a while")
+    tel = add_command(subparsers, "telemetry", _cmd_telemetry,
+                      help="sample GPU power, utilisation, clocks and PCIe for a while")
     tel.add_argument("--duration", type=float, required=True, metavar="S", help="seconds to sample")
     tel.add_argument("--interval", type=float, default=0.1, metavar="S", help="seconds between samples (0.1)")
     tel.add_argument("--out", metavar="PATH", help="append samples to this CSV (e.g. gpu.csv)")
     tel.add_argument("--gpus", metavar="LIST", help="comma-separated GPU indices (default: all)")
     tel.add_argument("--sim", metavar="URL", help="sample the stand-in server's simulated GPUs at URL")
-    tel.set_defaults(func=_cmd_telemetry)

@@ -9,24 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import engines, rundir
+from glm5lib.cli.options import REQUEST_APIS, add_command
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]
 
 
 def register_cli(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "tune",
-        help="find the launch configuration with the most throughput under latency limits, in few launches",
-        description=(
-            "Launch a candidate configuration, measure it at the target load, let the evidence (and the "
-            "performance model) say which limit binds and which value of which lever should meet the limits "
-            "with the most throughput, launch that, and repeat until no candidate can beat the best by more "
-            "than the noise or --max-launches is spent. Each candidate is a phase tune-N of the run folder; "
-            "tune.csv says why each was chosen; the winner is saved as tune-best.json. Rerun the same command "
-            "to resume. --grid measures the exhaustive grid over the same lever instead."
-        ),
-    )
+    """Add ``glm5 tune``."""
+    p = add_command(subparsers, "tune", _handler,
+                    help="find the launch configuration with the most throughput under latency limits, in few launches")
     p.add_argument("run", metavar="RUN_DIR", nargs="?", default=None,
                    help="a run folder whose --phase is the starting evidence (its config, its log, its level)")
     p.add_argument("--phase", default=None, help="the measured phase of RUN_DIR to start from")
@@ -41,7 +33,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--output-len", type=int, default=256, help="output tokens, EOS ignored (default 256)")
     p.add_argument("-d", "--duration", type=float, default=20.0, help="seconds per candidate's level (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="warm-up requests before the level")
-    p.add_argument("--api", choices=["generate", "completions", "chat"], default=None,
+    p.add_argument("--api", choices=REQUEST_APIS, default=None,
                    help="request API (default: generate; completions for vLLM)")
     p.add_argument("--slo", action="append", default=[], metavar="METRIC<=VALUE",
                    help="a latency limit, repeatable: median_tpot_ms<=250, p99_ttft_ms<=2000 ...")
@@ -70,7 +62,6 @@ def register_cli(subparsers: Any) -> None:
                         "client on the last core) or SERVER/CLIENT core lists such as '0-5/6,7' (default: "
                         "$GLM5_CPUS, else no pinning); for engines that compute on the CPU of a small host")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.set_defaults(func=_handler)
 
 
 def _int_list(text: str) -> list[int]:
@@ -104,6 +95,12 @@ def _from_phase(args: argparse.Namespace) -> tuple[Any, str, Path | None]:
 
 
 def _handler(args: argparse.Namespace) -> int:
+    """Launch a candidate configuration, measure it at the target load, let the evidence (and the
+    performance model) say which limit binds and which value of which lever should meet the limits
+    with the most throughput, launch that, and repeat until no candidate can beat the best by more
+    than the noise or --max-launches is spent. Each candidate is a phase tune-N of the run folder;
+    tune.csv says why each was chosen; the winner is saved as tune-best.json. Rerun the same command
+    to resume. --grid measures the exhaustive grid over the same lever instead."""
     from glm5lib import tune as tn
 
     config, backend, evidence = _from_phase(args)

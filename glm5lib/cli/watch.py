@@ -10,10 +10,16 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from glm5lib.cli.options import add_command
 from glm5lib.errors import UsageError
 
 
 def _cli_watch(args: argparse.Namespace) -> int:
+    """Scrape a running engine's /metrics once a second (and follow its log, sample local GPUs and
+    its serving processes' CPU), cut time into windows, and write each as a level of a phase folder:
+    offered load, running, queued, KV use, output tok/s from its counters, latencies from its
+    histograms. Only /metrics, its server-info endpoint and /health are requested; its API key
+    comes from GLM5_API_KEY."""
     from glm5lib.watch import Watch, WatchSettings, api_key_from_env
 
     if args.duration is not None and args.duration <= 0:
@@ -44,16 +50,8 @@ def _cli_watch(args: argparse.Namespace) -> int:
 
 def register_cli(subparsers: Any) -> None:
     """Add ``glm5 watch``."""
-    p = subparsers.add_parser(
-        "watch",
-        help="diagnose a live server from its own /metrics and log, window by window, without sending it load",
-        description=(
-            "Scrape a running engine's /metrics once a second (and follow its log, sample local GPUs and its "
-            "serving processes' CPU), cut time into windows, and write each as a level of a phase folder: "
-            "offered load, running, queued, KV use, output tok/s from its counters, latencies from its histograms. "
-            "Only /metrics, its server-info endpoint and /health are requested; its API key comes from GLM5_API_KEY."
-        ),
-    )
+    p = add_command(subparsers, "watch", _cli_watch,
+                    help="diagnose a live server from its own /metrics and log, window by window, without sending it load")
     p.add_argument("url", metavar="URL", help="the server, http://HOST:PORT")
     p.add_argument("--log", help="the engine's log file, when readable from here (its lines join the evidence)")
     p.add_argument("--duration", type=float, help="seconds to watch (default: until Ctrl-C)")
@@ -62,4 +60,3 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--run-dir", help="the run folder (default: a new one under data/runs/)")
     p.add_argument("--phase", default="watch", help="the phase folder's name (default 'watch')")
     p.add_argument("--no-gpu", action="store_true", help="do not sample the GPUs even when they are local")
-    p.set_defaults(func=_cli_watch)

@@ -6,6 +6,7 @@ import contextlib
 from pathlib import Path
 
 from glm5lib import rundir
+from glm5lib.cli.options import add_command
 from glm5lib.errors import ConfigError, NotebookFailedError
 
 __all__ = ["register_cli"]
@@ -49,7 +50,7 @@ def _cmd_run(args) -> int:
 def register_cli(sub) -> None:
     p = sub.add_parser("workbook", help="run the workbook's notebooks headless with papermill")
     wsub = p.add_subparsers(dest="workbook_command", metavar="ACTION", required=True)
-    run = wsub.add_parser("run", help="execute the notebooks in order into a run folder")
+    run = add_command(wsub, "run", _cmd_run, help="execute the notebooks in order into a run folder")
     run.add_argument(
         "-p", "--parameter", action="append", metavar="NAME=VALUE",
         help="notebook parameter, a Python literal (repeatable), e.g. -p CONCURRENCIES=[1,64]",
@@ -59,4 +60,3 @@ def register_cli(sub) -> None:
     run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
     run.add_argument("--notebooks", help="folder of NN-*.ipynb notebooks (default: the workbook's)")
     run.add_argument("--no-report", action="store_true", help="do not write report.md, report.html and summary.json")
-    run.set_defaults(func=_cmd_run)
