@@ -9,8 +9,7 @@ and diagnosing (:mod:`glm5lib.diagnose`), and a stand-in server for machines wit
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from glm5lib.lazy import module_getattr
 
 # The one list of the package's top-level names: name -> the module that defines it, imported on
 # first use so that ``import glm5lib`` stays cheap (the stand-in server and the CLI start without
@@ -93,13 +92,7 @@ _LAZY: dict[str, str] = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'glm5lib' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _LAZY, globals())
 
 
 def __dir__() -> list[str]:

@@ -39,6 +39,7 @@ from glm5lib.engines.base import (
     Limits,
 )
 from glm5lib.errors import ConfigError
+from glm5lib.lazy import module_getattr
 
 if TYPE_CHECKING:
     from glm5lib.engines.attaching import attach
@@ -113,13 +114,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'glm5lib.engines' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = module_getattr(__name__, _LAZY, globals())
 
 
 def _adapters() -> dict[str, EngineAdapter]:
