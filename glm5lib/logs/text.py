@@ -38,19 +38,27 @@ __all__ = [
 ]
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+# The parts of SGLang's prefix, which its whole, cut and trimmed forms below share: the date,
+# the time (to the second or finer), a rank ("TP3"), the ranks after the time (" DP0 TP3") and
+# the GPU tag of 2024 builds.
+_DATE = r"\d{4}-\d\d-\d\d"
+_CLOCK = r"\d\d:\d\d:\d\d(?:[.,]\d{1,6})?"
+_RANK = r"[A-Z][A-Z_]*\d+"
+_RANKS = f"(?: {_RANK})*"
+_GPU_TAG = r"\[gpu(?:_id)?=(\d+)\] ?"
 # [2025-01-01 12:00:00.123 DP0 TP3] or [12:00:00 TP0] or [2025-01-01 12:00:00] -- then an
 # optional "[gpu_id=0] " (2024 builds) and an optional "INFO file.py:12: " (2026 root handler).
 PREFIX_RE = re.compile(
-    r"\[(?:(\d{4}-\d\d-\d\d) )?(\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ?"
-    r"(?:\[gpu(?:_id)?=(\d+)\] ?)?"
+    rf"\[(?:({_DATE}) )?({_CLOCK})({_RANKS})\] ?"
+    rf"(?:{_GPU_TAG})?"
     r"(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) [\w.<>-]+:\d+: )?"
 )
-GPU_PREFIX_RE = re.compile(r"\[gpu(?:_id)?=(\d+)\] ?")
+GPU_PREFIX_RE = re.compile(_GPU_TAG)
 # "[TP0] message": a prefix whose time was trimmed away when pasted.
-RANK_ONLY_PREFIX_RE = re.compile(r"\[([A-Z][A-Z_]*\d+(?: [A-Z][A-Z_]*\d+)*)\] ")
+RANK_ONLY_PREFIX_RE = re.compile(rf"\[({_RANK}{_RANKS})\] ")
 # "2026-05-24 03:51:44 TP0] message": a prefix whose "[" was cut off when pasted.
-CUT_PREFIX_RE = re.compile(r"(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d(?:[.,]\d{1,6})?)((?: [A-Z][A-Z_]*\d+)*)\] ")
-GLUED_SEARCH_RE = re.compile(r"\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d{1,6})?(?: [A-Z][A-Z_]*\d+)*\] ")
+CUT_PREFIX_RE = re.compile(rf"({_DATE}) ({_CLOCK})({_RANKS})\] ")
+GLUED_SEARCH_RE = re.compile(rf"\[(?:{_DATE} )?{_CLOCK}{_RANKS}\] ")
 UVICORN_RE = re.compile(
     r'^(?:INFO|WARNING|ERROR):\s+(\S+?):(\d+) - "(\w+) (\S+) [^"]*" (\d{3})'
 )

@@ -35,7 +35,6 @@ _PREFILL = re.compile(r"Prefill\. latency: ([\d.]+) s")
 _DECODE_I = re.compile(r"Decode (\d+)\. Batch size: (\d+), latency: ([\d.]+) s")
 _DECODE_MEDIAN = re.compile(r"Decode\.\s+median latency: ([\d.]+) s")
 _TOTAL = re.compile(r"Total\. latency:\s*([\d.]+) s")
-_SKIP = re.compile(r"skipping \((\d+), (\d+), (\d+)\) due to max batch size limit")
 _CAPTURED = (
     re.compile(r"Capture cuda graph bs \[([\d,\s]*)\]"),
     re.compile(r"Capture target decode CUDA graph (?:begin|end)\.[^\n]*?bs=\[([\d,\s]*)\]"),

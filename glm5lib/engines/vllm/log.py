@@ -89,7 +89,6 @@ RETRACT_COLUMNS = ("retracted_reqs", "new_token_ratio_before", "new_token_ratio_
 
 _MAX_SKIPPED_EXAMPLES = 20
 
-_PROC_RE = re.compile(r"^\((\w+)(?:_DP(\d+))? pid=\d+\)")
 # What stats lines and V0's hit rate lines hold, looked for in a chunk's bytes.
 _STATS_NEEDLES = tuple(a.encode() for a in STATS_ANCHORS)
 _V0_HIT = b"Prefix cache hit rate: GPU:"
