@@ -9,6 +9,7 @@ the one registration: no file of glm5lib changes.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -36,12 +37,11 @@ _RETRACT = ("time", "rank", "retracted_reqs", "new_token_ratio_before", "new_tok
 
 
 def _value(text: str) -> Any:
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    """A number where the text is one (toyserve writes its settings as ``name=value``), else the text."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
 
 
 class ToyParser:

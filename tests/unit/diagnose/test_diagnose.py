@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rule_findings import only_finding
 
 from glm5lib import diagnose as dg
 from glm5lib.errors import ConfigError, DiagnosisError
@@ -264,9 +265,7 @@ def cap_evidence(**over) -> dg.Evidence:
 
 
 def test_concurrency_cap_fires_with_numbers_and_a_kv_backed_recommendation():
-    out = dg.rule_concurrency_cap(cap_evidence())
-    assert len(out) == 1
-    f = out[0]
+    f = only_finding(dg.rule_concurrency_cap, cap_evidence())
     assert "64" in f.finding
     assert "stayed at 64 on 94% of decode lines" in f.evidence  # 31 of 33
     assert "queued requests averaged 184 (max 190)" in f.evidence
@@ -300,9 +299,7 @@ def test_kv_capacity_fires_on_full_pool_and_retractions():
         startup={"max_total_num_tokens": 200_000},
         sweep=sweep_frame([512], [5000], [900]),
     )
-    out = dg.rule_kv_capacity(ev)
-    assert len(out) == 1
-    f = out[0]
+    f = only_finding(dg.rule_kv_capacity, ev)
     assert "peaked at 0.99" in f.evidence and "3 retraction events sent 15 requests" in f.evidence
     assert "200,000 tokens" in f.evidence and "holds about 390 requests of 512 tokens" in f.evidence
     assert "2048 is above the ~390" in f.suggestion and "0.88" in f.suggestion

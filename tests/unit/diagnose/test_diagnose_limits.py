@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from rule_findings import only_finding
 from test_diagnose import decode_frame, overridden, sweep_frame
 
 from glm5lib import diagnose as dg
@@ -143,9 +144,7 @@ def test_load_bound_names_the_offered_load_and_asks_how_far_it_scales():
     from test_diagnose_rules import level_sweep
 
     ev = dg.Evidence(decode=d, sweep=level_sweep(d, levels=(4, 16)), startup={"max_running_requests": 64})
-    out = dg.rule_load_bound(ev)
-    assert len(out) == 1
-    f = out[0]
+    f = only_finding(dg.rule_load_bound, ev)
     assert f.finding.startswith("the load offered is the limit")
     assert "median 16.0 (peak 16.0) of the 16 requests offered" in f.evidence
     assert "the cap of 64" in f.evidence and "4.0x the load" in f.evidence
@@ -193,9 +192,7 @@ def _phases(before: pd.DataFrame, after: pd.DataFrame) -> dg.Evidence:
 def test_a_change_that_helps_some_levels_and_hurts_others_is_a_trade_off():
     before = sweep_frame([16, 64], [75.0, 75.0], [5600.0, 8000.0], median_tpot_ms=[9.0, 9.0])
     after = sweep_frame([16, 64], [96.0, 50.0], [900.0, 20000.0], median_tpot_ms=[40.0, 515.0])
-    out = dg.rule_tradeoff(_phases(before, after))
-    assert len(out) == 1
-    f = out[0]
+    f = only_finding(dg.rule_tradeoff, _phases(before, after))
     assert "raised throughput at 1 level(s) and lowered it at 1 of 2" in f.finding
     assert "at 16: 75.0 -> 96.0 tok/s (1.28x)" in f.evidence and "at 64: 75.0 -> 50.0 tok/s (0.67x)" in f.evidence
     assert "TPOT 9.00 -> 515 ms" in f.evidence

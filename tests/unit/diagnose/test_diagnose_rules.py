@@ -7,6 +7,7 @@ import re
 
 import pandas as pd
 import pytest
+from rule_findings import only_finding
 from test_diagnose import decode_frame, overridden, sweep_frame
 
 from glm5lib import diagnose as dg
@@ -39,9 +40,7 @@ def held_evidence(**over) -> dg.Evidence:
 
 
 def test_admission_reserve_fires_with_the_reserve_sized_and_sglang_flags():
-    out = dg.rule_admission_reserve(held_evidence())
-    assert len(out) == 1
-    f = out[0]
+    f = only_finding(dg.rule_admission_reserve, held_evidence())
     assert "stayed at a median 30, below the cap of 256" in f.evidence
     assert "token usage only 0.20" in f.evidence
     # 30 running x 4,096 max tokens x 0.098-0.70 -> 12,042-86,016 reserved of 160,000 free
@@ -74,10 +73,9 @@ def prefill_frame(new_token, n=12, new_seq=1) -> pd.DataFrame:
 def test_prefill_budget_fires_when_every_batch_is_full_and_names_each_engines_flag():
     ev = held_evidence(prefill=prefill_frame(512), server_args={"max_running_requests": 256, "chunked_prefill_size": 512})
     ev.startup["chunked_prefill_size"] = 512
-    out = dg.rule_prefill_budget(ev)
-    assert len(out) == 1
-    assert "12 of 12 prefill batches (100%) took the whole budget of 512 tokens" in out[0].evidence
-    assert "--chunked-prefill-size 8192" in out[0].suggestion
+    f = only_finding(dg.rule_prefill_budget, ev)
+    assert "12 of 12 prefill batches (100%) took the whole budget of 512 tokens" in f.evidence
+    assert "--chunked-prefill-size 8192" in f.suggestion
     assert dg.rule_admission_reserve(ev) == []  # the budget explains the wait, not the reserve
     assert dg.evaluate(ev).iloc[0]["rule"] == "prefill_budget"
     vllm = held_evidence(
@@ -85,8 +83,7 @@ def test_prefill_budget_fires_when_every_batch_is_full_and_names_each_engines_fl
         startup={"engine": "vllm", "max_total_num_tokens": 200_000, "max_running_requests": 256,
                  "max_num_batched_tokens": 2048},
     )
-    out = dg.rule_prefill_budget(vllm)
-    assert len(out) == 1 and "--max-num-batched-tokens 8192" in out[0].suggestion
+    assert "--max-num-batched-tokens 8192" in only_finding(dg.rule_prefill_budget, vllm).suggestion
     # batches below the budget: quiet
     assert dg.rule_prefill_budget(held_evidence(prefill=prefill_frame(100), startup={"chunked_prefill_size": 512})) == []
 
@@ -108,11 +105,10 @@ def test_retraction_churn_leads_over_kv_capacity_and_says_preemption_for_vllm():
         startup={"max_total_num_tokens": 200_000},
         sweep=sweep_frame([512], [5000], [900]),
     )
-    out = dg.rule_retraction_churn(ev)
-    assert len(out) == 1
-    assert "10 retraction events sent 50 requests back to the queue, 25% of the 200 admissions" in out[0].evidence
-    assert "new_token_ratio jumped to 0.90" in out[0].evidence
-    assert "holds about 390 requests" in out[0].evidence and "--max-running-requests to about 390" in out[0].suggestion
+    f = only_finding(dg.rule_retraction_churn, ev)
+    assert "10 retraction events sent 50 requests back to the queue, 25% of the 200 admissions" in f.evidence
+    assert "new_token_ratio jumped to 0.90" in f.evidence
+    assert "holds about 390 requests" in f.evidence and "--max-running-requests to about 390" in f.suggestion
     frame = dg.evaluate(ev)
     assert list(frame["rule"][:2]) == ["retraction_churn", "kv_capacity"]
     ev.startup["engine"] = "vllm"
@@ -125,10 +121,9 @@ def test_retraction_churn_leads_over_kv_capacity_and_says_preemption_for_vllm():
 def test_underfed_server_is_named_with_or_without_the_clients_flag():
     d = decode_frame([20] * 12, queue=0, usage=0.1)
     ev = dg.Evidence(decode=d, sweep=level_sweep(d, levels=(64,)), startup={"max_running_requests": 1024})
-    out = dg.rule_underfed(ev)
-    assert len(out) == 1
-    assert "at concurrency 64 the server ran a median 20 requests with none queued" in out[0].evidence
-    assert "front end or the tokenizer" in out[0].evidence and "--tokenizer-worker-num" in out[0].suggestion
+    f = only_finding(dg.rule_underfed, ev)
+    assert "at concurrency 64 the server ran a median 20 requests with none queued" in f.evidence
+    assert "front end or the tokenizer" in f.evidence and "--tokenizer-worker-num" in f.suggestion
     ev.sweep["client_bound"] = True
     ev.sweep["client_cpu_pct"] = 20.0  # a starved client (below half a core) does not explain the batch
     assert dg.rule_underfed(ev)[0].confidence == pytest.approx(0.6)
@@ -142,10 +137,9 @@ def test_dp_imbalance_names_the_busy_and_the_idle_replica():
     busy = decode_frame([60] * 10, queue=20).assign(rank="DP0 TP0")
     idle = decode_frame([10] * 10, queue=0).assign(rank="DP1 TP0")
     ev = dg.Evidence(decode=pd.concat([busy, idle], ignore_index=True), server_args={"dp_size": 2})
-    out = dg.rule_dp_imbalance(ev)
-    assert len(out) == 1
-    assert "DP0 ran 60 requests on average, DP1 10" in out[0].evidence
-    assert "--load-balance-method total_tokens" in out[0].suggestion
+    f = only_finding(dg.rule_dp_imbalance, ev)
+    assert "DP0 ran 60 requests on average, DP1 10" in f.evidence
+    assert "--load-balance-method total_tokens" in f.suggestion
     even = pd.concat([busy, busy.assign(rank="DP1 TP0")], ignore_index=True)
     assert dg.rule_dp_imbalance(dg.Evidence(decode=even)) == []
 
@@ -171,8 +165,7 @@ def test_saturation_needs_no_completed_request():
         sweep=sweep_frame([256, 1024], [3900, 4100], [300, 2500], completed=[0, 0]),
         startup={"max_running_requests": 1024},
     )
-    out = dg.rule_saturation(ev)
-    assert len(out) == 1 and "3,900 -> 4,100" in out[0].evidence
+    assert "3,900 -> 4,100" in only_finding(dg.rule_saturation, ev).evidence
     assert not any(s.startswith("saturation") for s in ev.skipped)
 
 

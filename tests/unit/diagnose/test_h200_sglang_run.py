@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from rule_findings import only_finding
 
 from glm5lib import diagnose as dg
 
@@ -67,27 +68,33 @@ def test_long_values_are_shown_cut(run):
     assert all(len(f.finding) < 200 for f in out)
 
 
-def test_eager_steps_above_the_captured_batches_are_named_with_their_cost(tmp_path):
-    """The H200 fix phase: 6 of 454 decode lines ran eagerly, every line of its 1,024 level; the
-    finding judges the lines above the largest captured batch, not the whole log."""
-    ev = fix_evidence(tmp_path)
-    out = dg.rule_cuda_graph(ev)
-    assert len(out) == 1
-    assert "above 256 (the largest batch captured at start-up)" in out[0].evidence
-    assert "an eager step at 1023 running took" in out[0].evidence
-    assert "about 1024" in out[0].suggestion
+FIX_PHASE_FINDINGS = [
+    # 6 of 454 decode lines ran eagerly, every line of its 1,024 level; the finding judges the lines
+    # above the largest captured batch, not the whole log
+    pytest.param(dg.rule_cuda_graph, ("above 256 (the largest batch captured at start-up)",
+                                      "an eager step at 1023 running took"), "about 1024",
+                 id="eager-steps-above-the-captured-batches"),
+    # at 256: 199 running of 256 offered, none queued (above the old 75% bar), SGLang's
+    # launch_server process at 99% of a core, 16.5 k tok/s generated against 11.6 k received
+    pytest.param(dg.rule_underfed, ("-m sglang.launch_server) used 99% of its one core",
+                                    "the serving process is the limit"), "--tokenizer-worker-num",
+                 id="busy-serving-process-outpaced-by-the-engine"),
+]
 
 
-def test_a_busy_serving_process_is_named_where_the_engine_outpaced_the_client(tmp_path):
-    """The H200 fix phase at 256: 199 running of 256 offered, none queued (above the old 75% bar),
-    SGLang's launch_server process at 99% of a core, 16.5 k tok/s generated against 11.6 k received."""
+@pytest.mark.parametrize(("rule", "evidence", "suggestion"), FIX_PHASE_FINDINGS)
+def test_the_fix_phases_limits_are_named_with_their_cost(tmp_path, rule, evidence, suggestion):
+    """The H200 fix phase: each of its limits is one finding, its numbers in the evidence."""
+    f = only_finding(rule, fix_evidence(tmp_path))
+    for phrase in evidence:
+        assert phrase in f.evidence
+    assert suggestion in f.suggestion
+
+
+def test_a_serving_process_at_half_a_core_is_not_named(tmp_path):
+    """The fix phase's level at 256 with the serving process at half a core is not the serving
+    process's doing."""
     ev = fix_evidence(tmp_path)
-    out = dg.rule_underfed(ev)
-    assert len(out) == 1
-    assert "-m sglang.launch_server) used 99% of its one core" in out[0].evidence
-    assert "the serving process is the limit" in out[0].evidence
-    assert "--tokenizer-worker-num" in out[0].suggestion
-    # the same level with the serving process at half a core is not the serving process's doing
     sweep = ev.sweep.copy()
     sweep["other_processes"] = sweep["other_processes"].str.replace(
         "-m sglang.launch_server 99%", "-m sglang.launch_server 50%", regex=False)

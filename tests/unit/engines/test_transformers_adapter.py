@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from config_errors import refused
 
 from glm5lib import diagnose as dg
 from glm5lib import engines
@@ -72,21 +73,13 @@ def test_the_catalogue_is_transformers_serves_own_options():
 
 
 def test_bad_names_and_values_name_the_input_and_the_valid_ones():
-    with pytest.raises(ConfigError, match="did you mean 'cb_max_batch_tokens'") as err:
-        et.TransformersConfig({"cb_max_batch_token": 64})
-    assert err.value.field == "cb_max_batch_token" and "cb_max_batch_tokens" in err.value.valid
-    with pytest.raises(ConfigError, match=r"max_num_seqs.*not a `transformers serve` option"):
-        et.TransformersConfig({"max_num_seqs": 64})
-    with pytest.raises(ConfigError, match="whole number"):
-        et.TransformersConfig({"cb_num_blocks": "many"})
-    with pytest.raises(ConfigError, match="switch"):
-        et.TransformersConfig({"cb_use_cuda_graph": "yes"})
-    with pytest.raises(ConfigError, match="fraction") as err:
-        et.TransformersConfig({"cb_max_memory_percent": 90})
-    assert err.value.valid == ["0.0-1.0"]
-    with pytest.raises(ConfigError, match="choices") as err:
-        et.TransformersConfig({"reasoning": "maybe"})
-    assert err.value.valid == ["on", "off", "auto"]
+    err = refused(et.TransformersConfig, {"cb_max_batch_token": 64}, "did you mean 'cb_max_batch_tokens'")
+    assert err.field == "cb_max_batch_token" and "cb_max_batch_tokens" in err.valid
+    refused(et.TransformersConfig, {"max_num_seqs": 64}, r"max_num_seqs.*not a `transformers serve` option")
+    refused(et.TransformersConfig, {"cb_num_blocks": "many"}, "whole number")
+    refused(et.TransformersConfig, {"cb_use_cuda_graph": "yes"}, "switch")
+    assert refused(et.TransformersConfig, {"cb_max_memory_percent": 90}, "fraction").valid == ["0.0-1.0"]
+    assert refused(et.TransformersConfig, {"reasoning": "maybe"}, "choices").valid == ["on", "off", "auto"]
     with pytest.raises(ConfigError, match="names no model"):
         et.TransformersConfig({"cb_num_blocks": 8}).model_path()
     with pytest.raises(ConfigError, match="does not exist"):
