@@ -6,23 +6,26 @@ start-up facts and the environment snapshot. Rules read only these, never an eng
 so a bundle can be built by hand in a test or from any engine's adapter.
 
 :func:`load_evidence` is the one reading of a phase folder: the rules, the performance model, the
-report (:mod:`glm5lib.report.conclude`) and the tuner (:mod:`glm5lib.tune.search`) read a phase
-through it, and none of them opens the phase's files again. Where two sources give the same fact,
-one precedence holds for every reader, stated here:
+report (:mod:`glm5lib.report`, every section of it) and the tuner (:mod:`glm5lib.tune.search`) read
+a phase through it, once per phase through one :class:`EvidenceCache` where they read a phase for
+several figures, and none of them opens the phase's measurement files again. Where two sources give
+the same fact, one precedence holds for every reader, stated here:
 
 - **Server arguments** (``Evidence.server_args``, and the limits read from them): the server log's
   arguments win over the configuration's (``config.json``), which win over the flags of the
   command a ``command`` backend ran (``command.json``). The log records what the engine actually
   ran with (its release's defaults and the values it resolved at start-up included); the
   configuration is what was asked, the command's flags what was typed. A field only one source
-  has comes from that source.
+  has comes from that source; a command's flag is read as its field (:meth:`Evidence.arg`:
+  ``--tp-size`` as ``tp_size``).
 - **Scheduler figures** (running, queued, KV use): per sweep level, the denser of the server log's
   decode lines and the ``/metrics`` gauges' scrapes (:meth:`Evidence.active_decode`); outside every
   level, the log's; the gauges alone where the log has no decode line (``decode_source``). Over
   the whole phase (:meth:`Evidence.timeline`), the log's lines unless the gauges saw a larger
   running batch inside the levels (:meth:`Evidence.gauges_saw_more`: the log missed the peak).
 - **Engine**: the log's own word (``startup["engine"]``), else the engine the command names, else
-  the one whose ``/metrics`` names were scraped.
+  the one whose ``/metrics`` names were scraped. ``config.json`` is read as the configuration of
+  the engine it names, else of that engine (:attr:`Evidence.config`).
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from glm5lib.logs import parse_log, to_epoch
 __all__ = [
     "FINDING_COLUMNS",
     "Evidence",
+    "EvidenceCache",
     "Finding",
     "Prediction",
     "command_flags",
@@ -178,24 +182,22 @@ class Evidence:
 
     def cached(self, key: str, source: Any, make: Any) -> Any:
         """``make()``, computed once per ``source`` object (a frame replaced later is recomputed)."""
+        parts = source if isinstance(source, tuple) else (source,)  # a tuple: each of its objects
         hit = self._cache.get(key)
-        if hit is not None and (
-            hit[0] is source
-            or (
-                isinstance(source, tuple)
-                and isinstance(hit[0], tuple)
-                and len(source) == len(hit[0])
-                and all(x is y for x, y in zip(source, hit[0], strict=True))
-            )
-        ):
+        if hit is not None and len(hit[0]) == len(parts) and all(x is y for x, y in zip(hit[0], parts, strict=True)):
             return hit[1]
         value = make()
-        self._cache[key] = (source, value)
+        self._cache[key] = (parts, value)
         return value
 
     # -- derived facts used by several rules --
     def arg(self, field: str) -> Any:
-        return arg(self.server_args, field)
+        """A server argument by its field name, normalised, its release's default where unset
+        (:func:`~glm5lib.diagnose.references.arg`); a command's flag is read as its field
+        (``--tp-size`` as ``tp_size``) where no other source gives the field."""
+        args = self.server_args or {}
+        flags = {str(k).lstrip("-").replace("-", "_"): v for k, v in args.items() if str(k).startswith("--")}
+        return arg({**flags, **args}, field)
 
     def running(self, lines: pd.DataFrame, q: float = 0.5) -> float:
         """The running batch that ``q`` of the lines' time stayed at or below (weighted by the time
@@ -330,13 +332,10 @@ class Evidence:
             return lim.kv_tokens, lim.source("kv_tokens")
         d = self.active_decode()
         if not d.empty and {"num_token", "token_usage"} <= set(d.columns):
-            usage = pd.to_numeric(d["token_usage"], errors="coerce")
-            tokens = pd.to_numeric(d["num_token"], errors="coerce")
+            usage, tokens = _col(d, "token_usage"), _col(d, "num_token")
             ok = usage > 0.05
             if ok.sum() >= 3:
-                return round(
-                    float((tokens[ok] / usage[ok]).median())
-                ), "decode lines (#token / token usage)"
+                return round(float((tokens[ok] / usage[ok]).median())), "decode lines (#token / token usage)"
         return None, "unknown"
 
     def context_tokens(self) -> tuple[float | None, str]:
@@ -348,31 +347,17 @@ class Evidence:
                 ok = ok[ok["status"] == "ok"]
             if "warmup" in ok:
                 ok = ok[~ok["warmup"].fillna(False).astype(bool)]
-            total = pd.to_numeric(ok["prompt_tokens"], errors="coerce") + pd.to_numeric(
-                ok["output_tokens"], errors="coerce"
-            )
-            total = total.dropna()
+            total = (_col(ok, "prompt_tokens") + _col(ok, "output_tokens")).dropna()
             if len(total):
                 return float(total.quantile(0.9)), "p90 of prompt+output tokens in requests.jsonl"
         s = self.sweep
         if s is not None and not s.empty and {"input_len", "output_len"} <= set(s.columns):
-            v = (
-                pd.to_numeric(s["input_len"], errors="coerce")
-                + pd.to_numeric(s["output_len"], errors="coerce")
-            ).max()
+            v = (_col(s, "input_len") + _col(s, "output_len")).max()
             if pd.notna(v) and v > 0:
                 return float(v), "input_len + output_len of the sweep"
-        if (
-            s is not None
-            and not s.empty
-            and {"total_input_tokens", "total_output_tokens", "completed"} <= set(s.columns)
-        ):
-            c = pd.to_numeric(s["completed"], errors="coerce")
-            per = (
-                pd.to_numeric(s["total_input_tokens"], errors="coerce")
-                + pd.to_numeric(s["total_output_tokens"], errors="coerce")
-            ) / c
-            per = per[c > 0]
+        if s is not None and not s.empty and {"total_input_tokens", "total_output_tokens", "completed"} <= set(s.columns):
+            c = _col(s, "completed")
+            per = ((_col(s, "total_input_tokens") + _col(s, "total_output_tokens")) / c)[c > 0]
             if len(per):
                 return float(per.max()), "tokens per completed request in the sweep"
         return None, "unknown"
@@ -724,7 +709,6 @@ def _read_environment(environment: Any, phase: Path) -> dict[str, Any] | None:
     return None
 
 
-# Schema column -> the gauges that give it, from every engine adapter's /metrics map (SGLang's first).
 # The phase a later phase is compared with.
 BEFORE_PHASE = "baseline"
 
@@ -773,6 +757,7 @@ def load_evidence(
     ev = Evidence(source=str(path))
     _read_arguments(ev, path)
     _read_metrics(ev, path / rundir.METRICS)
+    _read_config(ev, path)
     _read_tables(ev, path, partial)
     try:
         ev.environment = _read_environment(environment, path)
@@ -787,6 +772,49 @@ def load_evidence(
         if isinstance(reference, str) and reference in list_references():
             ev.reference_label = f"the {reference} reference run"
     return ev
+
+
+def _stamp(folder: Path) -> tuple:
+    """What load_evidence of ``folder`` reads, as (file, modification time, size): the phase's
+    files, the run's environment snapshot and the baseline's sweep."""
+    files = sorted(folder.iterdir()) if folder.is_dir() else []
+    files += [folder.parent / rundir.ENVIRONMENT, folder.parent / BEFORE_PHASE / rundir.SWEEP]
+    out = []
+    for f in files:
+        try:
+            st = f.stat()
+        except OSError:
+            continue
+        out.append((f.name, st.st_mtime_ns, st.st_size))
+    return tuple(out)
+
+
+class EvidenceCache:
+    """:func:`load_evidence` once per phase folder: a phase read again gives the same
+    :class:`Evidence` (or raises the same error) until a file of it changes (a candidate measured
+    again). One serves a whole report (each of its sections) or a tuning run. For readers that do
+    not change what they read: the rules add to ``skipped``, so a diagnosis is given a copy."""
+
+    def __init__(self, partial: bool = False) -> None:
+        self._held: dict[Path, tuple[tuple, Evidence | Exception]] = {}
+        self.partial = partial  # passed to load_evidence: unreadable tables left out, not raised
+        self.loads = 0  # how many times a phase was read from disk
+
+    def load(self, folder: str | Path) -> Evidence:
+        """The evidence of one phase folder (raises as :func:`load_evidence` does)."""
+        folder = Path(folder)
+        key, stamp = folder.resolve(), _stamp(folder)
+        hit = self._held.get(key)
+        if hit is None or hit[0] != stamp:
+            self.loads += 1
+            try:
+                read: Evidence | Exception = load_evidence(folder.parent, phase=folder.name, partial=self.partial)
+            except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:
+                read = exc
+            hit = self._held[key] = (stamp, read)
+        if isinstance(hit[1], Exception):
+            raise hit[1]
+        return hit[1]
 
 
 def _read_arguments(ev: Evidence, path: Path) -> None:
@@ -811,11 +839,6 @@ def _read_arguments(ev: Evidence, path: Path) -> None:
         ev.log_text = log_path.read_text(errors="replace")
     else:
         ev.skipped.append("server.log missing: log-based rules skipped")
-    if (path / rundir.CONFIG).is_file():
-        try:
-            ev.config = engines.get(ev.engine, default=engines.DEFAULT_ENGINE).load_config(path / rundir.CONFIG)
-        except (ConfigError, OSError, ValueError, json.JSONDecodeError) as exc:
-            ev.skipped.append(f"config.json not read as {ev.engine}'s configuration: {exc}")
     command = _read_json(path / rundir.COMMAND)
     if command is not None:
         # an engine launched from a command line: its limits are the flags it ran with, and it is
@@ -826,6 +849,22 @@ def _read_arguments(ev: Evidence, path: Path) -> None:
             named = str(command.get("engine") or "")
             ev.startup["engine"] = named if named in engines.names() else engines.COMMAND
     ev.server_args = args
+
+
+def _read_config(ev: Evidence, path: Path) -> None:
+    """``config.json`` as a configuration object (``Evidence.config``): the configuration of the
+    engine the file names, else of the evidence's engine once the log, the command and the gauges
+    have said which (:attr:`Evidence.engine`), else of the default engine."""
+    file = path / rundir.CONFIG
+    if not file.is_file():
+        return
+    named = str((_read_json(file) or {}).get("engine") or "")
+    takes_config = [e for e in (named, ev.engine) if e in engines.names() and engines.get(e).config_loader]
+    engine = takes_config[0] if takes_config else engines.DEFAULT_ENGINE
+    try:
+        ev.config = engines.get(engine).load_config(file)
+    except (ConfigError, OSError, ValueError, json.JSONDecodeError) as exc:
+        ev.skipped.append(f"{rundir.CONFIG} not read as {engine}'s configuration: {exc}")
 
 
 def _read_metrics(ev: Evidence, metrics_path: Path) -> None:
@@ -858,32 +897,29 @@ def _read_tables(ev: Evidence, path: Path, partial: bool) -> None:
     """The sweep (and the phase before it), per-request records, GPU samples, server info and the
     step profile; with ``partial`` an unreadable table is named in ``skipped`` instead of raising."""
 
-    def table(name: str, read: Any) -> pd.DataFrame | None:
+    def table(name: str, read: Any = pd.read_csv, sized: bool = True) -> pd.DataFrame | None:
+        file = path / name
+        if not file.is_file() or (sized and not file.stat().st_size):
+            return None  # not recorded (or, ``sized``, recorded empty)
         try:
-            return read(path / name)
+            return read(file)
         except (OSError, ValueError) as exc:  # pandas' parser and empty-data errors are ValueErrors
             if not partial:
                 raise
             ev.skipped.append(f"{name} unreadable: {exc}")
             return None
 
-    if (path / rundir.SWEEP).is_file():
-        sweep = table(rundir.SWEEP, pd.read_csv)
-        if sweep is not None:
-            ev.sweep = judge_levels(sweep)
-    before = path.parent / BEFORE_PHASE
-    if path.name != BEFORE_PHASE and (before / rundir.SWEEP).is_file():
-        before_sweep = table(f"../{BEFORE_PHASE}/{rundir.SWEEP}", pd.read_csv)
-        if before_sweep is not None:
-            ev.before_sweep, ev.before_label = judge_levels(before_sweep), BEFORE_PHASE
-    if (path / rundir.REQUESTS).is_file() and (path / rundir.REQUESTS).stat().st_size:
-        requests = table(rundir.REQUESTS, lambda p: pd.read_json(p, lines=True))
-        if requests is not None:
-            ev.requests = requests
-    if (path / rundir.GPU).is_file() and (path / rundir.GPU).stat().st_size:
-        gpu = table(rundir.GPU, pd.read_csv)
-        if gpu is not None:
-            ev.gpu = gpu
+    sweep = table(rundir.SWEEP, sized=False)
+    if sweep is not None:
+        ev.sweep = judge_levels(sweep)
+    before = table(f"../{BEFORE_PHASE}/{rundir.SWEEP}", sized=False) if path.name != BEFORE_PHASE else None
+    if before is not None:
+        ev.before_sweep, ev.before_label = judge_levels(before), BEFORE_PHASE
+    for name, field, read in ((rundir.REQUESTS, "requests", lambda p: pd.read_json(p, lines=True)),
+                              (rundir.GPU, "gpu", pd.read_csv)):
+        frame = table(name, read)
+        if frame is not None:
+            setattr(ev, field, frame)
     ev.server_info = _read_json(path / rundir.SERVER_INFO)
     if (path / rundir.STEP_PROFILE).is_file() and (path / rundir.STEP_PROFILE).stat().st_size:
         try:

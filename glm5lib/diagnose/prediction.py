@@ -5,7 +5,8 @@ The workbook states the hypothesis's forecast before anything changes (notebook 
 fix beside the fix's own measurement (notebook 4, :func:`record_prediction`, the fix phase's
 ``prediction.csv``), and refits the model on the fix to forecast the next levels, saying how much
 the fix's own data moved it (notebook 5, :func:`refit_shift`). :func:`section_markdown` is the
-report's section of forecast against measurement.
+report's section of forecast against measurement. Each reads a phase's measurements once, as its
+:class:`~glm5lib.diagnose.evidence.Evidence`.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.diagnose.evidence import load_evidence
+from glm5lib.diagnose.evidence import Evidence, load_evidence
 from glm5lib.diagnose.model import Forecast, PerfModel
 from glm5lib.diagnose.model.levels import as_float
 from glm5lib.errors import ConfigError, DiagnosisError
@@ -84,12 +85,21 @@ def hypothesis_changes(hypothesis: Mapping[str, Any]) -> dict[str, Any]:
     return {str(field): hypothesis.get("reference")}
 
 
-def _sweep_levels(folder: Path) -> list[int]:
-    path = folder / rundir.SWEEP
-    if not path.is_file():
+def _sweep_levels(ev: Evidence) -> list[int]:
+    """The concurrency levels a phase's sweep measured ([] without a sweep)."""
+    s = ev.sweep
+    if s is None or s.empty:
         return []
-    s = pd.read_csv(path)
     return sorted({int(c) for c in pd.to_numeric(s.get("concurrency"), errors="coerce").dropna()})
+
+
+def _phase(folder: Path) -> Evidence:
+    """A phase folder's evidence, read once for every figure taken from it (the model's fit, the
+    levels, the sweep's figures, whether each level held its batch); ConfigError where the folder
+    does not exist (as :meth:`PerfModel.fit_phase`)."""
+    if not folder.is_dir():
+        raise ConfigError(f"phase folder {folder} does not exist", field="phase")
+    return load_evidence(folder.parent, phase=folder.name)
 
 
 def forecast_hypothesis(
@@ -103,8 +113,9 @@ def forecast_hypothesis(
     """The model fitted on ``phase`` and its forecast of ``changes`` (default levels: the phase's
     own), written to ``forecast.csv`` in the run folder unless ``write`` is False."""
     run = Path(run_dir)
-    model = PerfModel.fit_phase(run / phase)
-    levels = list(concurrency) if concurrency else _sweep_levels(run / phase)
+    ev = _phase(run / phase)
+    model = PerfModel.from_evidence(ev)
+    levels = list(concurrency) if concurrency else _sweep_levels(ev)
     frame = forecast_frame(model.forecast(changes, levels))
     frame["changes"] = repr(dict(changes))
     if write:
@@ -135,14 +146,16 @@ def record_prediction(
     fix = run / phase
     if not (fix / rundir.SWEEP).is_file():
         raise DiagnosisError(f"{fix} has no {rundir.SWEEP}: measure the fix before comparing")
-    sweep = pd.read_csv(fix / rundir.SWEEP)
-    levels = _sweep_levels(fix)
+    after = _phase(fix)
+    sweep = after.sweep
+    levels = _sweep_levels(after)
     try:
-        model: PerfModel | None = PerfModel.fit_phase(run / baseline)
+        before = _phase(run / baseline)
+        model: PerfModel | None = PerfModel.from_evidence(before)
     except DiagnosisError as exc:  # no forecast: the measurement is still recorded, with why
         model, why = None, str(exc)
-    drift, shared = launch_drift(run / baseline, fix, model, changes) if model is not None else (None, [])
-    held = _held_levels(run, phase)
+    drift, shared = launch_drift(before, after, model, changes) if model is not None else (None, [])
+    held = _held_levels(after)
     rows = []
     for f in model.forecast(changes, levels) if model is not None else []:
         at = sweep[pd.to_numeric(sweep["concurrency"], errors="coerce") == f.concurrency]
@@ -187,12 +200,12 @@ def record_prediction(
     return frame
 
 
-def _held_levels(run: Path, phase: str) -> dict[int, bool | None]:
-    """Whether each level of ``phase`` held the batch its load and cap allow (the evidence's judgement)."""
+def _held_levels(ev: Evidence) -> dict[int, bool | None]:
+    """Whether each level of a phase held the batch its load and cap allow (the evidence's judgement)."""
     try:
-        table = load_evidence(run, phase=phase).level_table()
+        table = ev.level_table()
     except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:
-        log.info("no level table for %s: %s", phase, exc)
+        log.info("no level table for %s: %s", ev.source, exc)
         return {}
     out: dict[int, bool | None] = {}
     for r in table.itertuples():
@@ -202,7 +215,7 @@ def _held_levels(run: Path, phase: str) -> dict[int, bool | None]:
 
 
 def launch_drift(
-    baseline: Path, fix: Path, model: PerfModel, changes: Mapping[str, Any]
+    baseline: Evidence, fix: Evidence, model: PerfModel, changes: Mapping[str, Any]
 ) -> tuple[float | None, list[int]]:
     """How much faster (above 1) or slower the fix's launch ran than the baseline's where the
     change cannot have mattered: the median ratio of their measured throughputs at the levels
@@ -210,11 +223,9 @@ def launch_drift(
     none where a change is one the model cannot see). A forecast crosses two launches; on a shared or throttled machine the same level
     moves between launches (real vLLM on two CPU cores: 0.76-0.95x at every level of a second
     launch of one configuration), and that movement is not the model's error. None with no
-    such level."""
-    try:
-        base = pd.read_csv(baseline / rundir.SWEEP)
-        after = pd.read_csv(fix / rundir.SWEEP)
-    except (OSError, ValueError):
+    such level. ``baseline`` and ``fix``: the two phases' evidence (their sweeps)."""
+    base, after = baseline.sweep, fix.sweep
+    if base is None or after is None or "concurrency" not in base or "concurrency" not in after:
         return None, []
     before_f = {f.concurrency: f for f in model.forecast({}, _sweep_levels(baseline) or [1])}
     ratios, shared = [], []

@@ -1,11 +1,13 @@
 """The report's section on scheduler limits: each level's running, queued and KV figures from the
 densest source (server log or ``/metrics`` gauges, or marked missing) and the leading findings.
 
-:func:`section_markdown` is what the report includes; it reads the run folder only.
+:func:`section_markdown` is what the report includes; it reads each phase's evidence once (the
+report's, when the report gives it its reading of the phases), and the phase's ``findings.csv``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 from pathlib import Path
@@ -13,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from glm5lib import rundir
-from glm5lib.diagnose.evidence import load_evidence
+from glm5lib.diagnose.evidence import Evidence, EvidenceCache
 from glm5lib.diagnose.references import _is_phase
 from glm5lib.diagnose.rules import CAVEAT_RULES, evaluate
 from glm5lib.errors import DiagnosisError
@@ -37,29 +39,33 @@ def _phases(run: Path) -> list[Path]:
     return [p for p in sorted(run.iterdir()) if p.is_dir() and _is_phase(p)]
 
 
-def _findings(phase: Path) -> pd.DataFrame:
+def _findings(phase: Path, ev: Evidence) -> pd.DataFrame:
+    """The phase's ``findings.csv``, else the rules run on its evidence (a copy: they note what they
+    skipped, and the evidence is the report's)."""
     path = phase / rundir.FINDINGS
     if path.is_file() and path.stat().st_size:
         try:
             return pd.read_csv(path)
         except (pd.errors.ParserError, pd.errors.EmptyDataError):
             log.warning("findings.csv of %s unreadable: diagnosing again", phase)
-    return evaluate(load_evidence(phase))
+    return evaluate(dataclasses.replace(ev, skipped=list(ev.skipped)))
 
 
-def section_markdown(run_dir: str | Path) -> str | None:
+def section_markdown(run_dir: str | Path, phases: EvidenceCache | None = None) -> str | None:
     """``## Scheduler limits``: per phase, a table of each level's scheduler figures and where they
-    came from, then the leading cause and the caveats on the measurement; None without a sweep."""
+    came from, then the leading cause and the caveats on the measurement; None without a sweep.
+    ``phases``: the report's reading of the phases (each phase read once here without)."""
     run = Path(run_dir)
     if not run.is_dir():
         return None
+    phases = phases if phases is not None else EvidenceCache()
     lines = ["## Scheduler limits", "",
              "Running, queued and KV figures per level, each from its densest source (the server log's "
              "scheduler lines where they are frequent, else the `/metrics` gauges scraped every second).", ""]
     any_table = False
     for phase in _phases(run):
         try:
-            ev = load_evidence(phase)
+            ev = phases.load(phase)
         except DiagnosisError as exc:
             log.warning("scheduler limits of %s: %s", phase, exc)
             continue
@@ -81,7 +87,7 @@ def section_markdown(run_dir: str | Path) -> str | None:
         for r in table.to_dict(orient="records"):
             if r.get("batch_held") is False:
                 lines += [f"Not steady at concurrency {r['concurrency']:,}: {r['held_note']}.", ""]
-        findings = _findings(phase)
+        findings = _findings(phase, ev)
         if findings is not None and not findings.empty and "rule" in findings:
             causes = findings[~findings["rule"].isin(CAVEAT_RULES)]
             caveats = findings[findings["rule"].isin(CAVEAT_RULES)]

@@ -1,21 +1,26 @@
-"""How far each level's measurement can be trusted: a report section from the run's ``sweep.csv`` files.
+"""How far each level's measurement can be trusted: a report section from each phase's sweep.
 
 Per phase and level: the prompt length the server counted against the one asked (and how the
 prompts were sized), whether the level reached a steady state (else its whole-level figure and
 why, and how long it was extended), how many requests measured a TPOT, and the client's
 self-check (its CPU, its event loop's lag, the other processes that held the cores).
-:func:`section_markdown` renders it as Markdown with a ``## Title`` and one table per phase.
+:func:`section_markdown` renders it as Markdown with a ``## Title`` and one table per phase; in
+the report it takes each sweep from the phase's evidence as the report read it.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from glm5lib import rundir
+from glm5lib.errors import ConfigError, DiagnosisError
+
+if TYPE_CHECKING:
+    from glm5lib.diagnose.evidence import EvidenceCache
 
 __all__ = ["section_markdown"]
 
@@ -64,8 +69,18 @@ def _row(level: pd.Series) -> str:
             f"{client} |")
 
 
-def section_markdown(run_dir: str | Path) -> str | None:
-    """The section for every phase of ``run_dir`` whose sweep recorded these figures; None when none did."""
+def _sweep(folder: Path, phases: EvidenceCache | None) -> pd.DataFrame | None:
+    """A phase's sweep: from its evidence as the report read it (``phases``), else (the section
+    alone, outside a report) from its ``sweep.csv``; None where it cannot be read."""
+    try:
+        return phases.load(folder).sweep if phases is not None else pd.read_csv(folder / rundir.SWEEP)
+    except (DiagnosisError, ConfigError, OSError, ValueError, KeyError):  # pandas' parser errors are ValueErrors
+        return None
+
+
+def section_markdown(run_dir: str | Path, phases: EvidenceCache | None = None) -> str | None:
+    """The section for every phase of ``run_dir`` whose sweep recorded these figures; None when none
+    did. ``phases``: the report's reading of the phases, whose evidence holds each sweep."""
     run = Path(run_dir)
     if not run.is_dir():
         return None
@@ -74,11 +89,8 @@ def section_markdown(run_dir: str | Path) -> str | None:
              "that did not is measured whole), requests that measured a TPOT, and the client's self-check.", ""]
     found = False
     for folder in sorted(p for p in run.iterdir() if (p / rundir.SWEEP).is_file()):
-        try:
-            sweep = pd.read_csv(folder / rundir.SWEEP)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, OSError):
-            continue
-        if sweep.empty or "steady" not in sweep.columns:
+        sweep = _sweep(folder, phases)
+        if sweep is None or sweep.empty or "steady" not in sweep.columns:
             continue
         found = True
         lines += [f"### Phase `{folder.name}`", "",

@@ -3,10 +3,11 @@
 :func:`summarize` reads what the notebooks left in a run folder and returns the numbers as a
 JSON-ready dict (what ``summary.json`` holds). Each phase's measurements (sweep, server log,
 ``/metrics``, GPU samples, configuration, command, server info, environment) are read once, as
-its :class:`~glm5lib.diagnose.evidence.Evidence` (:func:`load_phase`), under the evidence's one
-precedence between the log, the configuration and the gauges; what the notebooks concluded (a
-phase's ``findings.csv`` and ``patch.json``; the run's ``diff.csv``, ``hypothesis.json`` and
-``notebooks.json``) is read beside it. It decides, it does not render: the Markdown and
+its :class:`~glm5lib.diagnose.evidence.Evidence` (:func:`load_phase`, through the report's one
+:class:`~glm5lib.diagnose.evidence.EvidenceCache`, :func:`reading`, which the report's sections
+read too), under the evidence's one precedence between the log, the configuration and the gauges;
+what the notebooks concluded (a phase's ``findings.csv`` and ``patch.json``; the run's
+``diff.csv``, ``hypothesis.json`` and ``notebooks.json``) is read beside it. It decides, it does not render: the Markdown and
 the HTML report are drawn from this dict (:mod:`glm5lib.report.markdown`,
 :mod:`glm5lib.report.html`).
 
@@ -35,12 +36,12 @@ from typing import Any
 import pandas as pd
 
 from glm5lib import engines, rundir
-from glm5lib.diagnose.evidence import Evidence, command_flags, load_evidence
+from glm5lib.diagnose.evidence import Evidence, EvidenceCache, command_flags
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.levels import per_level
 from glm5lib.report._files import clean, fmt, read_csv, read_json
 
-__all__ = ["frames_and_summary", "list_phases", "phase_roles", "summarize", "verdict"]
+__all__ = ["frames_and_summary", "list_phases", "phase_roles", "reading", "summarize", "verdict"]
 
 log = logging.getLogger(__name__)
 
@@ -121,14 +122,16 @@ def _timeline(ev: Evidence) -> pd.DataFrame | None:
         return ev.log_lines()
 
 
-def _metrics_note(ev: Evidence) -> dict:
-    """How many ``/metrics`` rows a phase recorded, and a note where it recorded none."""
+def _metrics_note(ev: Evidence, adapter: engines.EngineAdapter | None) -> dict:
+    """How many ``/metrics`` rows a phase recorded, and a note where it recorded none (naming the
+    switch that turns the engine's ``/metrics`` on, where it has one)."""
     rows = len(ev.metrics) if ev.metrics is not None else 0
     if rows:
         return {"rows": rows}
+    switch = adapter.capabilities.metrics_flag if adapter is not None else "the engine's metrics switch"
+    why = f"the server ran without {switch} (or /metrics was not reachable)" if switch else "/metrics was not reachable"
     return {"rows": 0, "note": (
-        "no /metrics samples: the server ran without --enable-metrics (or /metrics was not "
-        "reachable), so its queue and running-request gauges come from the server log only")}
+        f"no /metrics samples: {why}, so its queue and running-request gauges come from the server log only")}
 
 
 def _power_per_level(gpu: pd.DataFrame | None, sweep: pd.DataFrame | None) -> pd.DataFrame | None:
@@ -189,11 +192,17 @@ def _recorded(frame: pd.DataFrame | None) -> pd.DataFrame | None:
     return frame
 
 
-def load_phase(run: Path, phase: str) -> Evidence:
-    """One phase's evidence as the report reads it (:func:`~glm5lib.diagnose.evidence.load_evidence`,
-    a half-written table left out); a phase whose evidence cannot be read at all is an empty one."""
+def reading() -> EvidenceCache:
+    """The report's reading of its phases: each phase's evidence once for every part of the report,
+    a half-written table left out (:func:`~glm5lib.diagnose.evidence.load_evidence`'s ``partial``)."""
+    return EvidenceCache(partial=True)
+
+
+def load_phase(run: Path, phase: str, phases: EvidenceCache | None = None) -> Evidence:
+    """One phase's evidence as the report reads it (through ``phases``, the report's :func:`reading`;
+    a one-off read without); a phase whose evidence cannot be read at all is an empty one."""
     try:
-        return load_evidence(run, phase=phase, partial=True)
+        return (phases or reading()).load(run / phase)
     except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:
         log.warning("%s: phase %s unreadable for the report (%s: %s)", run, phase, type(exc).__name__, exc)
         return Evidence(source=str(run / phase), skipped=[f"unreadable: {exc}"])
@@ -254,7 +263,7 @@ def _phase_summary(run: Path, phase: str, ev: Evidence | None = None) -> tuple[d
             summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
         if "cancelled" in sweep.columns:
             summary["cut_at_deadline"] = int(sweep["cancelled"].fillna(0).sum())
-        summary["metrics"] = _metrics_note(ev)
+        summary["metrics"] = _metrics_note(ev, adapter)
         gauges = _gauge_stats(ev, cap)
         if gauges:
             summary["gauges"] = gauges
@@ -349,15 +358,17 @@ def _story_level(phase: Mapping[str, Any]) -> int | None:
     return min(c for c, v in measured.items() if v >= (1 - _AT_PEAK) * peak)
 
 
-def frames_and_summary(run_dir: str | Path) -> tuple[dict, dict]:
-    """``(summary, frames)``: :func:`summarize`'s dict and the frames the figures are drawn from."""
+def frames_and_summary(run_dir: str | Path, evidence: EvidenceCache | None = None) -> tuple[dict, dict]:
+    """``(summary, frames)``: :func:`summarize`'s dict and the frames the figures are drawn from;
+    ``evidence``: the report's :func:`reading` of its phases (one of its own without)."""
     run = Path(run_dir)
     if not run.is_dir():
         raise ConfigError(f"run folder {run} does not exist", field="run_dir")
+    evidence = evidence if evidence is not None else reading()
     phases: dict[str, dict] = {}
     frames: dict[str, dict] = {}
     for phase in list_phases(run):
-        phases[phase], frames[phase] = _phase_summary(run, phase)
+        phases[phase], frames[phase] = _phase_summary(run, phase, load_phase(run, phase, evidence))
     environment = read_json(run / rundir.ENVIRONMENT) or {}
     env_standin = bool(environment.get("standin")) if isinstance(environment, Mapping) else False
     profiles = {p: s["standin"] for p, s in phases.items() if s.get("standin")}

@@ -636,12 +636,18 @@ def _same_workload(folder: Path, workload: Workload, phases: EvidenceCache | Non
 
 
 def config_of(run_dir: str | Path, phase: str | None, fallback: str | None = None) -> Any:
-    """The configuration a phase of ``run_dir`` ran (its ``config.json``), else the ``fallback``
-    config (a shipped name or a file); None for a ``command`` phase without either."""
-    path = Path(run_dir) / phase / rundir.CONFIG if phase else None
-    if path is not None and path.exists():
-        return engines.load_config(path)
-    return engines.load_config(fallback) if fallback else None
+    """The configuration a phase of ``run_dir`` ran (its evidence's: ``config.json`` read as its
+    engine's, :attr:`~glm5lib.diagnose.evidence.Evidence.config`), else the ``fallback`` config (a
+    shipped name or a file); None for a ``command`` phase without either. A phase whose
+    configuration is recorded but cannot be read is a ConfigError, not the fallback."""
+    folder = Path(run_dir) / phase if phase else None
+    if folder is None or not (folder / rundir.CONFIG).exists():
+        return engines.load_config(fallback) if fallback else None
+    ev = _evidence(folder)
+    if ev is None or ev.config is None:
+        why = [s for s in (ev.skipped if ev is not None else []) if s.startswith(rundir.CONFIG)]
+        raise ConfigError(f"{folder}: {why[0] if why else f'{rundir.CONFIG} unreadable'}", field="config")
+    return ev.config
 
 
 def _start_value(config: Any, lever: Lever, startup: Mapping[str, Any], engine: str) -> float | None:

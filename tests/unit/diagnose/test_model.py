@@ -256,6 +256,25 @@ def test_record_prediction_writes_given_and_what_would_settle_the_rest(tmp_path)
     assert "not forecast" in text and "what would settle each" in text
 
 
+def test_the_forecast_beside_the_measurement_reads_each_phase_once(tmp_path, monkeypatch):
+    """The model's fit, the levels, the fix's figures, the launches' drift and whether each level held
+    its batch all come from one load of each phase's evidence; no sweep.csv is read beside it."""
+    from glm5lib.diagnose import evidence
+
+    run = _run(tmp_path)
+    loads, sweeps = [], []
+    find, read_csv = evidence.find_phase, pd.read_csv
+    monkeypatch.setattr(evidence, "find_phase", lambda run_dir, phase: loads.append(phase) or find(run_dir, phase))
+    monkeypatch.setattr(pd, "read_csv", lambda path, *a, **k: sweeps.append(str(path)) or read_csv(path, *a, **k))
+    prediction.record_prediction(run, {"max_running_requests": 64}, phase="fix", write=False)
+    assert sorted(loads) == ["baseline", "fix"]
+    # the baseline's sweep twice: its own evidence and the fix's (the phase it changed)
+    assert sorted(p.rsplit("/", 2)[-2] for p in sweeps if p.endswith("sweep.csv")) == ["baseline", "baseline", "fix"]
+    loads.clear()
+    prediction.forecast_hypothesis(run, {"max_running_requests": 64}, write=False)
+    assert loads == ["baseline"]
+
+
 def test_glm5_predict_prints_json_and_refuses_a_misspelt_limit(tmp_path, capsys):
     run = _run(tmp_path)
     assert main(["predict", str(run), "--phase", "baseline", "--set", "running_cap=16", "--concurrency", "16",

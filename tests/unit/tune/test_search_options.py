@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 from test_replay_vllm_grid import META, REPLAY
 
-from glm5lib import rundir, tune
+from glm5lib import engines, rundir, tune
+from glm5lib.diagnose import evidence
 from glm5lib.engines import vllm as ev
 from glm5lib.errors import ConfigError
 from glm5lib.tune import phases, search
@@ -57,14 +58,34 @@ def test_bad_noise_or_margin_is_refused_before_any_launch(tmp_path):
 def test_each_candidate_is_read_once_per_measurement(tmp_path, monkeypatch):
     base, workload, goal, space = _setup()
     reads: list[str] = []
-    real = phases.load_evidence
+    real = evidence.load_evidence  # what the tuner's EvidenceCache (tune.phases) reads a phase with
 
     def counting(run_dir, *args, **kwargs):
         reads.append(kwargs.get("phase"))
         return real(run_dir, *args, **kwargs)
 
-    monkeypatch.setattr(phases, "load_evidence", counting)
+    monkeypatch.setattr(evidence, "load_evidence", counting)
     result = tune.tune(base, tmp_path, goal, workload, backend="vllm", max_launches=3, levers=[space],
                        measure=REPLAY.measure(tmp_path, []))
     measured = list(result.candidates["phase"])
     assert measured and sorted(reads) == sorted(measured), reads  # the evaluation and every fit share one read
+
+
+def test_the_tuner_takes_a_phases_configuration_from_its_evidence(tmp_path, monkeypatch):
+    """``config_of``: the configuration the phase's evidence read (config.json as its engine's), in
+    one load of the phase; a recorded configuration that cannot be read is an error, not the fallback."""
+    base, *_ = _setup()
+    folder = tmp_path / "fix"
+    folder.mkdir()
+    base.save(folder / rundir.CONFIG)
+    reads: list[str] = []
+    real = evidence.load_evidence
+    monkeypatch.setattr(evidence, "load_evidence", lambda *a, **k: reads.append(k.get("phase")) or real(*a, **k))
+    config = tune.config_of(tmp_path, "fix", "glm5-fix")
+    assert type(config) is type(base) and config.to_dict() == base.to_dict() and reads == ["fix"]
+    assert phases.EvidenceCache is evidence.EvidenceCache
+    assert type(tune.config_of(tmp_path, "not-measured", "glm5-fix")) is type(engines.load_config("glm5-fix"))
+    assert tune.config_of(tmp_path, None) is None
+    (folder / rundir.CONFIG).write_text("{not json")
+    with pytest.raises(ConfigError, match=rundir.CONFIG):
+        tune.config_of(tmp_path, "fix", "glm5-fix")
