@@ -321,9 +321,8 @@ def save_figure(fig: Figure, run_dir: str | Path, name: str, *, dpi: int = 110) 
     stem = Path(name).stem
     if not stem or Path(name).name != name:
         raise ConfigError(f"figure name {name!r} must be a plain file name like 'throughput'", field="name")
-    folder = Path(run_dir) / rundir.FIGURES
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{stem}.png"
+    path = rundir.figure_path(run_dir, stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     log.info("figure written to %s", path)
     return path

@@ -7,6 +7,7 @@ rerun alone from what earlier ones left::
     data/runs/<run-id>/
         environment.json          host snapshot (telemetry.environment)
         environment-standin.log   the log of the stand-in notebook 01 reads simulated GPUs from
+        watched-standin.log       the log of the stand-in notebook 08 watches when given no server
         diff.csv                  configuration diff against the reference (diagnose.diff_configs)
         hypothesis.json           the leading hypothesis and how to test it
         forecast.csv              the performance model's forecast of the hypothesis
@@ -14,7 +15,7 @@ rerun alone from what earlier ones left::
         report.md, summary.json   the story and the numbers tests check
         report.html               the same story as one self-contained page (figures embedded)
         notebooks.json            which notebooks ran, and how each ended (workbook.run_workbook)
-        figures/*.png
+        figures/<name>.png        the figures (figure_path)
         NN-*.ipynb                executed notebooks
         baseline/                 one phase (phase.measure_phase)
             config.json           the server configuration (secrets masked)
@@ -32,6 +33,12 @@ rerun alone from what earlier ones left::
             step-profile.csv      the engine's offline step benchmark at chosen batch sizes (stepbench)
             step-profile.log      that benchmark's own output
 
+The measurement scripts of ``scripts/gpu/`` add their own records beside the workbook's:
+``engine.json`` (the engine, its versions, the GPU and the commands), ``plan.json`` (the steps
+done and each launch's time), ``capped-config.json`` (the capped baseline's configuration),
+``tune-result.json`` (the tuner's result, in its run folder) and, in the phase a forecast was
+fitted on, ``forecast-<name>.json`` (``glm5 predict --json``'s forecast of one change).
+
 Every file name lives here; code and notebooks use these constants, never the literals.
 """
 
@@ -45,10 +52,12 @@ from glm5lib.errors import ConfigError
 from glm5lib.paths import runs_dir
 
 __all__ = [
+    "CAPPED_CONFIG",
     "COMMAND",
     "COMPARISON",
     "CONFIG",
     "DIFF",
+    "ENGINE_RECORD",
     "ENVIRONMENT",
     "ENVIRONMENT_STANDIN_LOG",
     "FIGURES",
@@ -60,6 +69,7 @@ __all__ = [
     "NOTEBOOKS_STATUS",
     "PATCH_RECORD",
     "PHASE_NAME",
+    "PLAN_RECORD",
     "POWER",
     "PREDICTION_CSV",
     "REPORT",
@@ -73,7 +83,11 @@ __all__ = [
     "SWEEP",
     "TUNE_BEST",
     "TUNE_CSV",
+    "TUNE_RESULT",
     "WATCH",
+    "WATCHED_STANDIN_LOG",
+    "figure_path",
+    "forecast_record",
     "new_run_dir",
     "phase_dir",
 ]
@@ -97,6 +111,7 @@ PREDICTION_CSV = "prediction.csv"  # the baseline model's forecast of the change
 # in the run folder
 ENVIRONMENT = "environment.json"
 ENVIRONMENT_STANDIN_LOG = "environment-standin.log"
+WATCHED_STANDIN_LOG = "watched-standin.log"
 DIFF = "diff.csv"
 HYPOTHESIS = "hypothesis.json"
 FORECAST_CSV = "forecast.csv"  # the hypothesis's forecast, stated before anything changes
@@ -108,6 +123,11 @@ NOTEBOOKS_STATUS = "notebooks.json"
 FIGURES = "figures"
 TUNE_CSV = "tune.csv"
 TUNE_BEST = "tune-best.json"
+# the records of the measurement scripts (scripts/gpu/); glm5lib reads none of them
+ENGINE_RECORD = "engine.json"
+PLAN_RECORD = "plan.json"
+CAPPED_CONFIG = "capped-config.json"
+TUNE_RESULT = "tune-result.json"
 
 _PHASE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 #: what a phase's folder name may be (letters, digits, '_', '-', '.')
@@ -128,6 +148,17 @@ def new_run_dir(root: str | Path | None = None, run_id: str | None = None) -> Pa
         candidate = parent / run_id
     candidate.mkdir(parents=True, exist_ok=True)
     return candidate
+
+
+def figure_path(run_dir: str | Path, name: str) -> Path:
+    """Where the run's figure ``name`` lies: ``<run_dir>/figures/<name>.png``."""
+    return Path(run_dir) / FIGURES / f"{name}.png"
+
+
+def forecast_record(name: str) -> str:
+    """The file name of ``glm5 predict --json``'s forecast of the change ``name``, in the phase
+    it was fitted on: ``forecast-<name>.json``."""
+    return f"forecast-{name}.json"
 
 
 def phase_dir(run_dir: str | Path, phase: str) -> Path:

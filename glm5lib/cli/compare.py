@@ -42,7 +42,7 @@ def register_cli(sub) -> None:
                      "throughput, TTFT/TPOT percentiles, end-to-end latency, GPU power and finished "
                      "requests with their ratio (RUN_B / RUN_A); the resolved server arguments that "
                      "differ; findings in one run and not the other. A figure of both goes to "
-                     f"RUN_B's {rundir.FIGURES}/compare-<RUN_A>.png unless --figure or --no-figure."),
+                     f"{rundir.figure_path('RUN_B', 'compare-<RUN_A>')} unless --figure or --no-figure."),
     )
     p.add_argument("run_a", metavar="RUN_A", help="the first run folder (or a run's name under data/runs/)")
     p.add_argument("run_b", metavar="RUN_B", help="the second run folder; ratios are RUN_B / RUN_A")

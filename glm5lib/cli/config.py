@@ -10,7 +10,7 @@ import argparse
 import json
 import sys
 
-from glm5lib.cli.options import add_command
+from glm5lib.cli.options import add_command, settings_given
 from glm5lib.engines.sglang.config import (
     DEFAULT_RELEASE,
     ServerConfig,
@@ -57,8 +57,9 @@ def _cmd_config(args: argparse.Namespace) -> int:
         config.validate(require_model=False)
         print(json.dumps(config.to_dict(mask=True), indent=2))
         return 0
+    items = settings_given(args.set)
     config = _resolve_config(args.config, args.release)
-    changes = dict(parse_assignment(item, config.release) for item in (args.set or []))
+    changes = dict(parse_assignment(item, config.release) for item in items)
     if changes:
         config = config.with_changes(**changes)
     if action == "show":

@@ -6,14 +6,19 @@ import argparse
 import ast
 import functools
 import json
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
 from glm5lib import rundir
-from glm5lib.cli.options import REQUEST_APIS, add_command
-from glm5lib.errors import ConfigError, UsageError
+from glm5lib.cli.options import (
+    REQUEST_APIS,
+    add_api_key_options,
+    add_command,
+    add_quiet,
+    read_api_key,
+)
+from glm5lib.errors import ConfigError
 
 __all__ = ["register_cli", "settings_defaults"]
 
@@ -35,23 +40,6 @@ def _float_list(text: str) -> list[float]:
         return [float(v) for v in text.replace(" ", "").split(",") if v]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of rates, e.g. 2,4,8") from None
-
-
-def _api_key(args: argparse.Namespace) -> str | None:
-    """The bearer token from ``--api-key-file`` or ``$GLM5_API_KEY``, never from the command line."""
-    if args.api_key_argv is not None:
-        raise UsageError("--api-key would put the secret in the process list: set GLM5_API_KEY or "
-                         "pass --api-key-file PATH (a file holding the token)", field="api_key",
-                         valid=["GLM5_API_KEY", "--api-key-file"])
-    if args.api_key_file:
-        path = Path(args.api_key_file)
-        if not path.is_file():
-            raise ConfigError(f"--api-key-file {args.api_key_file!r} does not exist", field="api_key_file")
-        key = path.read_text().strip()
-        if not key:
-            raise ConfigError(f"--api-key-file {args.api_key_file!r} is empty", field="api_key_file")
-        return key
-    return os.environ.get("GLM5_API_KEY") or None
 
 
 #: Where SweepSettings and DEFAULT_CONCURRENCIES are written: ``--help`` reads their defaults there.
@@ -123,10 +111,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--mode", choices=["closed", "poisson"], default=_setting("mode"),
                    help="arrivals (default %(default)s)")
     p.add_argument("--rate", type=_float_list, default=_setting("rate"), help="poisson: requests/s, comma-separated")
-    p.add_argument("--api-key-file", metavar="PATH", default=None,
-                   help="file holding the bearer token (default: $GLM5_API_KEY; never written to the run folder)")
-    # a secret on the command line shows in the process list: refused with the way to give it
-    p.add_argument("--api-key", dest="api_key_argv", default=None, help=argparse.SUPPRESS)
+    add_api_key_options(p, "file holding the bearer token (default: $GLM5_API_KEY; never written to the run folder)")
     p.add_argument("--server-log", default=None,
                    help="the server's log file: a sweep stopped by a dead server quotes its fatal lines")
     p.add_argument("--read-timeout", type=float, default=_setting("read_timeout"),
@@ -140,8 +125,7 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--run-dir", default=None, help="run folder (default: a new one under data/runs)")
     p.add_argument("--phase", default="sweep", help="phase sub-folder of the run folder (default 'sweep')")
     p.add_argument("--no-resume", action="store_true", help="redo levels already in sweep.csv")
-    p.add_argument("-q", "--quiet", "--no-progress", dest="quiet", action="store_true",
-                   help="no progress lines (--no-progress is the older spelling)")
+    add_quiet(p, "--no-progress")
 
 
 def _settings_given(args: argparse.Namespace) -> dict[str, Any]:
@@ -184,7 +168,7 @@ def _handler(args: argparse.Namespace) -> int:
     from glm5lib.loadgen.settings import DEFAULT_CONCURRENCIES
     from glm5lib.server import attach
 
-    api_key = _api_key(args)
+    api_key = read_api_key(args)
     settings = SweepSettings(**_settings_given(args))  # every setting checked before the run folder is made
     run = Path(args.run_dir) if args.run_dir else rundir.new_run_dir()
     out = rundir.phase_dir(run, args.phase)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from glm5lib.cli.options import add_command
+from glm5lib.cli.options import add_command, add_quiet
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]
@@ -48,7 +48,8 @@ def _cmd_logs(args: argparse.Namespace) -> int:
     path = Path(args.file)
     if not path.is_file():
         raise ConfigError(f"log file {args.file!r} does not exist", field="file")
-    slog = parse_log(path, engine=args.engine)
+    # a long log's progress bar (from its size on) unless -q
+    slog = parse_log(path, engine=args.engine, progress=False if args.quiet else None)
     summary = summarize(slog)
     if args.json:
         print(json.dumps(summary, indent=2, default=str))
@@ -63,6 +64,7 @@ def register_cli(sub: Any) -> None:
                     help="summarise an SGLang server log (args that matter, startup, decode stats, errors)")
     p.add_argument("file", help="the server log (e.g. data/runs/<run>/<phase>/server.log)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    add_quiet(p)
     # Not argparse choices: listing the installed adapters imports the parsers (pandas), and
     # `glm5 logs --help` stays fast; the handler checks the name against them.
     p.add_argument(

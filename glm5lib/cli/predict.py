@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from glm5lib import rundir
-from glm5lib.cli.options import add_command
+from glm5lib.cli.options import add_command, settings_given
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["parse_concurrency", "parse_value", "register_cli"]
@@ -30,7 +30,7 @@ def parse_value(text: str) -> Any:
 
 def _parse_set(items: list[str] | None) -> dict[str, Any]:
     changes: dict[str, Any] = {}
-    for item in items or []:
+    for item in settings_given(items):
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise UsageError(f"--set expects FIELD=VALUE, got {item!r}", field="--set")

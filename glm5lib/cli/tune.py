@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import engines, rundir
-from glm5lib.cli.options import REQUEST_APIS, add_command
+from glm5lib.cli.options import REQUEST_APIS, add_command, add_quiet
 from glm5lib.errors import ConfigError, UsageError
 
 __all__ = ["register_cli"]
@@ -62,6 +62,7 @@ def register_cli(subparsers: Any) -> None:
                         "client on the last core) or SERVER/CLIENT core lists such as '0-5/6,7' (default: "
                         "$GLM5_CPUS, else no pinning); for engines that compute on the CPU of a small host")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_quiet(p)
 
 
 def _int_list(text: str) -> list[int]:
@@ -130,7 +131,7 @@ def _handler(args: argparse.Namespace) -> int:
         config = config.with_changes(model=model_path)
     run = Path(args.run_dir or args.run) if (args.run_dir or args.run) else rundir.new_run_dir()
     launch = {"sim_profile": args.sim_profile, "command": command, "model": args.model,
-              "ready_timeout": args.ready_timeout, "progress": not args.json and sys.stderr.isatty(),
+              "ready_timeout": args.ready_timeout, "progress": not (args.quiet or args.json) and sys.stderr.isatty(),
               "cpus": args.cpus}
     if args.grid:
         values = _int_list(args.grid_values) if args.grid_values else None

@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 
 from glm5lib import rundir
-from glm5lib.cli.options import add_command
+from glm5lib.cli.options import add_command, add_quiet
 from glm5lib.errors import ConfigError, NotebookFailedError
 
 __all__ = ["register_cli"]
@@ -57,6 +57,6 @@ def register_cli(sub) -> None:
     )
     run.add_argument("--run-dir", help="run folder (default: data/runs/<timestamp>)")
     run.add_argument("--only", help="comma-separated notebook numbers to run, e.g. 2,4")
-    run.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    add_quiet(run)
     run.add_argument("--notebooks", help="folder of NN-*.ipynb notebooks (default: the workbook's)")
     run.add_argument("--no-report", action="store_true", help="do not write report.md, report.html and summary.json")

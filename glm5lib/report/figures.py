@@ -34,7 +34,7 @@ def _notebook_figure(run: Path, phases: list[str], name: str) -> Path | None:
     """
     if not phases or not set(phases) <= {BEFORE, AFTER} or phases[0] != BEFORE:
         return None
-    path = run / rundir.FIGURES / f"{phases[-1]}-{name}.png"
+    path = rundir.figure_path(run, f"{phases[-1]}-{name}")
     if not path.is_file():
         return None
     drawn_at = path.stat().st_mtime

@@ -31,7 +31,7 @@ from typing import Any
 
 import psutil
 
-from glm5lib import cpus, http
+from glm5lib import cpus, http, rundir
 from glm5lib.errors import ServerLaunchError
 from glm5lib.logs import classify_fatal, follow_log
 from glm5lib.masking import mask_argv, mask_env, mask_text, secret_env_values
@@ -120,7 +120,7 @@ atexit.register(stop_all)
 def prepare_log_path(log_path: str | os.PathLike[str] | None) -> Path:
     """The log file to write: ``log_path`` (its folder created), or one in a new temporary folder."""
     if log_path is None:
-        return Path(tempfile.mkdtemp(prefix="glm5-server-")) / "server.log"
+        return Path(tempfile.mkdtemp(prefix="glm5-server-")) / rundir.SERVER_LOG
     path = Path(log_path)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path

@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
                      "level_duration_s": args.duration, "api": engine.api},
         "started": time.time(),
     }
-    (run / "engine.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (run / rundir.ENGINE_RECORD).write_text(json.dumps(manifest, indent=2) + "\n")
     skip = {int(n) for n in args.skip.split(",") if n.strip()}
     code = 0
     try:
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         except NotebookFailedError as exc:
             log.warning("notebook 05 did not complete for %s: %s", engine.name, exc)
     manifest["finished"] = time.time()
-    (run / "engine.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (run / rundir.ENGINE_RECORD).write_text(json.dumps(manifest, indent=2) + "\n")
     for phase in ("baseline", "fix"):
         sweep = run / phase / rundir.SWEEP
         if sweep.exists():

@@ -35,14 +35,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import run_engine_workbook as rew  # noqa: E402
 
-from glm5lib import engines, server, tune, workbook  # noqa: E402
+from glm5lib import engines, rundir, server, tune, workbook  # noqa: E402
 from glm5lib.errors import NotebookFailedError  # noqa: E402
 
 log = logging.getLogger("run_forecast_tune")
 
 
 def _manifest(run: Path, engine, capped: list[str], args: argparse.Namespace, **extra) -> None:
-    path = run / "engine.json"
+    path = run / rundir.ENGINE_RECORD
     data = json.loads(path.read_text()) if path.exists() else {}
     data.update({
         "engine": engine.name, "engine_description": engine.description, "baseline_command": capped,
@@ -75,7 +75,7 @@ def forecast(args: argparse.Namespace, engine, capped: list[str]) -> int:
     cmd = [sys.executable, "-m", "glm5lib.cli", "predict", str(run), "--phase", "baseline",
            f"--set={args.flag}={args.raised}", "--concurrency", args.concurrencies, "--json"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    (run / "baseline" / "forecast-cli.json").write_text(done.stdout)
+    (run / "baseline" / rundir.forecast_record("cli")).write_text(done.stdout)
     print(done.stdout or done.stderr)
     try:
         workbook.run_workbook(params, run_dir=run, only=[4], progress=False)
@@ -88,7 +88,7 @@ def forecast(args: argparse.Namespace, engine, capped: list[str]) -> int:
         log.warning("notebook 05 did not complete: %s", exc)
     _manifest(run, engine, capped, args, fix_changes=raised, predict_command=cmd[2:],
               levels=levels, fix_command=server.apply_flag_changes(capped, raised))
-    prediction = run / "fix" / "prediction.csv"
+    prediction = run / "fix" / rundir.PREDICTION_CSV
     if prediction.exists():
         print(prediction.read_text())
     return 0
@@ -121,7 +121,7 @@ def tune_(args: argparse.Namespace, engine, capped: list[str]) -> int:
     if result.best is not None:
         data["recheck"] = tune.search.recheck(None, run, goal, load, result, backend="command",
                                               command=capped, model=args.model, ready_timeout=300)
-    (run / "tune-result.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    (run / rundir.TUNE_RESULT).write_text(json.dumps(data, indent=2, default=str) + "\n")
     _manifest(run.parent, engine, capped, args, lever=args.lever, slo=args.slo, target=args.target,
               max_launches=args.max_launches)
     print(json.dumps(data, indent=2, default=str))

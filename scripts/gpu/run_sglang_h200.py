@@ -45,7 +45,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from glm5lib import tune, workbook  # noqa: E402
+from glm5lib import rundir, tune, workbook  # noqa: E402
 from glm5lib.engines.sglang.config import ServerConfig  # noqa: E402
 from glm5lib.errors import NotebookFailedError  # noqa: E402
 
@@ -77,7 +77,7 @@ def capped_config(model: str, cap: int, mem: float, tp: int = 1) -> dict:
 class Plan:
     def __init__(self, run: Path, deadline: float) -> None:
         self.run = run
-        self.path = run / "plan.json"
+        self.path = run / rundir.PLAN_RECORD
         self.state = json.loads(self.path.read_text()) if self.path.exists() else {"done": {}, "launches": []}
         self.end = time.monotonic() + deadline
 
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     run = Path(args.run_dir).resolve()
     run.mkdir(parents=True, exist_ok=True)
     plan = Plan(run, args.deadline)
-    cfg_path = run / "capped-config.json"
+    cfg_path = run / rundir.CAPPED_CONFIG
     cfg_path.write_text(json.dumps(capped_config(args.model, args.cap, args.mem, args.tp), indent=2) + "\n")
     levels = [int(c) for c in args.concurrencies.split(",")]
     common = {
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "glm5lib.cli", "predict", str(run), "--phase", "baseline", *sets,
                "--concurrency", args.concurrencies, "--json"]
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-        (run / "baseline" / f"forecast-{name}.json").write_text(done.stdout or json.dumps({"error": done.stderr[-4000:]}))
+        (run / "baseline" / rundir.forecast_record(name)).write_text(done.stdout or json.dumps({"error": done.stderr[-4000:]}))
         print(done.stdout[-3000:] or done.stderr[-3000:])
 
     goal = tune.Goal.parse([args.slo])
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
                 if result.best is not None:
                     data["recheck"] = tune.search.recheck(base_cfg, run / "tune", goal, load, result,
                                                           backend=args.backend, measure=timed_measure(run / "tune"))
-                (run / "tune" / "tune-result.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+                (run / "tune" / rundir.TUNE_RESULT).write_text(json.dumps(data, indent=2, default=str) + "\n")
             else:
                 raise SystemExit(f"unknown step {step!r}; the plan has {', '.join(STEPS)}")
         except OutOfTime as exc:

@@ -134,6 +134,112 @@ def test_sweep_takes_no_secret_from_the_command_line(tmp_path, capsys):
     assert args.quiet is True and build_parser().parse_args(["sweep", url, "--no-progress"]).quiet is True
 
 
+def _sub_parsers(parser, path=()):
+    """(the words of a sub-command, its parser) for every sub-command, at every level."""
+    import argparse
+
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                yield (*path, name), child
+                yield from _sub_parsers(child, (*path, name))
+
+
+def _draws_progress(handler) -> tuple[bool, bool]:
+    """(whether ``handler``, or a function of its module it calls, draws progress lines: passes
+    ``progress=`` on, names ``"progress"`` in the keywords it passes, or uses glm5lib.progress;
+    whether it reads ``args.quiet``)."""
+    import ast
+    import inspect
+
+    module = ast.parse(inspect.getsource(inspect.getmodule(handler)))
+    functions = {n.name: n for n in module.body if isinstance(n, ast.FunctionDef)}
+    seen, todo, draws, quiet = set(), [handler.__name__], False, False
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in functions:
+            continue
+        seen.add(name)
+        for node in ast.walk(functions[name]):
+            draws |= isinstance(node, ast.keyword) and node.arg == "progress"
+            draws |= isinstance(node, ast.Dict) and any(
+                isinstance(k, ast.Constant) and k.value == "progress" for k in node.keys)
+            draws |= isinstance(node, ast.ImportFrom) and node.module == "glm5lib.progress"
+            quiet |= isinstance(node, ast.Attribute) and node.attr == "quiet"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+                todo.append(node.func.id)
+    return draws, quiet
+
+
+def test_every_command_that_draws_progress_lines_takes_quiet():
+    from glm5lib.cli import build_parser
+
+    drawing = {}
+    for words, parser in _sub_parsers(build_parser()):
+        handler = parser._defaults.get("func")
+        if handler is not None and _draws_progress(handler)[0]:
+            drawing[" ".join(words)] = (parser, _draws_progress(handler)[1])
+    assert {"sweep", "workbook run", "tune", "logs"} <= set(drawing)
+    for command, (parser, reads_quiet) in drawing.items():
+        options = {s: a for a in parser._actions for s in a.option_strings}
+        assert "-q" in options and "--quiet" in options, f"glm5 {command} draws progress lines but has no -q/--quiet"
+        assert options["-q"].dest == "quiet" and reads_quiet, f"glm5 {command}'s handler does not read args.quiet"
+
+
+#: A command line of each command that takes ``--set FIELD=VALUE``, less the ``--set``.
+_SET_COMMANDS = {
+    "launch": ["launch", "glm5-baseline", "--backend", "sim"],
+    "config show": ["config", "show", "glm5-baseline"],
+    "config argv": ["config", "argv", "glm5-baseline", "--json"],
+    "config diff": ["config", "diff", "glm5-baseline", "glm5-fix"],
+    "predict": ["predict", "RUN", "--phase", "baseline", "--concurrency", "64"],
+}
+
+
+def test_the_commands_with_set_are_those_checked_for_secrets():
+    from glm5lib.cli import build_parser
+
+    with_set = {" ".join(words) for words, parser in _sub_parsers(build_parser())
+                if any("--set" in a.option_strings for a in parser._actions)}
+    assert with_set == set(_SET_COMMANDS)
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """A refused command line launches nothing: a launch fails the test at once instead."""
+    from glm5lib.engines.sglang import launcher
+
+    def spawn(*args, **kwargs):
+        raise AssertionError("the command launched a server")
+
+    monkeypatch.setattr(launcher, "spawn_ready", spawn)
+
+
+@pytest.mark.parametrize("command", sorted(_SET_COMMANDS))
+@pytest.mark.parametrize("assignment", ["api_key=s3cret", "--admin-api-key=s3cret", "hf_token=s3cret"])
+def test_set_takes_no_secret_from_the_command_line(command, assignment, tmp_path, capsys, no_launch):
+    argv = [str(tmp_path / "run") if word == "RUN" else word for word in _SET_COMMANDS[command]]
+    assert main([*argv, f"--set={assignment}"]) == 2
+    err = capsys.readouterr().err
+    name = assignment.partition("=")[0]
+    assert f"--set {name} would put the secret in the process list" in err
+    assert "GLM5_API_KEY" in err and "--api-key-file" in err and "s3cret" not in err
+
+
+def test_launch_takes_the_server_key_from_the_environment_or_a_file_only(tmp_path, capsys, no_launch):
+    for argv in (["launch", "glm5-baseline", "--backend", "sim", "--", "--api-key", "s3cret"],
+                 ["launch", "glm5-baseline", "--backend", "sim", "--", "--api-key=s3cret"],
+                 ["launch", "--backend", "vllm", "vllm-capped", "--", "--api-key", "s3cret"],
+                 ["launch", "glm5-baseline", "--backend", "sim", "--api-key", "s3cret"]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert "--api-key would put the secret in the process list" in err and "s3cret" not in err
+    assert main(["launch", "glm5-baseline", "--api-key-file", str(tmp_path / "missing")]) == 1
+    assert "--api-key-file" in capsys.readouterr().err
+    assert main(["launch", "--backend", "vllm", "vllm-capped", "--set", "api-key=s3cret"]) == 2
+    assert "--set api-key would put" in capsys.readouterr().err
+
+
 def test_one_diff_verb_raw_and_the_deprecated_config_diff(capsys):
     assert main(["diff", "--raw", "glm5-baseline", "glm5-fix", "--exit-code"]) == 1
     raw = capsys.readouterr()

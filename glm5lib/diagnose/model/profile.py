@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib import rundir
 from glm5lib.stepmodel import nnls
 
 __all__ = ["StepProfile", "lines_profile", "read_profile"]
@@ -195,7 +196,7 @@ def read_profile(frame: pd.DataFrame | None) -> StepProfile | None:
         rows[kind] = sorted((b, float(pd.Series(v).median())) for b, v in by.items())
     if not any(rows.values()):
         return None
-    source = str(frame["source"].dropna().iloc[0]) if "source" in frame and frame["source"].notna().any() else "step-profile.csv"
+    source = str(frame["source"].dropna().iloc[0]) if "source" in frame and frame["source"].notna().any() else rundir.STEP_PROFILE
     return StepProfile(rows, source)
 
 

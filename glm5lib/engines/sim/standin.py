@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from glm5lib import rundir
 from glm5lib.engines.sglang.config import DEFAULT_RELEASE, ServerConfig
 from glm5lib.engines.sglang.launcher import Server, launch
 from glm5lib.server.ports import find_free_port
@@ -49,7 +50,7 @@ def run_standin(
     tmpdir = None
     if log_path is None:
         tmpdir = tempfile.TemporaryDirectory(prefix="glm5-standin-")
-        log_path = Path(tmpdir.name) / "server.log"
+        log_path = Path(tmpdir.name) / rundir.SERVER_LOG
     try:
         with launch(config, backend="sim", log_path=log_path, env=env, ready_timeout=ready_timeout,
                     port=port, extra_args=sim_flags) as server:
