@@ -431,7 +431,7 @@ class Watch:
         procs = _server_pids(self.port) if self.local else []
         cost = self._scrape_cost(procs)
         scraper = MetricsScraper(self.url, interval=s.interval, out=folder / rundir.METRICS, api_key=s.api_key,
-                                 histogram_interval=s.window)
+                                 histogram_interval=s.window, metrics_flag=self.adapter.capabilities.metrics_flag)
         sampler = None
         if s.gpu and (self.local or self.engine == engines.STANDIN):
             sampler = GpuSampler(interval=0.5, base_url=self.url, out=folder / rundir.GPU)

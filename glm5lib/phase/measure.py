@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib import cpus as cpu_layout
-from glm5lib import rundir
+from glm5lib import engines, rundir
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
 from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
@@ -174,8 +174,17 @@ class _Measurement:
                 self.notes.append(f"no GPU telemetry: {self.sampler.reason}")
         if options.metrics:
             self.scraper = MetricsScraper(self.srv.base_url, interval=options.metrics_interval,
-                                          out=folder / rundir.METRICS, api_key=self.api_key).start()
+                                          out=folder / rundir.METRICS, api_key=self.api_key,
+                                          metrics_flag=self.metrics_flag()).start()
             self.paths["metrics"] = folder / rundir.METRICS
+
+    def metrics_flag(self) -> str | None:
+        """The switch that makes this server serve ``/metrics``, from its engine's adapter (the engine
+        whose log it writes, else the phase's backend); None where no registered engine says."""
+        for name in (getattr(self.srv, "log_engine", None), self.plan.engine.backend):
+            if isinstance(name, str) and name in engines.names():
+                return engines.get(name).capabilities.metrics_flag
+        return None
 
     def run_sweep(self, layout: cpu_layout.CpuLayout | None, progress: bool,
                   callback: Callable[[dict[str, Any]], None] | None, stop_event: threading.Event | None) -> None:

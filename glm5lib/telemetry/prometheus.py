@@ -47,8 +47,8 @@ _RUNTIME_PREFIXES = ("python_", "process_", "http_")
 class MetricsScraper:
     """Scrapes a server's Prometheus ``/metrics`` every ``interval`` seconds in the background.
 
-    ``.enabled`` is False (and ``.reason`` says why) when ``/metrics`` answers 404, which SGLang
-    does when started without ``--enable-metrics``. ``.frame()`` has one row per sample:
+    ``.enabled`` is False (and ``.reason`` says why) when ``/metrics`` answers 404, as an engine
+    does when started without its metrics switch (``metrics_flag``, from the engine's adapter). ``.frame()`` has one row per sample:
     ``time, metric, labels, value`` (labels as a JSON object string, keys sorted). Gauges and
     counters are kept from every scrape; histogram and summary samples from the first scrape,
     the first one after each :meth:`mark` (a level starts or ends), one every
@@ -64,6 +64,7 @@ class MetricsScraper:
         *,
         timeout: float = 5.0,
         histogram_interval: float | None = HISTOGRAM_INTERVAL_S,
+        metrics_flag: str | None = None,
     ):
         if not base_url or not str(base_url).startswith(("http://", "https://")):
             raise ConfigError(f"base_url={base_url!r} must be an http(s) URL such as http://127.0.0.1:30000",
@@ -84,6 +85,7 @@ class MetricsScraper:
         self.out = Path(out) if out is not None else None
         self.timeout = timeout
         self._api_key = api_key
+        self.metrics_flag = metrics_flag
         self.enabled: bool | None = None
         self.reason: str | None = None
         self.scrapes = 0
@@ -140,8 +142,9 @@ class MetricsScraper:
         stamp = (t0 + time.time()) / 2.0
         if status == 404:
             self.enabled = False
-            self.reason = (f"{self.url} answered 404: the server was started without --enable-metrics "
-                           "(restart it with --enable-metrics to record its queue and running-request gauges)")
+            switch = self.metrics_flag or "its metrics switch"
+            self.reason = (f"{self.url} answered 404: the server was started without {switch} "
+                           f"(restart it with {switch} to record its queue and running-request gauges)")
             return pd.DataFrame(columns=METRICS_COLUMNS)
         if status in (401, 403):
             self.enabled = False

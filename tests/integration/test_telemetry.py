@@ -538,7 +538,7 @@ def test_metrics_scraper_keeps_gauges_every_scrape_and_histograms_at_snapshots(h
 
 def test_metrics_scraper_notes_a_server_without_enable_metrics(http_server):
     http_server.state["metrics"] = False
-    with MetricsScraper(http_server.url, interval=0.05) as scraper:
+    with MetricsScraper(http_server.url, interval=0.05, metrics_flag="--enable-metrics") as scraper:
         time.sleep(0.2)
     assert scraper.enabled is False
     assert "--enable-metrics" in scraper.reason

@@ -111,9 +111,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
     automatic: list[str] = []
     n = max(len(diff), 1)
     for _, row in diff.iterrows():
-        field = row["field"]
-        if field in ("model_path", "tokenizer_path", "served_model_name"):
-            continue
+        field = row["field"]  # a setting: the model's identity is context, which the diff leaves out
         why = _ruled_out(field, row["current"], row["reference"], ev)
         if why:
             ruled.append(f"{field} ({why})")

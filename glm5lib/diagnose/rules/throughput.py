@@ -139,8 +139,8 @@ def _step_split(model: PerfModel, b: int, suggestion: str) -> tuple[str, str]:
         )
     return part, (
         "most of each decode step grows with the batch: the kernels are the limit (MoE GEMMs, "
-        "attention, FP4 GEMM tactics); try other --moe-runner-backend / --attention-backend "
-        "choices, FlashInfer autotuning, fp8 KV cache; " + suggestion.split(": ", 1)[1]
+        "attention, FP4 GEMM tactics); try other MoE-runner and attention backends, "
+        "FlashInfer autotuning, fp8 KV cache; " + suggestion.split(": ", 1)[1]
     )
 
 
@@ -295,6 +295,12 @@ def _level_bits(row: pd.Series) -> list[str]:
     return bits
 
 
+def _fewer_chunks(ev: Evidence) -> str:
+    """How to have the server stream fewer chunks, in its own flag where it has one."""
+    flag = ev.adapter().capabilities.flag("stream_interval")
+    return f"raise the server's {flag} so fewer chunks are sent" if flag else "have the server stream fewer, larger chunks"
+
+
 def rule_client_bound(ev: Evidence) -> list[Finding]:
     """Levels the load generator flagged as limited by the client, told apart by its CPU:
 
@@ -326,8 +332,8 @@ def rule_client_bound(ev: Evidence) -> list[Finding]:
                 f"(at least {CLIENT_SATURATED_CPU_PCT:.0f}% of a core): " + "; ".join(details),
                 suggestion=(
                     "figures at those levels measure the client, not the server: run the load generator on "
-                    "another machine or in more processes, raise the server's --stream-interval so fewer chunks "
-                    "are sent, or cross-check with sglang.bench_serving"
+                    "another machine or in more processes, " + _fewer_chunks(ev)
+                    + ", or cross-check with the engine's own serving benchmark"
                 ),
                 confidence=0.9,
                 rule="client_bound",

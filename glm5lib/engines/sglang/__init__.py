@@ -33,6 +33,7 @@ from glm5lib.engines.sglang.config import (
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
 from glm5lib.engines.sglang.stepbench import BENCHMARK
 from glm5lib.errors import ConfigError
+from glm5lib.lazy import module_getattr
 
 __all__ = ["ADAPTER", "CAPABILITIES", "METRICS", "PROGRAM", "SERVING_ROLES", "launch", "launch_from_server_config", "levers", "server_info_of"]
 
@@ -142,15 +143,9 @@ def launch_from_server_config(backend: str, request: LaunchRequest, extra_args: 
 
 
 #: names served from the launcher on first use (it loads pandas; SGLang's configuration does not)
-_LAUNCHER_NAMES = ("launch", "Server", "programs")
+_LAZY = dict.fromkeys(("launch", "Server", "programs"), "glm5lib.engines.sglang.launcher")
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAUNCHER_NAMES:
-        import glm5lib.engines.sglang.launcher as launcher
-
-        return getattr(launcher, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = module_getattr(__name__, _LAZY, globals())
 
 
 def server_info_of(standin: bool):

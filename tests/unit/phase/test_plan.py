@@ -4,6 +4,7 @@ source of defaults, and measure_phase's keywords turned into the same plan."""
 from __future__ import annotations
 
 import dataclasses
+import types
 
 import pytest
 
@@ -101,3 +102,17 @@ def test_start_server_checks_its_engine_plan_before_it_makes_the_folder(tmp_path
     with pytest.raises(TypeError, match="readytimeout"):
         phase.start_server("sim", None, tmp_path / "p", readytimeout=5)
     assert not (tmp_path / "p").exists()
+
+
+@pytest.mark.parametrize(("backend", "log_engine", "flag"), [
+    ("sim", None, "--enable-metrics"),  # the stand-in takes SGLang's switch
+    ("command", "vllm", None),  # vLLM serves /metrics unasked
+    ("command", "sglang", "--enable-metrics"),  # the engine whose log the command writes decides
+    ("command", None, None),  # an engine nobody named: the scraper words it neutrally
+])
+def test_the_scraper_is_handed_the_engines_own_metrics_switch(backend, log_engine, flag, tmp_path):
+    from glm5lib.phase.measure import _Measurement
+
+    srv = types.SimpleNamespace(base_url="http://127.0.0.1:9", log_engine=log_engine)
+    measurement = _Measurement(PhasePlan(engine=EnginePlan(backend=backend)), "p", tmp_path, srv, None)
+    assert measurement.metrics_flag() == flag
