@@ -623,6 +623,29 @@ def test_the_solver_check_can_fail(tmp_path, monkeypatch):
         test_one_solver_and_one_model_of_throughput()
 
 
+
+# Blocking HTTP clients: the foundation's glm5lib.http is the one blocking GET to a server (the load
+# generator and the scrapers' streams are aiohttp's).
+BLOCKING_HTTP = ("urllib.request", "urllib.error", "http.client", "requests", "httpx")
+
+
+def test_one_blocking_get_to_a_server():
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(_parsed(path)):
+            targets = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                       else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            for target in targets:
+                if name != "glm5lib.http" and any(target == m or target.startswith(m + ".") for m in BLOCKING_HTTP):
+                    found.append(f"{name}:{node.lineno} imports {target}: ask glm5lib.http")
+    assert not found, "\n".join(found)
+
+
+def test_the_blocking_get_check_can_fail(tmp_path, monkeypatch):
+    _plant(monkeypatch, tmp_path, "glm5lib.diagnose.fetch", "import urllib.request\n")
+    with pytest.raises(AssertionError, match=re.escape("fetch:1 imports urllib.request")):
+        test_one_blocking_get_to_a_server()
+
 # --------------------------------------------------------------------------- an engine's flags are its adapter's
 
 # Flags of the bundled catalogues that are every server's words (or glm5's own options), not one engine's.
