@@ -39,8 +39,9 @@ _SECRET_NAME_RE = re.compile(
     r"|(?:^|_)(?:hf_token|access_token|auth_token|api_token|secret_key|access_key|private_key)(?:$|_)",
     re.IGNORECASE,
 )
-# Names that end like a secret but hold none (an eviction policy, a header name).
-_NOT_SECRET_NAMES = frozenset({"radix_eviction_key", "tokenizer_metrics_custom_labels_header", "sort_key"})
+# Names that end like a secret but hold none (an eviction policy, a header name, vLLM's CORS switch).
+_NOT_SECRET_NAMES = frozenset({"radix_eviction_key", "tokenizer_metrics_custom_labels_header", "sort_key",
+                               "allow_credentials"})
 # ``..._token`` names a unit, not a credential, after these words (``time_to_first_token``,
 # ``max_deferred_experts_per_token``, ``eos_token``).
 _TOKEN_AS_UNIT = re.compile(r"(?:^|_)(?:per|first|last|next|new|output|input|eos|bos|pad|stop|special|sep|cls|unk|mask)_token$")

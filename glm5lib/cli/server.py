@@ -5,7 +5,8 @@ stand-in ``sim`` from a ServerConfig (a shipped name, a JSON file, or launch_ser
 ``--``), ``vllm`` from a vLLM config (``vllm-capped``...), ``command`` from the argv template
 after ``--``. ``--set FIELD=VALUE`` changes a field of the config, typed by the engine's own
 flags (the config's SGLang release for SGLang and the stand-in). The server's API key comes from
-``GLM5_API_KEY`` or ``--api-key-file``: ``--set`` and the flags after ``--`` refuse a secret.
+``GLM5_API_KEY`` or ``--api-key-file``: ``--set`` and the SGLang, stand-in or vLLM flags after ``--``
+refuse a secret.
 """
 
 from __future__ import annotations
@@ -120,6 +121,9 @@ def _cmd_launch(args: argparse.Namespace) -> int:
     try:
         print(server.base_url, flush=True)
         print(f"# pid {server.pid}, log {server.log_path}; Ctrl-C stops it", file=sys.stderr, flush=True)
+        if key:
+            print("# it asks every request for the API key from GLM5_API_KEY or --api-key-file", file=sys.stderr,
+                  flush=True)
         code = server.wait()
     except KeyboardInterrupt:
         print("# stopping", file=sys.stderr, flush=True)

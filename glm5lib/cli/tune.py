@@ -80,8 +80,11 @@ def _from_phase(args: argparse.Namespace) -> tuple[Any, str, Path | None]:
         folder = Path(args.run) / args.phase
         if not (folder / rundir.SWEEP).exists():
             raise ConfigError(f"{folder} has no {rundir.SWEEP}: measure that phase first", field="phase")
-    source = args.config or (str(folder / rundir.CONFIG) if folder and (folder / rundir.CONFIG).exists() else None)
-    config = engines.load_config(source) if source else None
+    # --config wins; else the configuration the phase ran, read as the tuner reads it (its evidence's)
+    from glm5lib import tune as tn
+
+    config = engines.load_config(args.config) if args.config else (
+        tn.config_of(args.run, args.phase) if folder is not None else None)
     if args.backend:
         backend = args.backend
     elif config is not None:  # the config's engine, or the stand-in that rehearses an engine needing GPUs

@@ -809,11 +809,12 @@ class EvidenceCache:
             self.loads += 1
             try:
                 read: Evidence | Exception = load_evidence(folder.parent, phase=folder.name, partial=self.partial)
-            except (DiagnosisError, ConfigError, OSError, ValueError, KeyError) as exc:
+            except (DiagnosisError, ConfigError, ValueError, KeyError) as exc:
                 read = exc
+            # an OSError (a file not readable yet, its permissions mended) is not held: it is tried again
             hit = self._held[key] = (stamp, read)
         if isinstance(hit[1], Exception):
-            raise hit[1]
+            raise hit[1].with_traceback(None)  # the same error each time, its traceback not grown
         return hit[1]
 
 

@@ -93,13 +93,14 @@ def _sweep_levels(ev: Evidence) -> list[int]:
     return sorted({int(c) for c in pd.to_numeric(s.get("concurrency"), errors="coerce").dropna()})
 
 
-def _phase(folder: Path) -> Evidence:
+def _phase(folder: Path, partial: bool = False) -> Evidence:
     """A phase folder's evidence, read once for every figure taken from it (the model's fit, the
     levels, the sweep's figures, whether each level held its batch); ConfigError where the folder
-    does not exist (as :meth:`PerfModel.fit_phase`)."""
+    does not exist (as :meth:`PerfModel.fit_phase`). With ``partial``, a table that cannot be read
+    is left out with its reason (a measured phase's record keeps what it can)."""
     if not folder.is_dir():
         raise ConfigError(f"phase folder {folder} does not exist", field="phase")
-    return load_evidence(folder.parent, phase=folder.name)
+    return load_evidence(folder.parent, phase=folder.name, partial=partial)
 
 
 def forecast_hypothesis(
@@ -146,8 +147,12 @@ def record_prediction(
     fix = run / phase
     if not (fix / rundir.SWEEP).is_file():
         raise DiagnosisError(f"{fix} has no {rundir.SWEEP}: measure the fix before comparing")
-    after = _phase(fix)
+    # the measured phase is read leniently: a table it cannot read (a requests.jsonl cut short) costs
+    # only the figure taken from it, not the record of what was measured
+    after = _phase(fix, partial=True)
     sweep = after.sweep
+    if sweep is None or sweep.empty:
+        raise DiagnosisError(f"{fix / rundir.SWEEP} could not be read: {after.skipped or 'it has no levels'}")
     levels = _sweep_levels(after)
     try:
         before = _phase(run / baseline)

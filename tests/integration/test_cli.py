@@ -285,3 +285,29 @@ def test_sweep_refuses_a_server_log_that_does_not_exist(tmp_path, capsys):
     assert main(["sweep", "http://127.0.0.1:9", "--server-log", str(tmp_path / "nope.log"),
                  "--run-dir", str(tmp_path / "r")]) == 1
     assert "--server-log" in capsys.readouterr().err
+
+
+class _Launched(Exception):
+    """Raised in place of a launch: the config a command would have launched."""
+
+
+def test_launch_hands_the_server_the_key_from_the_environment_or_a_file(tmp_path, monkeypatch):
+    from glm5lib.engines import sglang
+
+    def launch(config, **kwargs):
+        raise _Launched(config)
+
+    monkeypatch.setattr(sglang, "launch", launch, raising=False)
+    monkeypatch.setenv("GLM5_API_KEY", "from-env")
+    with pytest.raises(_Launched) as launched:
+        main(["launch", "glm5-baseline", "--backend", "sim"])
+    assert launched.value.args[0].get("api_key") == "from-env"
+    key_file = tmp_path / "key"
+    key_file.write_text("from-file\n")
+    with pytest.raises(_Launched) as launched:
+        main(["launch", "glm5-baseline", "--backend", "sim", "--api-key-file", str(key_file)])
+    assert launched.value.args[0].get("api_key") == "from-file"
+    monkeypatch.delenv("GLM5_API_KEY")
+    with pytest.raises(_Launched) as launched:
+        main(["launch", "glm5-baseline", "--backend", "sim"])
+    assert not launched.value.args[0].get("api_key")

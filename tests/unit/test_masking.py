@@ -29,6 +29,7 @@ def test_secret_names(name):
     "radix_eviction_key", "tokenizer_metrics_custom_labels_header", "max_total_tokens",
     "tokenizer_path", "ssl_keyfile", "TOKENIZERS_PARALLELISM", "bucket_time_to_first_token",
     "kt_max_deferred_experts_per_token", "eos_token", "model_path", "sort_key", "CUDA_VISIBLE_DEVICES",
+    "allow_credentials", "--allow-credentials",  # vLLM's CORS switch, refused by --set were it a secret
 ])
 def test_names_that_only_look_like_secrets(name):
     assert not is_secret_name(name)

@@ -141,7 +141,8 @@ def _launch(request: LaunchRequest) -> Any:
                           "\"engine\": \"transformers\" and \"server_args\" (e.g. {\"force_model\": ..., "
                           f"\"cb_max_batch_tokens\": 64}}), not {type(config).__name__}", field="CONFIG")
     if request.api_key:
-        raise ConfigError("transformers serve takes no API key (it has no --api-key flag): leave API_KEY unset",
+        raise ConfigError("transformers serve takes no API key (it has no --api-key flag): leave API_KEY "
+                          "(GLM5_API_KEY, --api-key-file) unset",
                           field="api_key")
     return launch_transformers(config, log_path=request.log_path, ready_timeout=request.ready_timeout,
                                extra_args=list(request.extra_args), port=request.port)

@@ -256,6 +256,18 @@ def test_record_prediction_writes_given_and_what_would_settle_the_rest(tmp_path)
     assert "not forecast" in text and "what would settle each" in text
 
 
+
+def test_a_fix_phase_with_a_table_cut_short_is_still_recorded(tmp_path):
+    """A requests.jsonl cut short in the measured phase costs only what is read from it (whether each
+    level held its batch), not the record of what was measured; a sweep that cannot be read says so."""
+    run = _run(tmp_path)
+    (run / "fix" / "requests.jsonl").write_text('{"concurrency": 4, "ok": tr')
+    frame = prediction.record_prediction(run, {"max_running_requests": 64}, phase="fix", write=False)
+    assert list(frame["concurrency"]) == [1, 4, 16, 64] and frame["measured"].notna().all()
+    (run / "fix" / "sweep.csv").write_text('concurrency,output_throughput\n"1,2\n')
+    with pytest.raises(DiagnosisError, match=r"sweep\.csv could not be read"):
+        prediction.record_prediction(run, {"max_running_requests": 64}, phase="fix", write=False)
+
 def test_the_forecast_beside_the_measurement_reads_each_phase_once(tmp_path, monkeypatch):
     """The model's fit, the levels, the fix's figures, the launches' drift and whether each level held
     its batch all come from one load of each phase's evidence; no sweep.csv is read beside it."""

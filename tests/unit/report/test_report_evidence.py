@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from glm5lib import engines, report, rundir
 from glm5lib.diagnose import evidence as evidence_module
@@ -212,6 +213,30 @@ def test_the_cache_reads_a_phase_again_only_when_a_file_of_it_changed(tmp_path):
     assert again is not first and cache.loads == 2
     assert again.server_args["max_running_requests"] == 1024
 
+
+
+
+def test_the_cache_holds_a_phase_it_cannot_read_but_tries_a_file_it_could_not_open_again(tmp_path, monkeypatch):
+    folder = _phase(tmp_path / "run", config={"max_running_requests": 64})
+    real, failures = evidence_module.load_evidence, []
+
+    def failing(*args, **kwargs):
+        if failures:
+            raise failures.pop(0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(evidence_module, "load_evidence", failing)
+    cache = EvidenceCache()
+    failures.append(ValueError("sweep.csv: bad row"))
+    for _ in range(3):  # a phase that cannot be read: read once, the same error each time after
+        with pytest.raises(ValueError, match="bad row"):
+            cache.load(folder)
+    assert cache.loads == 1
+    cache = EvidenceCache()
+    failures.append(PermissionError("sweep.csv"))  # not readable yet: tried again on the next call
+    with pytest.raises(PermissionError):
+        cache.load(folder)
+    assert cache.load(folder).server_args["max_running_requests"] == 128 and cache.loads == 2  # the log's
 
 def test_the_markdown_takes_the_summarys_word_on_whether_the_log_missed_the_peak():
     from glm5lib.report.markdown import _decode_line
