@@ -122,10 +122,13 @@ def test_the_forecast_is_stated_before_the_fix_and_set_beside_its_measurement(ru
     # cap's batch). A cap of 2 reads the served step's per-request part between batches 1 and 2
     # only, so at 64 the band is wider than a forecast may be: stated as not forecast, naming the
     # level that would settle it (the recorded pinned cap-4 pair, read between 1 and 4, is given
-    # within +3%: tests/unit/diagnose/test_model_recorded.py). A level that is given holds its
-    # band net of the launches' drift (read at 1 and 4; two shared cores move between launches).
+    # within +3%: tests/unit/diagnose/test_model_recorded.py). Read across one doubling, no batch
+    # beyond 2 is given (tests/unit/diagnose/test_model.py::test_a_reading_across_one_doubling...).
+    # A level that is given holds its band net of the launches' drift (two shared cores move
+    # between launches).
     assert (run / "baseline" / "step-profile.csv").is_file()
     assert not bool(forecast.loc[64, "given"]) and "one level at concurrency 64" in str(forecast.loc[64, "needs"])
+    assert not forecast.loc[forecast.index > CAP, "given"].astype(bool).any(), forecast.to_string()
     shown = pred[["predicted", "low", "high", "given", "measured", "error", "drift", "error_net_of_drift"]].to_string()
     # Level 1 is the batch the baseline ran: its band is the narrowest, and it is given unless the
     # model saw the client starved of CPU (two shared cores), which widens every band by its share

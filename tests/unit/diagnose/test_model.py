@@ -167,6 +167,25 @@ def test_a_step_profile_carries_the_forecast_where_the_levels_cannot():
     assert any("step profile" in s for s in f.sources)
 
 
+def test_a_reading_across_one_doubling_forecasts_no_batch_beyond_it():
+    # a phase capped at 2 reads the served step's two numbers (scale, per-request part) from batches 1
+    # and 2 only: a noise of a few percent in either moves the per-request slope by tens of percent,
+    # and on two shared CPU cores such readings missed the raised run by -37% and +62% at 4. The
+    # batch the phase ran is given; one doubling beyond it is not, and the level that settles it is named
+    profile = pd.DataFrame({"batch": [1, 2, 16, 64], "step_ms": [true_step(b) / 1.1 for b in (1, 2, 16, 64)],
+                            "graphs": [None] * 4, "source": "vLLM's offline engine"})
+    ev = Evidence(sweep=sweep([1, 4, 16, 64], cap=2), server_args={"max_num_seqs": 2}, step_profile=profile)
+    model = pm.PerfModel.from_evidence(ev, engine="vllm")
+    at_two, at_four = model.forecast({"max_num_seqs": 256}, [2, 4])
+    assert at_two.given and at_two.predicted_tok_s == pytest.approx(tok_s(2), rel=0.02)
+    assert not at_four.given and at_four.band > pm.MAX_BAND
+    assert at_four.measurement["kind"] == "level" and "one level at concurrency 4" in at_four.needs
+    # read across two doublings (a cap of 4), the same profile carries the forecast to 64
+    ev4 = Evidence(sweep=sweep([1, 4, 16, 64], cap=4), server_args={"max_num_seqs": 4}, step_profile=profile)
+    [far] = pm.PerfModel.from_evidence(ev4, engine="vllm").forecast({"max_num_seqs": 256}, [64])
+    assert far.given and far.predicted_tok_s == pytest.approx(tok_s(64), rel=0.05)
+
+
 def _busy(per_token: float, idle: float = 5.0):
     def processes(batch, thr):
         return f"sglang::scheduler[1] 100%; python3[2] -m sglang.launch_server {idle + per_token * thr:.0f}%"
