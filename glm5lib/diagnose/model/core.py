@@ -597,7 +597,9 @@ class PerfModel:
         _lo_b, _hi_b = self.seen["batch"]
         extrapolated = self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, step["eager"]))
         missing = step["missing"]
-        given = not unseen and missing is None and max(w_down, w_up) <= MAX_BAND
+        # a phase whose client was starved at every level shows no engine alone to forecast from, at any
+        # band (of the four levels given from such recorded vLLM phases whose batch held, one held its band)
+        given = not unseen and missing is None and max(w_down, w_up) <= MAX_BAND and not self.client_starved
         needs, measurement = ("", {}) if given else self._needs(c, batch, bounds, wl, changes, unseen, missing,
                                                                step["eager"], by)
         # latencies: service split into the prefill wait and decode, queueing beyond the batch
@@ -631,6 +633,9 @@ class PerfModel:
         as_level = {"kind": "level", "concurrency": int(c), "changes": dict(changes)}
         if unseen:
             return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}", as_level
+        if self.client_starved and missing is None:
+            return (f"the baseline again with its client on cores of its own (GLM5_CPUS=split) or on a quieter host, "
+                    f"or {level}: {self._host_paced_why()}, so its host, not the engine, set every level's pace"), as_level
         graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
         if missing == "eager":
             what = "what an eager step costs on this deployment (every step of this phase replayed a CUDA graph)"
@@ -698,6 +703,15 @@ class PerfModel:
         return f
 
     # -- description ----------------------------------------------------------------------------
+    @property
+    def client_starved(self) -> bool:
+        """Every fitted level's client was starved of CPU: the host paced the phase, and no forecast
+        is given from it."""
+        return bool(self.levels) and all(p.starved for p in self.levels)
+
+    def _host_paced_why(self) -> str:
+        return "the phase's client was starved of CPU at every level"
+
     def describe(self) -> str:
         parts = [("eager " if self.eager_base and self.graphs_apply else "") + self.curve.describe()]
         b = self.bounds
@@ -714,7 +728,10 @@ class PerfModel:
         if self.starved_levels:
             parts.append(f"the client was starved of CPU at {'every level' if self.host_paced else 'levels'} "
                          f"{', '.join(map(str, self.starved_levels))}, so its host, not the engine alone, paced "
-                         + ("them and the band widens 15%" if self.host_paced else "those"))
+                         + ("them: no level is forecast from it" if self.client_starved else "those"))
+        elif self.host_paced:
+            parts.append("every core of the host was busy at every level, so the host, not the engine alone, "
+                         "paced them and the band widens 15%")
         parts += self.notes
         return "; ".join(parts)
 

@@ -186,6 +186,35 @@ def test_a_reading_across_one_doubling_forecasts_no_batch_beyond_it():
     assert far.given and far.predicted_tok_s == pytest.approx(tok_s(64), rel=0.05)
 
 
+def test_a_phase_whose_client_was_starved_throughout_gives_no_forecast_and_says_how_to_measure_again():
+    # the recorded vLLM pairs whose baseline's client was starved at every level: of the four levels
+    # given from them whose batch held, one held its band (+25%, -50% and -35% off); such a phase
+    # shows its host's pace, not the engine's, however well the curve fits
+    s = sweep([1, 4, 16, 64], cap=4)
+    s["client_bound"], s["client_cpu_pct"] = True, 30.0
+    model = pm.PerfModel.from_evidence(Evidence(sweep=s, server_args={"max_num_seqs": 4}), engine="vllm")
+    assert model.client_starved and model.host_paced and model.fit_error < 0.01
+    forecasts = model.forecast({"max_num_seqs": 256}, [1, 4])
+    assert not any(f.given for f in forecasts)
+    for f in forecasts:
+        assert "GLM5_CPUS=split" in f.needs and f"one level at concurrency {f.concurrency}" in f.needs
+        assert "starved of CPU at every level" in f.needs
+        assert f.measurement == {"kind": "level", "concurrency": f.concurrency, "changes": {"max_num_seqs": 256}}
+    assert "no level is forecast from it" in model.describe()
+    # every core busy but the client keeping up (another tenant's load): the band widens, the batch
+    # the phase ran is still given
+    busy = sweep([1, 4, 16, 64], cap=4)
+    busy["host_cpu_pct"] = 99.0
+    loaded = pm.PerfModel.from_evidence(Evidence(sweep=busy, server_args={"max_num_seqs": 4}), engine="vllm")
+    [at_four] = loaded.forecast({"max_num_seqs": 256}, [4])
+    assert loaded.host_paced and not loaded.client_starved and at_four.given
+    assert "band widens 15%" in loaded.describe()
+    # and with the client on a core of its own, the same
+    [own] = pm.PerfModel.from_evidence(Evidence(sweep=sweep([1, 4, 16, 64], cap=4), server_args={"max_num_seqs": 4}),
+                                       engine="vllm").forecast({"max_num_seqs": 256}, [4])
+    assert own.given and own.band < at_four.band
+
+
 def _busy(per_token: float, idle: float = 5.0):
     def processes(batch, thr):
         return f"sglang::scheduler[1] 100%; python3[2] -m sglang.launch_server {idle + per_token * thr:.0f}%"
