@@ -57,3 +57,26 @@ def test_a_phase_with_an_api_key_leaves_it_in_no_file(tmp_path, monkeypatch, bac
         assert "non-default args: {'api_key': '***'}" in log and "GLM5_API_KEY=***" in log
     leaked = [str(p.relative_to(run_dir)) for p in files if KEY.encode() in p.read_bytes()]
     assert not leaked, f"the API key is written in {leaked}"
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+@pytest.mark.timeout(900)
+def test_vllm_is_handed_its_key_in_its_environment_not_on_any_command_line(tmp_path, vllm_installed):
+    """Any user of a host reads every process's command line (``ps``, /proc/PID/cmdline): vLLM reads
+    its key from VLLM_API_KEY, so the key given to glm5lib goes there, and the server still asks for it."""
+    import psutil
+
+    from glm5lib import http
+    from glm5lib.engines import vllm as ev
+
+    config = ev.VllmConfig.load("vllm-capped")
+    config = config.with_changes(model=config.model_path())
+    with ev.launch_vllm(config, log_path=tmp_path / "server.log", api_key=KEY) as srv:
+        root = psutil.Process(srv.pid)
+        lines = [" ".join(p.cmdline()) for p in [root, *root.children(recursive=True)]]
+        assert lines and not [line for line in lines if KEY in line], lines
+        assert all("--api-key" not in line for line in lines), lines
+        assert http.get(srv.base_url, "/v1/models").status == 401  # the server asks for the key
+        assert http.get(srv.base_url, "/v1/models", api_key=KEY).ok
+    assert KEY not in (tmp_path / "server.log").read_text()

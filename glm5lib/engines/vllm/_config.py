@@ -262,14 +262,23 @@ def launch_vllm(
     # requests (and vLLM's metric labels) name the model as the config does, not by this machine's path
     served = str(config.get("served_model_name") or config.get("model"))
     python = vllm_python()
+    # The server's key goes in vLLM's environment (VLLM_API_KEY, which vLLM reads where --api-key is
+    # not given), not on its command line, where any user of the host reads it (ps, /proc/PID/cmdline).
+    # A configuration that lists several keys keeps them as flags, as before: the variable holds one.
+    own = config.get("api_key")
+    listed = own is not None and not isinstance(own, str)
+    key = api_key or (None if listed else own) or None
+    hidden = bool(key) and not listed
+    drop = ("model", "served_model_name", "api_key") if hidden else ("model", "served_model_name")
     template = [python, "-m", vllm_module(python), "--model", path, "--served-model-name", "{model}",
-                *config.without("model", "served_model_name").to_argv(), *extra_args,
-                "--host", "{host}", "--port", "{port}"]
-    if api_key:
+                *config.without(*drop).to_argv(), *extra_args, "--host", "{host}", "--port", "{port}"]
+    if listed and api_key:
         template += ["--api-key", api_key]
+    environment = {"NO_COLOR": "1", **cpu_env(config), **config.env, **(env or {})}
+    if hidden:
+        environment["VLLM_API_KEY"] = key
     return launch_engine(template, log_engine="vllm", title="vLLM", port=port, host=host, model=served,
-                         log_path=log_path, env={"NO_COLOR": "1", **cpu_env(config), **config.env, **(env or {})},
-                         ready_timeout=ready_timeout, api_key=api_key)
+                         log_path=log_path, env=environment, ready_timeout=ready_timeout, api_key=key)
 
 
 def cpu_env(config: VllmConfig | None = None) -> dict[str, str]:
