@@ -11,7 +11,7 @@ wheel (installed with ``--no-deps``; its sha256 must match the one recorded in
 imports live once in ``.engines/sglang-base`` (CPU torch among them), put on the path by a
 ``.pth`` file after the release's own site-packages. Only what ``sglang.srt.server_args`` and
 ``sglang.bench_serving`` import is installed. Wheels are downloaded once into
-``.engines/wheels`` and installed from there offline. An environment whose recorded spec is
+``.engines/wheels-sglang`` and installed from there offline. An environment whose recorded spec is
 unchanged is kept; each one is smoke-tested by importing both modules, and described in
 ``.engines/sglang-<release>/glm5-env.json`` (release, wheel sha256, status).
 
@@ -117,6 +117,11 @@ def _pip(venv: Path, *args: str) -> subprocess.CompletedProcess:
     return _run([str(venv / "bin" / "python"), "-m", "pip", *args], env=env)
 
 
+# The releases' wheels: a folder of their own, so that their downloads may run beside the CPU engines'
+# installs, which share .engines/wheels.
+WHEELS = "wheels-sglang"
+
+
 def download(wheels: Path, specs: list[str], python: str) -> None:
     """Fetch the wheels of ``specs`` into ``wheels`` unless they are there already."""
     wheels.mkdir(parents=True, exist_ok=True)
@@ -152,7 +157,7 @@ def build_base(root: Path, python: str) -> Path:
     shutil.rmtree(venv, ignore_errors=True)
     _say(f"creating {venv}")
     _run([python, "-m", "venv", str(venv)]).check_returncode()
-    _install(venv, root / "wheels", BASE)
+    _install(venv, root / WHEELS, BASE)
     stamp.write_text(json.dumps({"spec": spec, "packages": BASE}, indent=2) + "\n")
     return venv
 
@@ -161,7 +166,7 @@ def build_release(root: Path, release: str, base: Path, python: str) -> dict:
     info = RELEASES[release]
     venv = root / f"sglang-{release}"
     stamp = venv / "glm5-env.json"
-    wheel = root / "wheels" / info["wheel"]
+    wheel = root / WHEELS / info["wheel"]
     spec = _spec_hash(info, EXTRA[release], _spec_hash(BASE), sorted(
         str(p.relative_to(PLACEHOLDERS)) + _sha256(p) for p in PLACEHOLDERS.rglob("*.py")))
     if stamp.is_file():
@@ -180,7 +185,7 @@ def build_release(root: Path, release: str, base: Path, python: str) -> dict:
         _run([python, "-m", "venv", str(venv)]).check_returncode()
         site = _site_packages(venv)
         (site / "_glm5_sglang_base.pth").write_text(str(_site_packages(base)) + "\n")
-        _install(venv, root / "wheels", [str(wheel), *EXTRA[release]])
+        _install(venv, root / WHEELS, [str(wheel), *EXTRA[release]])
         shutil.copytree(PLACEHOLDERS / "torchvision", site / "torchvision",
                         ignore=shutil.ignore_patterns("__pycache__"))
         smoke = _run([str(venv / "bin" / "python"), "-W", "ignore", "-c", SMOKE])
@@ -210,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # one pip call per set: the releases pin conflicting versions of the same packages
         for specs in [BASE, *(EXTRA[r] + [f"sglang=={r}"] for r in releases)]:
-            download(root / "wheels", specs, args.python)
+            download(root / WHEELS, specs, args.python)
         base = build_base(root, args.python)
     except (RuntimeError, subprocess.CalledProcessError) as exc:
         _say(f"FAILED: {exc}")

@@ -36,9 +36,9 @@ def _generate(args: list[str], out: Path) -> str:
 
 def test_regenerating_0_5_9_from_its_wheel_reproduces_the_committed_file(tmp_path):
     """0.5.9's catalogue is read statically from the wheel's server_args.py (nothing imported)."""
-    wheel = ENGINES / "wheels" / "sglang-0.5.9-py3-none-any.whl"
+    wheel = ENGINES / "wheels-sglang" / "sglang-0.5.9-py3-none-any.whl"
     if not wheel.is_file():
-        pytest.skip(f"no {wheel.name} in .engines/wheels (make sglang-envs downloads it)")
+        pytest.skip(f"no {wheel.name} in .engines/wheels-sglang (make sglang-envs downloads it)")
     with zipfile.ZipFile(wheel) as archive:
         archive.extract("sglang/srt/server_args.py", tmp_path)
     source = releases.read_catalogue_file("0.5.9")["source"]
