@@ -215,12 +215,18 @@ class PerfModel:
         return [p.concurrency for p in self.levels if p.starved]
 
     @property
+    def client_starved(self) -> bool:
+        """Every fitted level's client was starved of CPU: the host paced the phase, and no forecast
+        is given from it."""
+        return bool(self.levels) and all(p.starved for p in self.levels)
+
+    @property
     def host_paced(self) -> bool:
         """Every fitted level's client was starved, or every level's host had every core busy: the
         host's CPU, not the engine's step alone, set each level's pace (vLLM on two shared CPU
         cores), so no level shows what the engine alone would do, and two launches on such a host
         differ by tens of percent."""
-        return bool(self.levels) and (all(p.starved for p in self.levels) or all(p.host_busy for p in self.levels))
+        return self.client_starved or (bool(self.levels) and all(p.host_busy for p in self.levels))
 
     # -- fitting ------------------------------------------------------------------------------
     @classmethod
@@ -635,7 +641,7 @@ class PerfModel:
             return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}", as_level
         if self.client_starved and missing is None:
             return (f"the baseline again with its client on cores of its own (GLM5_CPUS=split) or on a quieter host, "
-                    f"or {level}: {self._host_paced_why()}, so its host, not the engine, set every level's pace"), as_level
+                    f"or {level}: the phase's client was starved of CPU at every level, so its host, not the engine, set every level's pace"), as_level
         graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
         if missing == "eager":
             what = "what an eager step costs on this deployment (every step of this phase replayed a CUDA graph)"
@@ -703,15 +709,6 @@ class PerfModel:
         return f
 
     # -- description ----------------------------------------------------------------------------
-    @property
-    def client_starved(self) -> bool:
-        """Every fitted level's client was starved of CPU: the host paced the phase, and no forecast
-        is given from it."""
-        return bool(self.levels) and all(p.starved for p in self.levels)
-
-    def _host_paced_why(self) -> str:
-        return "the phase's client was starved of CPU at every level"
-
     def describe(self) -> str:
         parts = [("eager " if self.eager_base and self.graphs_apply else "") + self.curve.describe()]
         b = self.bounds
