@@ -18,7 +18,9 @@ Shipped pairs (``data/examples``): real SGLang 0.5.16 on one H200, cap 64 -> 1,0
 kept and with the seed's graphs-off fix (``h200-sglang``, phases ``fix`` and ``fix-graphs-off``),
 and every cap of its grid (``grid/grid-2``... at 256 concurrent requests) forecast from the same cap-64
 baseline; real SGLang 0.5.16 on one H100, glm5lib's fix (cap and graph ceiling 1,024) from its cap-64
-baseline and the step benchmark taken before the fix's launch (``h100-sglang-next``, ``glm5-fix``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+baseline and the step benchmark taken before the fix's launch (``h100-sglang-next``, ``glm5-fix``); real SGLang
+0.5.16 on one H100, cap 16 -> 256 under 1,024-token prompts, graphs kept and off, with the graph and eager
+steps its notebooks benchmarked (``h100-sglang-cap16``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
@@ -68,6 +70,10 @@ SHIPPED = [
      "from the cap-64 baseline", EXAMPLES / "h100-sglang-next", FRONTEND_CHANGES, "frontend"),
     ("real SGLang 0.5.16 on 1x H100, the front-end remedy on glm5lib's fix, from the fix",
      EXAMPLES / "h100-sglang-next", FRONTEND_CHANGES, "frontend", "glm5-fix"),
+    ("real SGLang 0.5.16 on 1x H100, cap 16 -> 256, 1,024-token prompts", EXAMPLES / "h100-sglang-cap16",
+     {"max_running_requests": 256}, "fix"),
+    ("real SGLang 0.5.16 on 1x H100, cap 16 -> 256 with graphs and radix cache off, 1,024-token prompts",
+     EXAMPLES / "h100-sglang-cap16", {**STORY_CHANGES, "max_running_requests": 256}, "fix-graphs-off"),
 ]
 
 

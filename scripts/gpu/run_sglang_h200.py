@@ -13,7 +13,8 @@ The plan (SGLang's own argument names; the baseline is the capped config of ``--
 1. ``baseline``: notebooks 01-03 (environment, the capped baseline at 1/64/256/1024 concurrent
    requests, the diff against the K2 reference).
 2. ``predict``: ``glm5 predict`` from the baseline alone, before anything is changed, for the cap
-   raised with CUDA graphs kept and for the seed's full fix (graphs and the radix cache off).
+   raised with CUDA graphs kept and for the seed's full fix (graphs and the radix cache off); with
+   ``--settle``, the step profile the first of them asks for is taken first (one offline launch).
 3. ``fix``: notebook 04 with the cap raised to 1,024, graphs kept (phase ``fix``).
 4. ``fix-graphs-off``: notebook 04 with the seed's full fix (phase ``fix-graphs-off``).
 5. ``next``: notebook 05 on ``fix``, then the report.
@@ -45,7 +46,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from glm5lib import rundir, tune, workbook  # noqa: E402
+from glm5lib import rundir, stepbench, tune, workbook  # noqa: E402
 from glm5lib.engines.sglang.config import ServerConfig  # noqa: E402
 from glm5lib.errors import NotebookFailedError  # noqa: E402
 
@@ -130,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frontend", default='{"tokenizer_worker_num": 4, "stream_interval": 4}',
                     help="the front-end remedy, as JSON of SGLang fields, on top of --glm5-fix")
     ap.add_argument("--next-phase", default="fix", help="the phase notebook 05 reads")
+    ap.add_argument("--settle", action="store_true",
+                    help="in the predict step, take the engine's step profile the raised cap's forecast asks for "
+                         "(glm5lib.stepbench.settle_forecast, one offline launch) before forecasting")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -203,6 +207,15 @@ def main(argv: list[str] | None = None) -> int:
             if step == "baseline":
                 notebooks([1, 2, 3], 1)
             elif step == "predict":
+                if args.settle:
+                    plan.need(1, 0)
+                    began = time.monotonic()
+                    settled = stepbench.settle_forecast(run, "baseline", kept, levels, take=True)
+                    print(f"step profile for the raised cap: {settled.note}")
+                    if settled.profile is not None:
+                        plan.state["launches"].append({"step": "step-profile", "changes": kept,
+                                                       "seconds": round(time.monotonic() - began, 1)})
+                        plan.save()
                 predict(kept, "graphs-kept")
                 predict(seed_fix, "seed-fix")
             elif step == "predict-next":

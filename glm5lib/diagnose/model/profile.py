@@ -5,9 +5,11 @@ batches of at most 64 to 1,024 is a guess. The engine's own offline benchmark ti
 step at any batch size in one process launch, without the HTTP server (SGLang's
 ``bench_one_batch``, vLLM's offline engine: :mod:`glm5lib.diagnose.stepbench` takes it). Its rows
 give the step's shape; the phase's levels give its level, since a served step also folds in the
-prompts prefilled between decode steps: the profile is scaled by the median ratio of the phase's
-measured step against the profile's at the levels' own batches (same kind of step: graph or eager;
-:meth:`StepProfile.fit_scale`), and that reading's misfit is the forecast's spread.
+prompts prefilled between decode steps: the profile is read against the phase's measured steps at
+the levels' own batches (same kind of step: graph or eager; :meth:`StepProfile.fit_scale`), and that
+reading's misfit is the forecast's spread. A kind of step no level ran (eager steps from a phase
+that replayed graphs throughout) is served as its offline step less the host time the served steps
+of the other kind hid at the same batch: that time is the server's, not the step's.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ PER_REQUEST_BEYOND_PER_DOUBLING = 0.10
 # its own raised run +62% to +84% off at 4 and 16 on two shared CPU cores, and in another run -37%
 # at 4, with its band at +/-30%: one doubling beyond such a reading is not a forecast to act on).
 UNCHECKED_BEYOND_PER_DOUBLING = 0.30
+# A kind of step served with the host time another kind hid taken off keeps at least this share of
+# its offline step (the host time is at most a few ms; a step it would nearly erase was not read).
+BORROWED_FLOOR = 0.5
 
 
 @dataclasses.dataclass
@@ -60,6 +65,8 @@ class StepProfile:
     spread: dict[str, float] = dataclasses.field(default_factory=dict)
     read_up_to: dict[str, float] = dataclasses.field(default_factory=dict)  # the largest batch a kind was read at
     read_from: dict[str, float] = dataclasses.field(default_factory=dict)  # and the smallest
+    # a kind no level ran -> the kind whose reading it takes (its host time hidden, batch for batch)
+    borrowed: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def kinds(self) -> list[str]:
         return [k for k, v in self.rows.items() if v]
@@ -106,7 +113,7 @@ class StepProfile:
         raw = self.raw(batch, eager)
         if raw is None:
             return None
-        engine, served = raw * self.scale[kind], self.per_request.get(kind, 0.0) * batch
+        engine, served = self._served(kind, raw, batch), self.per_request.get(kind, 0.0) * batch
         spread = self.spread[kind]
         seen = self.read_up_to.get(kind)
         if seen and batch > seen:
@@ -118,14 +125,28 @@ class StepProfile:
                 spread += UNCHECKED_BEYOND_PER_DOUBLING * beyond
         return engine + served, spread
 
+    def _served(self, kind: str, raw: float, batch: float) -> float:
+        """The engine's part of a served step of ``kind`` whose offline step is ``raw`` ms at ``batch``.
+        A kind read against the phase is ``a`` times its offline step. A kind that borrows another's
+        reading loses the host time the other's served steps hid at this batch, ``(1 - a) x`` that
+        kind's offline step, where the profile has it there (not ``a`` times its own step: on one H100
+        a phase of graph steps read at ``a`` = 0.71 put an eager step of 46 ms at 33 ms; served, it
+        took 47), and keeps at least :data:`BORROWED_FLOOR` of its own step."""
+        donor = self.borrowed.get(kind)
+        other = self.raw(batch, donor == "eager") if donor else None
+        if donor is None or other is None or donor == "any":
+            return raw * self.scale[kind]
+        return max(raw - (1.0 - self.scale[donor]) * other, BORROWED_FLOOR * raw)
+
     def fit_scale(self, levels: Sequence[tuple[float, float, bool]]) -> None:
         """Read each kind of step as served, from the phase's levels of that kind: ``levels`` are
         (batch, step ms, eager). A served step is the offline one (``a`` times it: the same engine in
         another launch) plus ``k`` ms per request in the batch: the prompts prefilled between decode
         steps, and on a host whose cores the front end shares, its work per token; both grow with the
         batch. ``a`` and ``k`` (0 or more) are fitted by least squares where the levels ran two batch
-        sizes or more, else ``k`` alone with ``a`` = 1. A kind no level ran takes the other kind's
-        reading with twice its spread; with no kind read, the profile is taken as served with
+        sizes or more, else ``k`` alone with ``a`` = 1. A kind no level ran borrows the other kind's
+        reading with twice its spread: the same ``k``, and the host time that kind's served steps hid
+        at the same batch (:meth:`_served`); with no kind read, the profile is taken as served with
         :data:`UNSCALED_SPREAD`."""
         for kind in self.kinds():
             rows = []
@@ -156,6 +177,7 @@ class StepProfile:
                 others = [k for k in self.scale if k != kind]
                 if others:
                     self.scale[kind] = self.scale[others[0]]
+                    self.borrowed[kind] = others[0]
                     self.per_request[kind] = self.per_request[others[0]]
                     self.spread[kind] = 2.0 * self.spread[others[0]]
                     if others[0] in self.read_up_to:
@@ -169,9 +191,16 @@ class StepProfile:
         for kind in self.kinds():
             pts = self.rows[kind]
             what = {"graph": "graph steps", "eager": "eager steps", "any": "steps"}[kind]
-            scale = (f", served as {self.scale[kind]:.2f} x the offline step + {self.per_request[kind]:.3f} ms per "
-                     f"request (read off the phase's levels)" if kind in self.scale
-                     else ", not read against the phase: no level of the phase ran that kind of step")
+            donor = self.borrowed.get(kind)
+            if kind not in self.scale:
+                scale = ", not read against the phase: no level of the phase ran that kind of step"
+            elif donor in ("graph", "eager"):
+                scale = (f", served as the offline step less the host time the phase's {donor} steps hid at the same "
+                         f"batch ({1.0 - self.scale[donor]:.2f} x the {donor} step) + {self.per_request[kind]:.3f} ms "
+                         f"per request (no level of the phase ran {what})")
+            else:
+                scale = (f", served as {self.scale[kind]:.2f} x the offline step + {self.per_request[kind]:.3f} ms per "
+                         f"request (read off the phase's levels)")
             parts.append(f"{what} at batch {', '.join(f'{b:g}' for b, _ in pts)}{scale}")
         return f"step profile ({self.source}): " + "; ".join(parts)
 
