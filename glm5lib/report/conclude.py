@@ -297,30 +297,60 @@ def _comparison(before: dict, after: dict) -> list[dict]:
     return rows
 
 
-def _prediction(run: Path, before: str, after: Mapping[str, Any]) -> dict | None:
-    """The *before* phase's predicted effect of its leading remedy beside what *after* measured there."""
+def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any]) -> dict | None:
+    """The forecast of what *after* changed, beside what *after* measured (``measured``: tok/s by level).
+
+    The forecast written before *after*'s launch (its ``prediction.csv``: the performance model of
+    *before*, with the step profile taken for it) is the one the workbook stands behind; where there
+    is none, the forecast of *before*'s leading remedy that its findings carry, as the rules made it
+    before any step profile. The level is the one that forecast is for (else the highest forecast);
+    ``given`` says whether the forecast's band was within +/-30% (wider is not a forecast)."""
     findings = read_csv(run / before / rundir.FINDINGS)
     needed = {"predicted_concurrency", "predicted_throughput", "predicted_low", "predicted_high"}
-    if findings is None or findings.empty or not needed <= set(findings.columns):
+    top = None
+    if findings is not None and not findings.empty and needed <= set(findings.columns):
+        rows = findings.dropna(subset=["predicted_concurrency", "predicted_throughput"])
+        top = rows.iloc[0] if not rows.empty else None
+    written = read_csv(run / after / rundir.PREDICTION_CSV)
+    if written is not None and {"concurrency", "predicted", "low", "high"} <= set(written.columns):
+        written = written.dropna(subset=["concurrency", "predicted"])
+    if written is not None and not written.empty and "predicted" in written.columns:
+        levels = [int(c) for c in written["concurrency"]]
+        concurrency = int(top["predicted_concurrency"]) if top is not None and int(
+            top["predicted_concurrency"]) in levels else max(levels)
+        row = written[written["concurrency"].astype(int) == concurrency].iloc[0]
+        predicted, low, high = float(row["predicted"]), float(row["low"]), float(row["high"])
+        given = bool(row["given"]) if "given" in written.columns and pd.notna(row["given"]) else _band_given(
+            predicted, low, high)
+        source = "forecast"
+    elif top is not None:
+        concurrency = int(top["predicted_concurrency"])
+        predicted, low, high = float(top["predicted_throughput"]), float(top["predicted_low"]), float(
+            top["predicted_high"])
+        given, source = _band_given(predicted, low, high), "findings"
+    else:
         return None
-    rows = findings.dropna(subset=["predicted_concurrency", "predicted_throughput"])
-    if rows.empty:
-        return None
-    top = rows.iloc[0]
-    concurrency = int(top["predicted_concurrency"])
-    measured = after.get(str(concurrency))
-    low, high = float(top["predicted_low"]), float(top["predicted_high"])
+    after_tok_s = measured.get(str(concurrency))
     return clean({
-        "rule": top.get("rule"),
+        "source": source,
+        "rule": None if top is None else top.get("rule"),
         "concurrency": concurrency,
-        "predicted": float(top["predicted_throughput"]),
+        "predicted": predicted,
         "low": low,
         "high": high,
-        "before": top.get("measured_throughput"),
-        "after": measured,
-        "within": None if measured is None else bool(low <= measured <= high),
-        "text": top.get("prediction"),
+        "given": given,
+        "before": None if top is None else top.get("measured_throughput"),
+        "after": after_tok_s,
+        "within": None if after_tok_s is None else bool(low <= after_tok_s <= high),
+        "text": None if top is None else top.get("prediction"),
     })
+
+
+def _band_given(predicted: float, low: float, high: float) -> bool:
+    """A band whose half-width is within the model's limit for a forecast (:data:`MAX_BAND`)."""
+    from glm5lib.diagnose.model import MAX_BAND
+
+    return predicted > 0 and max(high / predicted - 1.0, 1.0 - low / predicted) <= MAX_BAND + 1e-9
 
 
 def _leading_cause(run: Path) -> dict | None:
@@ -404,7 +434,7 @@ def frames_and_summary(run_dir: str | Path, evidence: EvidenceCache | None = Non
             if phases[before]["config"].get(k) != v
         }
         summary["fix_changes"] = clean(changes)
-        prediction = _prediction(run, before, phases[after]["throughput"])
+        prediction = _prediction(run, before, after, phases[after]["throughput"])
         if prediction:
             summary["prediction"] = prediction
     if before is not None:

@@ -227,12 +227,23 @@ def _prediction_lines(summary: Mapping[str, Any], changes: Mapping[str, Any]) ->
         return []
     before, after = _roles(summary)
     c = prediction["concurrency"]
-    line = (f"Predicted beside measured: the {before}'s capacity model ({prediction.get('rule')}) predicted "
-            f"{prediction['predicted']:,.0f} tok/s ({prediction['low']:,.0f}-{prediction['high']:,.0f}) at {c:,} "
-            "concurrent requests once its remedy was applied")
+    band = f"{prediction['low']:,.0f}-{prediction['high']:,.0f}"
+    if prediction.get("source") == "forecast":
+        who = f"the forecast written before the {after}'s launch (the {before}'s performance model)"
+    else:
+        who = f"the {before}'s capacity model ({prediction.get('rule')})"
+    given = prediction.get("given", True)
+    if given:
+        line = (f"Predicted beside measured: {who} gave {prediction['predicted']:,.0f} tok/s ({band}) at {c:,} "
+                "concurrent requests")
+    else:
+        line = (f"Predicted beside measured: {who} gave no forecast at {c:,} concurrent requests: the evidence "
+                f"allowed {band} tok/s, wider than +/-30%")
     measured = prediction.get("after")
     if measured is None:
         line += f"; the {after} phase did not measure {c:,} concurrent requests."
+    elif not given:
+        line += f"; the {after} measured {measured:,.0f} tok/s there."
     else:
         where = "within" if prediction.get("within") else ("above" if measured > prediction["high"] else "below")
         line += f"; the {after} measured {measured:,.0f} tok/s there, {where} the predicted band."

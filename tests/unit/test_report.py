@@ -66,13 +66,41 @@ def test_report_sets_the_baselines_prediction_beside_the_fix_measurement(run):
                  ).to_csv(run / "baseline" / rundir.FINDINGS, index=False)
     summary = report.summarize(run)
     assert summary["prediction"] == {
-        "rule": "concurrency_cap", "concurrency": 1024, "predicted": 2600.0, "low": 2200.0, "high": 3000.0,
-        "before": 890.0, "after": 3740.0, "within": False, "text": "raising the cap to 1024: ...",
+        "source": "findings", "rule": "concurrency_cap", "concurrency": 1024, "predicted": 2600.0, "low": 2200.0,
+        "high": 3000.0, "given": True, "before": 890.0, "after": 3740.0, "within": False,
+        "text": "raising the cap to 1024: ...",
     }
     text = report.write_report(run).read_text()
-    assert ("predicted 2,600 tok/s (2,200-3,000) at 1,024 concurrent requests once its remedy was applied; "
-            "the fix measured 3,740 tok/s there, above the predicted band.") in text
+    assert ("the baseline's capacity model (concurrency_cap) gave 2,600 tok/s (2,200-3,000) at 1,024 concurrent "
+            "requests; the fix measured 3,740 tok/s there, above the predicted band.") in text
     assert "which the model does not see" in text  # the fix changed the cap and CUDA graphs
+
+
+def test_the_forecast_written_before_the_launch_outranks_the_findings_and_a_wide_band_is_no_forecast(run):
+    """The findings' forecast was made before any step profile; the fix's prediction.csv, written
+    before its launch, is the one the workbook stands behind. A band wider than +/-30% is reported as
+    no forecast, never as a band the measurement fell within."""
+    pd.DataFrame([{"finding": "cap", "evidence": "pinned at 64", "suggestion": "raise it", "confidence": 0.9,
+                   "rule": "concurrency_cap", "prediction": "...", "predicted_concurrency": 1024,
+                   "predicted_throughput": 2600.0, "predicted_low": 700.0, "predicted_high": 9000.0,
+                   "measured_throughput": 890.0}]).to_csv(run / "baseline" / rundir.FINDINGS, index=False)
+    summary = report.summarize(run)
+    assert summary["prediction"]["source"] == "findings" and summary["prediction"]["given"] is False
+    text = report.write_report(run).read_text()
+    assert ("the baseline's capacity model (concurrency_cap) gave no forecast at 1,024 concurrent requests: the "
+            "evidence allowed 700-9,000 tok/s, wider than +/-30%; the fix measured 3,740 tok/s there.") in text
+    assert "within the predicted band" not in text
+
+    pd.DataFrame([{"concurrency": 256, "predicted": 2000.0, "low": 1800.0, "high": 2200.0, "given": True},
+                  {"concurrency": 1024, "predicted": 3500.0, "low": 3000.0, "high": 4000.0, "given": True}]
+                 ).to_csv(run / "fix" / rundir.PREDICTION_CSV, index=False)
+    summary = report.summarize(run)
+    assert {k: summary["prediction"][k] for k in ("source", "concurrency", "predicted", "given", "within")} == {
+        "source": "forecast", "concurrency": 1024, "predicted": 3500.0, "given": True, "within": True}
+    text = report.write_report(run).read_text()
+    assert ("the forecast written before the fix's launch (the baseline's performance model) gave 3,500 tok/s "
+            "(3,000-4,000) at 1,024 concurrent requests; the fix measured 3,740 tok/s there, within the predicted "
+            "band.") in text
 
 
 def test_a_vllm_phase_names_its_cap_max_num_seqs(tmp_path):
