@@ -37,6 +37,7 @@ import pandas as pd
 
 from glm5lib import engines, rundir
 from glm5lib.diagnose.evidence import Evidence, EvidenceCache, command_flags
+from glm5lib.diagnose.model import MAX_BAND
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.levels import per_level
 from glm5lib.report._files import clean, fmt, read_csv, read_json
@@ -348,8 +349,6 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
 
 def _band_given(predicted: float, low: float, high: float) -> bool:
     """A band whose half-width is within the model's limit for a forecast (:data:`MAX_BAND`)."""
-    from glm5lib.diagnose.model import MAX_BAND
-
     return predicted > 0 and max(high / predicted - 1.0, 1.0 - low / predicted) <= MAX_BAND + 1e-9
 
 
