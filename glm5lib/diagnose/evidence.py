@@ -93,6 +93,7 @@ FINDING_COLUMNS = [
     "predicted_high",
     "measured_throughput",
     "covers",  # the configuration fields the finding is about, space-separated
+    "remedy",  # the change the forecast is of, as JSON (neutral limit names or the engine's fields)
 ]
 
 
@@ -579,6 +580,8 @@ class Prediction:
     given: bool = True
     needs: str = ""
     binding: str = ""
+    # the change forecast: neutral limit names (running_cap, graph_max_batch) or the engine's fields
+    changes: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass

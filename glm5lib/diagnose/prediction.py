@@ -78,10 +78,15 @@ def forecast_frame(forecasts: Sequence[Forecast]) -> pd.DataFrame:
 
 
 def hypothesis_changes(hypothesis: Mapping[str, Any]) -> dict[str, Any]:
-    """The change a hypothesis tests: its field set to the reference's value."""
+    """The change a hypothesis tests: the one its finding proposes and forecast (``changes``: the cap
+    raised to what the load and the KV pool support, the graph ceiling with it), else its field set
+    to the reference's value."""
     field = hypothesis.get("field")
     if not field:
         raise ConfigError("the hypothesis names no field to change", field="hypothesis")
+    proposed = hypothesis.get("changes")
+    if isinstance(proposed, Mapping) and proposed:
+        return dict(proposed)
     return {str(field): hypothesis.get("reference")}
 
 

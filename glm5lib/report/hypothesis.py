@@ -8,6 +8,8 @@ of an older glm5lib) are matched by the field or flag their text names.
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 
 from glm5lib import engines
@@ -32,14 +34,27 @@ def _named_in_text(finding: pd.Series, names: list[str]) -> bool:
     return any(n in text or n.lstrip("-").replace("-", "_") in text_norm for n in names)
 
 
+def _remedy(finding: pd.Series) -> dict | None:
+    """The change a finding's forecast is of (its ``remedy`` column, JSON), or None."""
+    raw = finding.get("remedy")
+    if not isinstance(raw, str) or not raw.strip():
+        return None
+    try:
+        changes = json.loads(raw)
+    except json.JSONDecodeError:
+        return None
+    return changes if isinstance(changes, dict) and changes else None
+
+
 def leading_hypothesis(diff: pd.DataFrame, findings: pd.DataFrame | None = None) -> dict:
     """The configuration difference to test first: the best-ranked one the evidence supports.
 
     Walks the findings most important first and returns the best-ranked row of ``diff``
     (:func:`glm5lib.diagnose.diff_configs`) that the finding covers (its ``covers`` fields; for
     findings without that column, the field or flag its text names), with the finding's evidence
-    and suggestion; with no such finding, the top-ranked difference, marked as not yet backed by
-    evidence.
+    and suggestion, and the change its forecast is of (``changes``: what the suggestion proposes,
+    the graph ceiling raised with the cap for instance); with no such finding, the top-ranked
+    difference, marked as not yet backed by evidence.
     """
     if diff is None or diff.empty or "field" not in diff.columns:
         raise ConfigError("the config diff is empty: nothing differs from the reference", field="diff")
@@ -66,6 +81,9 @@ def leading_hypothesis(diff: pd.DataFrame, findings: pd.DataFrame | None = None)
     if backing is not None:
         out.update(evidence=backing.get("evidence"), test=backing.get("suggestion"),
                    finding=backing.get("finding"), confidence=backing.get("confidence"), supported=True)
+        remedy = _remedy(backing)
+        if remedy:
+            out["changes"] = remedy
     else:
         out.update(evidence="no finding in the baseline's evidence names this field yet", supported=False,
                    test=f"relaunch with {out.get('flag') or out['field']} set as in the reference and rerun the sweep")

@@ -10,6 +10,7 @@ The slow tests run real kernels, real stand-in servers on loopback and real swee
 from __future__ import annotations
 
 import ast
+import csv
 import json
 import os
 import re
@@ -123,6 +124,19 @@ def test_workbook_tells_the_story_on_the_stand_in(tmp_path):
     workbook.run_workbook({"CONCURRENCIES": [256, 1024]}, run_dir=run, only=[1, 2, 3], progress=False)
     hypothesis = json.loads((run / "hypothesis.json").read_text())
     assert hypothesis["field"] == "max_running_requests" and hypothesis["supported"] is True
+    # notebook 3 forecast the change the finding proposes (the cap and the graph ceiling to 1,024) and took
+    # the step profile that forecast asked for; the hypothesis states the forecast made with it: here the
+    # baseline ran one batch (64 at both levels), so 1,024 stays not forecast and names the one level that
+    # would settle it, not the benchmark already taken
+    assert hypothesis["changes"] == {"graph_max_batch": 1024, "running_cap": 1024}
+    assert (run / "baseline" / "step-profile.csv").is_file()
+    forecast = {int(r["concurrency"]): r for r in csv.DictReader((run / "forecast.csv").open())}
+    top = forecast[1024]
+    if top["given"] == "True":
+        assert f"forecasts {float(top['predicted_tok_s']):,.0f} tok/s" in hypothesis["test"], hypothesis["test"]
+    else:
+        assert "has no forecast" in hypothesis["test"] and top["needs"][:100] in hypothesis["test"], (
+            top["needs"], hypothesis["test"])
     workbook.run_workbook({"CONCURRENCIES": [1024]}, run_dir=run, only=[4, 5], progress=False)
     summary = json.loads((run / "summary.json").read_text())
     baseline_256 = summary["throughput"]["baseline"]["256"]

@@ -212,6 +212,38 @@ def test_leading_hypothesis_is_the_best_ranked_difference_the_evidence_names():
     assert h["test"] == "raise --max-running-requests from 64 to 1024"
 
 
+def test_the_hypothesis_tests_the_change_its_finding_forecast_not_the_references_value():
+    """The cap's finding proposes 1,024 with the graph ceiling raised with it and forecasts that; the
+    hypothesis carries that change, and notebook 3 forecasts it (not the reference's 2,048 alone)."""
+    from glm5lib.diagnose import prediction
+
+    findings = pd.DataFrame([
+        {"finding": "concurrency cap", "evidence": "", "suggestion": "raise --max-running-requests from 64 to 1024",
+         "confidence": 0.9, "rule": "concurrency_cap", "covers": "running_cap",
+         "remedy": json.dumps({"graph_max_batch": 1024, "running_cap": 1024})},
+    ])
+    h = report.leading_hypothesis(DIFF, findings)
+    assert h["field"] == "max_running_requests" and h["changes"] == {"graph_max_batch": 1024, "running_cap": 1024}
+    assert prediction.hypothesis_changes(h) == {"graph_max_batch": 1024, "running_cap": 1024}
+    # a finding whose forecast names no change (an older findings.csv): the reference's value
+    h = report.leading_hypothesis(DIFF, findings.drop(columns="remedy"))
+    assert "changes" not in h and prediction.hypothesis_changes(h) == {"max_running_requests": 2048}
+
+
+def test_a_cap_finding_records_the_change_its_forecast_is_of(tmp_path):
+    """diagnose() writes the remedy beside the forecast (findings.csv's ``remedy``), in the model's
+    neutral names: the H100 example's cap of 16 raised to the highest offered load."""
+    from pathlib import Path
+
+    from glm5lib import diagnose as dg
+
+    examples = Path(__file__).resolve().parents[2] / "data" / "examples"
+    findings = dg.diagnose(examples / "h100-sglang-cap16", phase="baseline", write=False)
+    top = findings.iloc[0]
+    assert top["rule"] == "concurrency_cap"
+    assert json.loads(top["remedy"]) == {"running_cap": 256}
+
+
 def test_leading_hypothesis_without_evidence_is_the_top_diff_marked_unsupported():
     h = report.leading_hypothesis(DIFF, pd.DataFrame(columns=["finding", "evidence", "suggestion"]))
     assert h["field"] == "disable_cuda_graph" and h["supported"] is False

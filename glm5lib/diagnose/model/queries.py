@@ -120,6 +120,7 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str,
         concurrency=offered, batch_now=batch_now, batch_after=int(f.running), throughput=f.predicted_tok_s,
         low=f.low_tok_s, high=f.high_tok_s, measured=measured if math.isfinite(measured) else None,
         extrapolated=f.extrapolated, text=text, given=f.given, needs=f.needs, binding=f.binding_limit,
+        changes=asked,
     )
 
 

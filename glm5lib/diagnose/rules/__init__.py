@@ -7,6 +7,7 @@ its theme and into :data:`RULES`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 
 import pandas as pd
@@ -108,6 +109,7 @@ def evaluate(
                 round(f.prediction.measured, 1) if f.prediction and f.prediction.measured else None
             ),
             "covers": " ".join(f.covers),
+            "remedy": json.dumps(f.prediction.changes, sort_keys=True) if f.prediction and f.prediction.changes else None,
         }
         for f in findings
     ]
