@@ -61,15 +61,26 @@ _LEVEL_COLUMNS = (
 
 def list_phases(run_dir: str | Path) -> list[str]:
     """Phase folders of a run (those with a sweep or a server log): baseline and fix first, then
-    the others in the order they were measured."""
+    the others in the order they were measured (their sweep's first request, which a copy or a
+    checkout keeps; else the files' times)."""
     run = Path(run_dir)
     found = {
-        p.name: min((p / f).stat().st_mtime for f in (rundir.SWEEP, rundir.SERVER_LOG) if (p / f).exists())
+        p.name: _measured_at(p)
         for p in (run.iterdir() if run.is_dir() else ())
         if p.is_dir() and ((p / rundir.SWEEP).exists() or (p / rundir.SERVER_LOG).exists())
     }
     ordered = [p for p in _PHASE_ORDER if p in found]
     return ordered + sorted((p for p in found if p not in _PHASE_ORDER), key=lambda p: (found[p], p))
+
+
+def _measured_at(phase: Path) -> float:
+    """When a phase was measured: its sweep's first ``start_time``, else its files' modification time."""
+    sweep = read_csv(phase / rundir.SWEEP)
+    if sweep is not None and "start_time" in sweep.columns:
+        first = pd.to_numeric(sweep["start_time"], errors="coerce").min()
+        if pd.notna(first):
+            return float(first)
+    return min((phase / f).stat().st_mtime for f in (rundir.SWEEP, rundir.SERVER_LOG) if (phase / f).exists())
 
 
 def _decode_stats(decode: pd.DataFrame | None, cap: int | None) -> dict:

@@ -539,3 +539,20 @@ def test_an_older_run_folder_gets_both_reports(tmp_path):
     assert "median E2E ms" in md and "Measured on a real server" in md
     figures = json.loads((run / rundir.SUMMARY).read_text())["figures"]
     assert figures and page.count("data:image/png;base64,") == len(figures)
+
+
+def test_phases_after_the_baseline_go_in_the_order_their_sweeps_ran_not_by_file_times(tmp_path):
+    """A checkout or a copy gives every file one time: the sweep's own start times keep the order."""
+    import os
+
+    for name, started in (("baseline", 100.0), ("zeta", 200.0), ("alpha", 300.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame([{"concurrency": 1, "output_throughput": 10.0, "start_time": started}]).to_csv(
+            folder / rundir.SWEEP, index=False)
+        os.utime(folder / rundir.SWEEP, (1_000.0, 1_000.0))
+    assert report.list_phases(tmp_path) == ["baseline", "zeta", "alpha"]
+    # a sweep without start times falls back on the file's time
+    pd.DataFrame([{"concurrency": 1, "output_throughput": 10.0}]).to_csv(tmp_path / "alpha" / rundir.SWEEP, index=False)
+    os.utime(tmp_path / "alpha" / rundir.SWEEP, (50.0, 50.0))
+    assert report.list_phases(tmp_path) == ["baseline", "alpha", "zeta"]
