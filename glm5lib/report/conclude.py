@@ -59,13 +59,14 @@ _LEVEL_COLUMNS = (
 )
 
 
-def list_phases(run_dir: str | Path) -> list[str]:
+def list_phases(run_dir: str | Path, evidence: EvidenceCache | None = None) -> list[str]:
     """Phase folders of a run (those with a sweep or a server log): baseline and fix first, then
-    the others in the order they were measured (their sweep's first request, which a copy or a
-    checkout keeps; else the files' times)."""
+    the others in the order they were measured. Through ``evidence`` (the report's :func:`reading`)
+    that order is each sweep's first request, which a copy or a checkout keeps; without it, the
+    files' times."""
     run = Path(run_dir)
     found = {
-        p.name: _measured_at(p)
+        p.name: _measured_at(p, evidence)
         for p in (run.iterdir() if run.is_dir() else ())
         if p.is_dir() and ((p / rundir.SWEEP).exists() or (p / rundir.SERVER_LOG).exists())
     }
@@ -73,13 +74,18 @@ def list_phases(run_dir: str | Path) -> list[str]:
     return ordered + sorted((p for p in found if p not in _PHASE_ORDER), key=lambda p: (found[p], p))
 
 
-def _measured_at(phase: Path) -> float:
-    """When a phase was measured: its sweep's first ``start_time``, else its files' modification time."""
-    sweep = read_csv(phase / rundir.SWEEP)
-    if sweep is not None and "start_time" in sweep.columns:
-        first = pd.to_numeric(sweep["start_time"], errors="coerce").min()
-        if pd.notna(first):
-            return float(first)
+def _measured_at(phase: Path, evidence: EvidenceCache | None) -> float:
+    """When a phase was measured: its sweep's first ``start_time`` as ``evidence`` reads it, else
+    its files' modification time."""
+    if evidence is not None:
+        try:
+            sweep = evidence.load(phase).sweep
+        except (DiagnosisError, ConfigError, OSError, ValueError, KeyError):
+            sweep = None
+        if sweep is not None and "start_time" in sweep.columns:
+            first = pd.to_numeric(sweep["start_time"], errors="coerce").min()
+            if pd.notna(first):
+                return float(first)
     return min((phase / f).stat().st_mtime for f in (rundir.SWEEP, rundir.SERVER_LOG) if (phase / f).exists())
 
 
@@ -407,7 +413,7 @@ def frames_and_summary(run_dir: str | Path, evidence: EvidenceCache | None = Non
     evidence = evidence if evidence is not None else reading()
     phases: dict[str, dict] = {}
     frames: dict[str, dict] = {}
-    for phase in list_phases(run):
+    for phase in list_phases(run, evidence):
         phases[phase], frames[phase] = _phase_summary(run, phase, load_phase(run, phase, evidence))
     environment = read_json(run / rundir.ENVIRONMENT) or {}
     env_standin = bool(environment.get("standin")) if isinstance(environment, Mapping) else False

@@ -551,8 +551,11 @@ def test_phases_after_the_baseline_go_in_the_order_their_sweeps_ran_not_by_file_
         pd.DataFrame([{"concurrency": 1, "output_throughput": 10.0, "start_time": started}]).to_csv(
             folder / rundir.SWEEP, index=False)
         os.utime(folder / rundir.SWEEP, (1_000.0, 1_000.0))
-    assert report.list_phases(tmp_path) == ["baseline", "zeta", "alpha"]
+    from glm5lib.report.conclude import reading
+
+    assert report.list_phases(tmp_path, reading()) == ["baseline", "zeta", "alpha"]
+    assert list(report.summarize(tmp_path)["phases"]) == ["baseline", "zeta", "alpha"]
     # a sweep without start times falls back on the file's time
     pd.DataFrame([{"concurrency": 1, "output_throughput": 10.0}]).to_csv(tmp_path / "alpha" / rundir.SWEEP, index=False)
     os.utime(tmp_path / "alpha" / rundir.SWEEP, (50.0, 50.0))
-    assert report.list_phases(tmp_path) == ["baseline", "alpha", "zeta"]
+    assert report.list_phases(tmp_path, reading()) == ["baseline", "alpha", "zeta"]
