@@ -5,7 +5,8 @@ What a run concludes is apart from how it is shown:
 - :mod:`~glm5lib.report.conclude`: :func:`summarize` reads a run folder and decides (each
   phase's numbers, before against after, the leading cause, whether the stand-in measured it);
   :func:`verdict` says the fix's gain in one paragraph.
-- :mod:`~glm5lib.report.hypothesis`: :func:`leading_hypothesis`, the difference to test first.
+- :mod:`~glm5lib.report.hypothesis`: :func:`leading_hypothesis`, the difference to test first, and
+  :func:`restate_hypothesis`, the same read again once a step profile changed its forecast.
 - :mod:`~glm5lib.report.environment`: :func:`environment_tables`, the host snapshot as tables.
 - :mod:`~glm5lib.report.figures`: the report's figures, drawn or found in ``figures/``.
 - :mod:`~glm5lib.report.markdown`: :func:`render_markdown`, the story as Markdown, section by
@@ -27,7 +28,7 @@ from glm5lib.report.compare import RunComparison, compare_runs
 from glm5lib.report.conclude import list_phases, phase_roles, summarize, verdict
 from glm5lib.report.environment import environment_tables
 from glm5lib.report.html import render_html
-from glm5lib.report.hypothesis import leading_hypothesis
+from glm5lib.report.hypothesis import leading_hypothesis, restate_hypothesis
 from glm5lib.report.markdown import render_markdown
 from glm5lib.report.runs import list_runs
 from glm5lib.report.sections import register as register_section
@@ -49,6 +50,7 @@ __all__ = [
     "register_section",
     "render_html",
     "render_markdown",
+    "restate_hypothesis",
     "summarize",
     "verdict",
     "write_report",

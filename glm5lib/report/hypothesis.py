@@ -9,10 +9,14 @@ of an older glm5lib) are matched by the field or flag their text names.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from glm5lib import engines
+from glm5lib.diagnose.runs import diagnose
 from glm5lib.errors import ConfigError
 from glm5lib.report._files import clean, missing
 
@@ -88,3 +92,14 @@ def leading_hypothesis(diff: pd.DataFrame, findings: pd.DataFrame | None = None)
         out.update(evidence="no finding in the baseline's evidence names this field yet", supported=False,
                    test=f"relaunch with {out.get('flag') or out['field']} set as in the reference and rerun the sweep")
     return clean(out)
+
+
+def restate_hypothesis(hypothesis: Mapping[str, Any], diff: pd.DataFrame, run_dir: str | Path, phase: str,
+                       reference: Any = None) -> dict:
+    """``hypothesis`` read again from ``phase``'s evidence as it stands now: once a step profile was
+    taken beside the phase, the findings' forecast (and so the hypothesis's test) changes with it.
+    The phase is diagnosed again (its ``findings.csv`` written anew) and the hypothesis those
+    findings back is returned where it is about the same field; else ``hypothesis`` as it was."""
+    findings = diagnose(run_dir, reference=reference, phase=phase)
+    again = leading_hypothesis(diff, findings)
+    return again if again.get("field") == hypothesis.get("field") else dict(hypothesis)

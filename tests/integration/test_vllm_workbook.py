@@ -126,19 +126,27 @@ def test_the_forecast_is_stated_before_the_fix_and_set_beside_its_measurement(ru
     # beyond 2 is given (tests/unit/diagnose/test_model.py::test_a_reading_across_one_doubling...).
     # A level that is given holds its band net of the launches' drift (two shared cores move
     # between launches).
+    assert "## Forecast beside measurement" in (run / "report.md").read_text()
+    assert not forecast.loc[forecast.index > CAP, "given"].astype(bool).any(), forecast.to_string()
+    model = PerfModel.fit_phase(run / "baseline")
+    if model.client_starved:
+        # the baseline's client was starved of CPU at every level (the two cores busy with something else):
+        # its host paced it, so nothing is forecast, no benchmark is asked for, and each level names the
+        # baseline again on cores of its own
+        assert not forecast["given"].astype(bool).any(), forecast.to_string()
+        assert forecast["needs"].str.contains("client on cores of its own").all(), forecast["needs"].tolist()
+        assert not (run / "baseline" / "step-profile.csv").exists()
+        return
     assert (run / "baseline" / "step-profile.csv").is_file()
     assert not bool(forecast.loc[64, "given"]) and "one level at concurrency 64" in str(forecast.loc[64, "needs"])
-    assert not forecast.loc[forecast.index > CAP, "given"].astype(bool).any(), forecast.to_string()
     shown = pred[["predicted", "low", "high", "given", "measured", "error", "drift", "error_net_of_drift"]].to_string()
     # Level 1 is the batch the baseline ran: its band is the narrowest, and it is given unless the
-    # model saw the client starved of CPU (two shared cores), which widens every band by its share
+    # model saw the client starved of CPU at some level (two shared cores), which widens every band
     width = (pred["high"] - pred["low"]) / pred["predicted"]
     assert width.idxmin() == 1, shown
-    model = PerfModel.fit_phase(run / "baseline")
     assert bool(pred.loc[1, "given"]) or "starved" in model.describe(), (model.describe(), shown)
     for level in pred.index[pred["given"].astype(bool)]:
         # held net of some of the launches' drift (tests/integration/test_vllm_predict.py says why)
         drift = pred.loc[level, "drift"] if pd.notna(pred.loc[level, "drift"]) else 1.0
         ends = sorted((pred.loc[level, "measured"], pred.loc[level, "measured"] / drift))
         assert pred.loc[level, "low"] <= ends[1] and ends[0] <= pred.loc[level, "high"], shown
-    assert "## Forecast beside measurement" in (run / "report.md").read_text()

@@ -47,3 +47,26 @@ def test_a_kind_of_step_no_level_ran_loses_the_host_time_the_other_kind_hid():
     assert eager16 > a * 50.0 + k * 16.0 + 5.0  # what borrowing the ratio gave
     assert eager_spread == pytest.approx(2.0 * spread)
     assert "host time the phase's graph steps hid" in profile.describe()
+
+
+def test_the_hypothesis_is_restated_with_the_step_profile_notebook_3_took(tmp_path):
+    """Read without the baseline's step profile, the raised cap has no forecast at 256 and the
+    hypothesis asks for the benchmark; once the profile is beside the phase, restating it gives the
+    forecast the profile settles, as notebook 3 does after taking it."""
+    import shutil
+
+    from glm5lib import report
+
+    shutil.copytree(EXAMPLE / "baseline", tmp_path / "baseline")
+    profile = tmp_path / "baseline" / "step-profile.csv"
+    kept = profile.read_bytes()
+    profile.unlink()
+    diff = dg.diff_configs(tmp_path / "baseline", "k2-thinking")
+    before = report.leading_hypothesis(diff, dg.diagnose(tmp_path, reference="k2-thinking", phase="baseline"))
+    assert "at concurrency 256 the performance model has no forecast" in before["test"]
+    assert "sglang.bench_one_batch" in before["test"]
+    profile.write_bytes(kept)
+    after = report.restate_hypothesis(before, diff, tmp_path, "baseline", "k2-thinking")
+    assert after["field"] == before["field"] == "max_running_requests"
+    assert "at concurrency 256 the performance model forecasts 6,871 tok/s (5,790-7,952)" in after["test"]
+    assert after["changes"] == {"running_cap": 256}
