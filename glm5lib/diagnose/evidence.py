@@ -91,6 +91,7 @@ FINDING_COLUMNS = [
     "predicted_throughput",
     "predicted_low",
     "predicted_high",
+    "predicted_given",  # the band within +/-30% and nothing unmodelled: a forecast to act on
     "measured_throughput",
     "covers",  # the configuration fields the finding is about, space-separated
     "remedy",  # the change the forecast is of, as JSON (neutral limit names or the engine's fields)

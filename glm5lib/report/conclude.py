@@ -332,22 +332,26 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
     written = read_csv(run / after / rundir.PREDICTION_CSV)
     if written is not None and {"concurrency", "predicted", "low", "high"} <= set(written.columns):
         written = written.dropna(subset=["concurrency", "predicted"])
-    if written is not None and not written.empty and "predicted" in written.columns:
+    else:
+        written = None
+    if written is not None and not written.empty:
         levels = [int(c) for c in written["concurrency"]]
         concurrency = int(top["predicted_concurrency"]) if top is not None and int(
             top["predicted_concurrency"]) in levels else max(levels)
         row = written[written["concurrency"].astype(int) == concurrency].iloc[0]
-        predicted, low, high = float(row["predicted"]), float(row["low"]), float(row["high"])
-        given = bool(row["given"]) if "given" in written.columns and pd.notna(row["given"]) else _band_given(
-            predicted, low, high)
         source = "forecast"
     elif top is not None:
         concurrency = int(top["predicted_concurrency"])
-        predicted, low, high = float(top["predicted_throughput"]), float(top["predicted_low"]), float(
-            top["predicted_high"])
-        given, source = _band_given(predicted, low, high), "findings"
+        row = pd.Series({"predicted": top["predicted_throughput"], "low": top["predicted_low"],
+                         "high": top["predicted_high"], "given": top.get("predicted_given")})
+        source = "findings"
     else:
         return None
+    predicted, low, high = float(row["predicted"]), float(row["low"]), float(row["high"])
+    # as the model judged it; a folder written before it said so: the band's width against the limit
+    narrow = _band_given(predicted, low, high)
+    verdict_ = row.get("given")
+    given = str(verdict_).strip().lower() in ("true", "1", "1.0") if pd.notna(verdict_) else narrow
     after_tok_s = measured.get(str(concurrency))
     return clean({
         "source": source,
@@ -357,6 +361,7 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
         "low": low,
         "high": high,
         "given": given,
+        "wide": not narrow,
         "before": None if top is None else top.get("measured_throughput"),
         "after": after_tok_s,
         "within": None if after_tok_s is None else bool(low <= after_tok_s <= high),
@@ -365,7 +370,8 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
 
 
 def _band_given(predicted: float, low: float, high: float) -> bool:
-    """A band whose half-width is within the model's limit for a forecast (:data:`MAX_BAND`)."""
+    """A band whose half-width is within the model's limit for a forecast (:data:`MAX_BAND`): how a
+    folder that did not record the model's own verdict is read."""
     return predicted > 0 and max(high / predicted - 1.0, 1.0 - low / predicted) <= MAX_BAND + 1e-9
 
 

@@ -237,8 +237,10 @@ def _prediction_lines(summary: Mapping[str, Any], changes: Mapping[str, Any]) ->
         line = (f"Predicted beside measured: {who} gave {prediction['predicted']:,.0f} tok/s ({band}) at {c:,} "
                 "concurrent requests")
     else:
+        why = ("wider than +/-30%" if prediction.get("wide", True)
+               else "but the model did not stand behind it (a change it has no term for, or a client starved of CPU)")
         line = (f"Predicted beside measured: {who} gave no forecast at {c:,} concurrent requests: the evidence "
-                f"allowed {band} tok/s, wider than +/-30%")
+                f"allowed {band} tok/s, {why}")
     measured = prediction.get("after")
     if measured is None:
         line += f"; the {after} phase did not measure {c:,} concurrent requests."

@@ -67,7 +67,7 @@ def test_report_sets_the_baselines_prediction_beside_the_fix_measurement(run):
     summary = report.summarize(run)
     assert summary["prediction"] == {
         "source": "findings", "rule": "concurrency_cap", "concurrency": 1024, "predicted": 2600.0, "low": 2200.0,
-        "high": 3000.0, "given": True, "before": 890.0, "after": 3740.0, "within": False,
+        "high": 3000.0, "given": True, "wide": False, "before": 890.0, "after": 3740.0, "within": False,
         "text": "raising the cap to 1024: ...",
     }
     text = report.write_report(run).read_text()
@@ -90,6 +90,14 @@ def test_the_forecast_written_before_the_launch_outranks_the_findings_and_a_wide
     assert ("the baseline's capacity model (concurrency_cap) gave no forecast at 1,024 concurrent requests: the "
             "evidence allowed 700-9,000 tok/s, wider than +/-30%; the fix measured 3,740 tok/s there.") in text
     assert "within the predicted band" not in text
+    # the model's own verdict, where the findings record it, outranks the band's width (a narrow band
+    # with a change the model has no term for is no forecast either)
+    findings = pd.read_csv(run / "baseline" / rundir.FINDINGS).assign(
+        predicted_low=2400.0, predicted_high=2800.0, predicted_given=False)
+    findings.to_csv(run / "baseline" / rundir.FINDINGS, index=False)
+    assert report.summarize(run)["prediction"]["given"] is False
+    assert ("gave no forecast at 1,024 concurrent requests: the evidence allowed 2,400-2,800 tok/s, but the model "
+            "did not stand behind it") in report.write_report(run).read_text()
 
     pd.DataFrame([{"concurrency": 256, "predicted": 2000.0, "low": 1800.0, "high": 2200.0, "given": True},
                   {"concurrency": 1024, "predicted": 3500.0, "low": 3000.0, "high": 4000.0, "given": True}]
@@ -242,6 +250,7 @@ def test_a_cap_finding_records_the_change_its_forecast_is_of(tmp_path):
     top = findings.iloc[0]
     assert top["rule"] == "concurrency_cap"
     assert json.loads(top["remedy"]) == {"running_cap": 256}
+    assert top["predicted_given"] is True or top["predicted_given"] == True  # noqa: E712 - numpy bool
 
 
 def test_leading_hypothesis_without_evidence_is_the_top_diff_marked_unsupported():

@@ -133,10 +133,11 @@ class StepProfile:
         a phase of graph steps read at ``a`` = 0.71 put an eager step of 46 ms at 33 ms; served, it
         took 47), and keeps at least :data:`BORROWED_FLOOR` of its own step."""
         donor = self.borrowed.get(kind)
-        other = self.raw(batch, donor == "eager") if donor else None
-        if donor is None or other is None or donor == "any":
-            return raw * self.scale[kind]
-        return max(raw - (1.0 - self.scale[donor]) * other, BORROWED_FLOOR * raw)
+        if donor in ("graph", "eager"):
+            other = self.raw(batch, donor == "eager")
+            if other is not None:
+                return max(raw - (1.0 - self.scale[donor]) * other, BORROWED_FLOOR * raw)
+        return raw * self.scale[kind]
 
     def fit_scale(self, levels: Sequence[tuple[float, float, bool]]) -> None:
         """Read each kind of step as served, from the phase's levels of that kind: ``levels`` are

@@ -105,6 +105,7 @@ def evaluate(
             "predicted_throughput": round(f.prediction.throughput, 1) if f.prediction else None,
             "predicted_low": round(f.prediction.low, 1) if f.prediction else None,
             "predicted_high": round(f.prediction.high, 1) if f.prediction else None,
+            "predicted_given": f.prediction.given if f.prediction else None,
             "measured_throughput": (
                 round(f.prediction.measured, 1) if f.prediction and f.prediction.measured else None
             ),
