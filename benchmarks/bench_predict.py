@@ -74,6 +74,12 @@ SHIPPED = [
      {"max_running_requests": 256}, "fix"),
     ("real SGLang 0.5.16 on 1x H100, cap 16 -> 256 with graphs and radix cache off, 1,024-token prompts",
      EXAMPLES / "h100-sglang-cap16", {**STORY_CHANGES, "max_running_requests": 256}, "fix-graphs-off"),
+    ("real SGLang 0.5.16 on 1x H200, KV pool 16,384 -> 262,144 tokens (--max-total-tokens), cap 256",
+     EXAMPLES / "h200-sglang-kv", {"max_total_tokens": 262144}, "fix"),
+    ("real SGLang 0.5.16 on 1x H200, KV pool 16,384 -> 65,536 tokens, cap 256", EXAMPLES / "h200-sglang-kv",
+     {"max_total_tokens": 65536}, "pool-64k"),
+    ("real SGLang 0.5.16 on 1x H200, KV-bound, --schedule-conservativeness 1.0 -> 0.3", EXAMPLES / "h200-sglang-kv",
+     {"schedule_conservativeness": 0.3}, "glm5-fix"),
 ]
 
 

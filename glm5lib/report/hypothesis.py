@@ -22,6 +22,9 @@ from glm5lib.report._files import clean, missing
 
 __all__ = ["leading_hypothesis"]
 
+#: the rule whose finding gathers the differences the evidence ruled out
+RULED_OUT = "reference_diff_ruled_out"
+
 
 def _covered(finding: pd.Series) -> set[str] | None:
     """The fields a finding covers, or ``None`` when its table has no ``covers`` column."""
@@ -69,9 +72,17 @@ def leading_hypothesis(diff: pd.DataFrame, findings: pd.DataFrame | None = None)
     }
     chosen, backing = None, None
     if findings is not None and not findings.empty:
+        # the differences the evidence ruled out are no hypothesis, whichever finding is about them
+        # (a cap never reached is not what to raise, though churn asks to lower it)
+        ruled = findings[findings["rule"] == RULED_OUT] if "rule" in findings.columns else findings.iloc[0:0]
+        excluded = set().union(*[_covered(f) or set() for _, f in ruled.iterrows()])
         for _, finding in findings.iterrows():
+            if finding.get("rule") == RULED_OUT:
+                continue
             covered = _covered(finding)
             for _, row in ranked.iterrows():
+                if engines.topic(str(row["field"])) in excluded:
+                    continue
                 hit = (engines.topic(str(row["field"])) in covered) if covered is not None else _named_in_text(finding, names[row["field"]])
                 if hit:
                     chosen, backing = row, finding

@@ -61,7 +61,7 @@ class OutOfTime(Exception):
     """The next launch would not finish before the call's deadline."""
 
 
-def capped_config(model: str, cap: int, mem: float, tp: int = 1) -> dict:
+def capped_config(model: str, cap: int, mem: float, tp: int = 1, extra: dict | None = None) -> dict:
     return {
         "format": "glm5lib.server_config/1",
         "name": "qwen3-moe-1gpu-capped",
@@ -70,7 +70,7 @@ def capped_config(model: str, cap: int, mem: float, tp: int = 1) -> dict:
         "server_args": {
             "model_path": model, "tp_size": tp, "max_running_requests": cap, "load_format": "dummy",
             "attention_backend": "triton", "sampling_backend": "pytorch", "mem_fraction_static": mem,
-            "enable_metrics": True,
+            "enable_metrics": True, **(extra or {}),
         },
     }
 
@@ -131,6 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--frontend", default='{"tokenizer_worker_num": 4, "stream_interval": 4}',
                     help="the front-end remedy, as JSON of SGLang fields, on top of --glm5-fix")
     ap.add_argument("--next-phase", default="fix", help="the phase notebook 05 reads")
+    ap.add_argument("--base-extra", default="{}",
+                    help="more of the baseline's server arguments, as JSON (e.g. a KV pool: {\"max_total_tokens\": 16384})")
+    ap.add_argument("--kept", default=None,
+                    help="the fix's changes as JSON (default: the running cap raised to --raised, graphs kept)")
+    ap.add_argument("--phase-changes", default="{}",
+                    help="the changes of a step phase:NAME (forecast from the baseline, then notebook 04 as phase NAME)")
     ap.add_argument("--settle", action="store_true",
                     help="in the predict step, take the engine's step profile the raised cap's forecast asks for "
                          "(glm5lib.stepbench.settle_forecast, one offline launch) before forecasting")
@@ -141,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     run.mkdir(parents=True, exist_ok=True)
     plan = Plan(run, args.deadline)
     cfg_path = run / rundir.CAPPED_CONFIG
-    cfg_path.write_text(json.dumps(capped_config(args.model, args.cap, args.mem, args.tp), indent=2) + "\n")
+    cfg_path.write_text(json.dumps(capped_config(args.model, args.cap, args.mem, args.tp,
+                                                   json.loads(args.base_extra)), indent=2) + "\n")
     levels = [int(c) for c in args.concurrencies.split(",")]
     common = {
         "BACKEND": args.backend, "CONFIG": str(cfg_path), "MODEL_PATH": args.model, "TP_SIZE": args.tp,
@@ -149,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         "LEVEL_DURATION_S": args.duration, "REQUESTS_PER_LEVEL": 0, "READY_TIMEOUT_S": 420,
         "WARMUP_REQUESTS": 4, "GPU_SAMPLE_INTERVAL_S": 0.25,
     }
-    kept = {"max_running_requests": args.raised}
+    kept = json.loads(args.kept) if args.kept else {"max_running_requests": args.raised}
     seed_fix = {"max_running_requests": args.raised, "disable_cuda_graph": True, "disable_radix_cache": True}
     glm5_fix = json.loads(args.glm5_fix)
     frontend = {**glm5_fix, **json.loads(args.frontend)}
@@ -250,8 +257,14 @@ def main(argv: list[str] | None = None) -> int:
                     data["recheck"] = tune.search.recheck(base_cfg, run / "tune", goal, load, result,
                                                           backend=args.backend, measure=timed_measure(run / "tune"))
                 (run / "tune" / rundir.TUNE_RESULT).write_text(json.dumps(data, indent=2, default=str) + "\n")
+            elif step.startswith("phase:"):
+                # one more change, forecast from the baseline and then measured as its own phase
+                name = step.split(":", 1)[1]
+                changes = json.loads(args.phase_changes)
+                predict(changes, name)
+                notebooks([4], 1, FIX_CHANGES=changes, PHASE=name)
             else:
-                raise SystemExit(f"unknown step {step!r}; the plan has {', '.join(STEPS)}")
+                raise SystemExit(f"unknown step {step!r}; the plan has {', '.join(STEPS)} and phase:NAME")
         except OutOfTime as exc:
             log.info("stopping before %s: %s (the next call goes on from there)", step, exc)
             code = 3

@@ -285,6 +285,19 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     suggestion = "to run more requests at once, " + str(
         remedy("enlarge_kv_pool", ev.engine, release=ev.release, lookup=ev.arg)
     )
+    prediction = None
+    set_pool = _pool_set_by_hand(ev, pool)
+    if set_pool is not None and ctx:
+        # the pool is the size the engine was told, not what its memory allows: that field is the lever
+        offered = _offered(ev)
+        want = int(math.ceil(max(offered, 1) * ctx / 1024.0) * 1024)
+        if want > set_pool:
+            suggestion = "to run more requests at once, " + str(remedy(
+                "raise_kv_tokens", ev.engine, release=ev.release, lookup=ev.arg, current=f"{set_pool:,}",
+                value=f"{want:,}", load=offered, context=f"{ctx:,.0f}"))
+            prediction = predict_remedy(ev, None, f"a KV pool of {want:,} tokens", changes={"kv_tokens": want})
+            if prediction is not None:
+                suggestion += f"; {prediction.text}"
     cap_flag = ev.adapter().capabilities.flag("running_cap")
     if supported and cap and cap > supported:
         suggestion = (
@@ -296,6 +309,7 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
         )
     return [
         Finding(
+            prediction=prediction,
             finding="KV cache capacity: the token pool bounds how many requests run at once",
             evidence="; ".join(parts),
             suggestion=suggestion,
@@ -305,6 +319,30 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
             covers=("kv_tokens", "kv_fraction", "kv_cache_dtype"),
         )
     ]
+
+
+def _pool_set_by_hand(ev: Evidence, pool: int | None) -> int | None:
+    """The KV pool's size where the engine's own field for it set it (the pool the log reports is
+    no larger than the value given), else None: then that field, not the memory the engine may use,
+    is what enlarges the pool."""
+    field = ev.adapter().capabilities.field("kv_tokens")
+    value = ev.arg(field) if field else None
+    if not pool or value is None or isinstance(value, bool):
+        return None
+    try:
+        given = int(float(value))
+    except (TypeError, ValueError):
+        return None
+    return given if given > 0 and pool <= given * 1.01 else None
+
+
+def _offered(ev: Evidence) -> int:
+    """The highest load the sweep offered (concurrent requests), 1 without a sweep."""
+    s = ev.sweep_sorted()
+    if s.empty or "concurrency" not in s:
+        return 1
+    top = pd.to_numeric(s["concurrency"], errors="coerce").max()
+    return int(top) if pd.notna(top) else 1
 
 
 def decode_sizes_between(low: float, high: float) -> list[int]:

@@ -107,6 +107,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
     label = ev.reference_label or "the reference"
     out: list[Finding] = []
     ruled: list[str] = []
+    ruled_fields: list[str] = []
     minor: list[str] = []
     automatic: list[str] = []
     n = max(len(diff), 1)
@@ -115,6 +116,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
         why = _ruled_out(field, row["current"], row["reference"], ev)
         if why:
             ruled.append(f"{field} ({why})")
+            ruled_fields.append(field)
         elif row["impact"] not in ("high", "medium"):
             minor.append(f"{field}={shown(row['current'])} vs {shown(row['reference'])}")
         elif row.get("automatic"):
@@ -123,7 +125,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
             out.append(_difference_finding(ev, row, label, n))
     # a switch with a known cost after those that cost nothing to try (stable: diff rank otherwise)
     out.sort(key=lambda f: -f.severity)
-    out += _summary_findings(label, ruled, automatic, minor)
+    out += _summary_findings(label, ruled, automatic, minor, ruled_fields)
     if "model_path" in context | set(diff["field"]):
         for f in out:
             if f.rule == "reference_diff":
@@ -168,9 +170,11 @@ def _try_it(flag: str, ref_value: Any) -> str:
     return f"{flag} {ref_value}"
 
 
-def _summary_findings(label: str, ruled: list[str], automatic: list[str], minor: list[str]) -> list[Finding]:
-    """The findings that gather the differences ruled out, those chosen automatically on one side
-    and the minor ones (each only where there are some)."""
+def _summary_findings(label: str, ruled: list[str], automatic: list[str], minor: list[str],
+                      ruled_fields: list[str] = ()) -> list[Finding]:
+    """The findings that gather the differences ruled out (covering the fields ruled out, so that
+    no hypothesis tests one), those chosen automatically on one side and the minor ones (each only
+    where there are some)."""
     out: list[Finding] = []
     if ruled:
         out.append(
@@ -181,6 +185,7 @@ def _summary_findings(label: str, ruled: list[str], automatic: list[str], minor:
                 confidence=0.8,
                 rule="reference_diff_ruled_out",
                 severity=0.02,
+                covers=tuple(ruled_fields),
             )
         )
     if automatic:

@@ -84,10 +84,12 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
     # activations of batch x input tokens need room the KV pool would otherwise take (0.5.16 on one
     # H100: 1,024 x 256 tokens ran out of memory with the pool at its default size). The pool needs
     # only the largest batch's tokens: capping it leaves the rest free, as SGLang's
-    # ``max_total_tokens`` does (it allocates min(profiled, max_total_tokens)).
-    need = kv_tokens_needed(max(batches), input_len, output_len, _whole(config.get("page_size")) or 1)
-    held = _whole(config.get("max_total_tokens"))
-    changes["max_total_tokens"] = min(held, need) if held else need
+    # ``max_total_tokens`` does (it allocates min(profiled, max_total_tokens)). A pool the deployment
+    # sets smaller is raised to it too: the benchmark allocates the whole batch at once and fails
+    # where the pool cannot hold it, and the pool's size does not change what a step costs (a
+    # forecast that raises the pool asks for batches the deployment's own pool never held).
+    changes["max_total_tokens"] = kv_tokens_needed(max(batches), input_len, output_len,
+                                                   _whole(config.get("page_size")) or 1)
     if graphs_off is not None:
         changes["disable_cuda_graph"] = bool(graphs_off)
     config = config.with_changes(**changes)

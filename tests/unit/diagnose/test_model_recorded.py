@@ -24,6 +24,9 @@ H200 = EXAMPLES / "h200-sglang"
 H100 = EXAMPLES / "h100-sglang-next"
 PINNED = EXAMPLES / "predict-pairs" / "vllm-cpu-pinned-max-num-seqs-4-256-profile"
 CAP16 = EXAMPLES / "h100-sglang-cap16"
+KV = EXAMPLES / "h200-sglang-kv"
+POOL = {"max_total_tokens": 262144}
+POOL64K = {"max_total_tokens": 65536}
 
 KEPT = {"max_running_requests": 1024}
 OFF = {"max_running_requests": 1024, "disable_cuda_graph": True, "disable_radix_cache": True}
@@ -73,6 +76,11 @@ CASES = [
     # notebooks benchmarked; graphs off at 16 is left out: its batch swung between 9 and 16 (cohorts)
     *[(CAP16, RAISED16, "fix", c, ("given", 0.15), None) for c in (1, 16, 64, 256)],
     *[(CAP16, OFF16, "fix-graphs-off", c, ("given", 0.25), None) for c in (1, 64, 256)],
+    # SGLang 0.5.16 on an H200 whose KV pool (16,384 tokens, --max-total-tokens) held 21 requests: the pool
+    # raised to 262,144 and to 65,536 (where it binds again, at about 85 requests of 768 tokens)
+    *[(KV, POOL, "fix", c, ("given", 0.15), None) for c in (1, 16, 64)],
+    (KV, POOL, "fix", 256, ("withheld", None), None),
+    *[(KV, POOL64K, "pool-64k", c, ("given", 0.15), None) for c in (1, 16, 64, 256)],
     # vLLM on CPU, pinned, with the engine's offline step benchmark of the capped baseline
     (PINNED, {"max_num_seqs": 256}, "fix", 16, ("given", 0.15), None),
     (PINNED, {"max_num_seqs": 256}, "fix", 64, ("given", 0.15), None),

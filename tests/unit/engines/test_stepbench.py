@@ -125,9 +125,13 @@ def test_sglangs_benchmark_pool_holds_the_largest_batch_and_leaves_the_rest_to_i
     argv = bench_command(config, [1, 64, 1024], 256, 256)
     tokens = int(argv[argv.index("--max-total-tokens") + 1])
     assert 1024 * 512 <= tokens <= 1.25 * 1024 * 512
-    # a pool the user capped lower stays theirs
+    # a pool the deployment capped lower is raised to hold the batch: the benchmark allocates it
+    # whole, and a forecast that raises the pool asks for batches the old pool never held
     argv = bench_command(config.with_changes(max_total_tokens=100000), [1024], 256, 256)
-    assert argv[argv.index("--max-total-tokens") + 1] == "100000"
+    assert int(argv[argv.index("--max-total-tokens") + 1]) == tokens
+    # a larger pool is trimmed to what the largest batch needs
+    argv = bench_command(config.with_changes(max_total_tokens=10_000_000), [16], 256, 256)
+    assert argv[argv.index("--max-total-tokens") + 1] == str(stepbench_kv(16, 256, 256, 1))
 
 
 def test_a_failed_benchmark_names_its_cause_from_its_own_lines():
@@ -148,9 +152,9 @@ def test_a_change_being_forecast_sets_the_benchmarks_graph_ceiling_even_at_the_c
     assert argv[argv.index("--cuda-graph-max-bs") + 1] == "512"
     # each request's sequence rounds up to whole pages: 32 tokens take one page of 64
     assert int(argv[argv.index("--max-total-tokens") + 1]) == stepbench_kv(512, 16, 16, 64) >= 512 * 64
-    # a pool the user capped lower, in SGLang's own spelling, stays theirs
+    # a pool the deployment capped lower, in SGLang's own spelling, still holds the batch
     argv = bench_command({**args, "max_total_tokens": "20k"}, [512], 16, 16)
-    assert argv[argv.index("--max-total-tokens") + 1] == "20000"
+    assert int(argv[argv.index("--max-total-tokens") + 1]) == stepbench_kv(512, 16, 16, 64)
 
 
 def stepbench_kv(batch, i, o, page):
