@@ -20,7 +20,9 @@ and every cap of its grid (``grid/grid-2``... at 256 concurrent requests) foreca
 baseline; real SGLang 0.5.16 on one H100, glm5lib's fix (cap and graph ceiling 1,024) from its cap-64
 baseline and the step benchmark taken before the fix's launch (``h100-sglang-next``, ``glm5-fix``); real SGLang
 0.5.16 on one H100, cap 16 -> 256 under 1,024-token prompts, graphs kept and off, with the graph and eager
-steps its notebooks benchmarked (``h100-sglang-cap16``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+steps its notebooks benchmarked (``h100-sglang-cap16``); real SGLang 0.5.16 on one H200 whose KV pool was
+set by hand, raised from 16,384 to 262,144 and to 65,536 tokens, and its admission reserve lowered
+(``h200-sglang-kv``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
