@@ -128,7 +128,7 @@ def test_workbook_tells_the_story_on_the_stand_in(tmp_path):
     # the step profile that forecast asked for; the hypothesis states the forecast made with it: here the
     # baseline ran one batch (64 at both levels), so 1,024 stays not forecast and names the one level that
     # would settle it, not the benchmark already taken
-    assert hypothesis["changes"] == {"graph_max_batch": 1024, "running_cap": 1024}
+    assert hypothesis["changes"] == {"cuda_graph_max_bs": 1024, "max_running_requests": 1024}
     assert (run / "baseline" / "step-profile.csv").is_file()
     forecast = {int(r["concurrency"]): r for r in csv.DictReader((run / "forecast.csv").open())}
     top = forecast[1024]

@@ -239,8 +239,9 @@ def test_the_hypothesis_tests_the_change_its_finding_forecast_not_the_references
 
 
 def test_a_cap_finding_records_the_change_its_forecast_is_of(tmp_path):
-    """diagnose() writes the remedy beside the forecast (findings.csv's ``remedy``), in the model's
-    neutral names: the H100 example's cap of 16 raised to the highest offered load."""
+    """diagnose() writes the remedy beside the forecast (findings.csv's ``remedy``), in the engine's
+    own field names (what notebook 04's FIX_CHANGES takes as it is): the H100 example's cap of 16
+    raised to the highest offered load."""
     from pathlib import Path
 
     from glm5lib import diagnose as dg
@@ -249,7 +250,7 @@ def test_a_cap_finding_records_the_change_its_forecast_is_of(tmp_path):
     findings = dg.diagnose(examples / "h100-sglang-cap16", phase="baseline", write=False)
     top = findings.iloc[0]
     assert top["rule"] == "concurrency_cap"
-    assert json.loads(top["remedy"]) == {"running_cap": 256}
+    assert json.loads(top["remedy"]) == {"max_running_requests": 256}
     assert top["predicted_given"] is True or top["predicted_given"] == True  # noqa: E712 - numpy bool
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from glm5lib import rundir
+from glm5lib import engines, rundir
 from glm5lib.diagnose.evidence import Evidence, Prediction, _num, _pct
 from glm5lib.diagnose.model.core import Forecast, PerfModel, RequestShape, _levels
 from glm5lib.errors import ConfigError, DiagnosisError
@@ -104,6 +104,7 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str,
     asked = dict(changes or {})
     if cap_after is not None or not asked:
         asked.setdefault("running_cap", int(cap_after) if cap_after else max(offered, 1))
+    asked = _engine_fields(ev, asked)  # forecast, and recorded, as a fix would be launched
     [f] = model.forecast(asked, [offered])
     [now] = model.forecast({}, [offered])
     if int(f.running) <= batch_now and abs(f.predicted_tok_s - now.predicted_tok_s) <= 0.02 * now.predicted_tok_s:
@@ -122,6 +123,18 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str,
         extrapolated=f.extrapolated, text=text, given=f.given, needs=f.needs, binding=f.binding_limit,
         changes=asked,
     )
+
+
+def _engine_fields(ev: Evidence, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``changes`` in the phase's engine's own field names where its adapter has one for a neutral
+    limit that sets that limit alone (what a fix's ``FIX_CHANGES`` takes as it is), neutral names
+    elsewhere (transformers serve's ``cb_max_batch_tokens`` is its token budget and its cap at once)."""
+    caps = ev.adapter().capabilities
+    out = {}
+    for name, value in changes.items():
+        field = caps.field(name) if name in engines.LIMITS else None
+        out[field if field and caps.limits_set_by(field) == [name] else name] = value
+    return out
 
 
 @dataclasses.dataclass

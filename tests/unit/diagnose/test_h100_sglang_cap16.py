@@ -69,4 +69,4 @@ def test_the_hypothesis_is_restated_with_the_step_profile_notebook_3_took(tmp_pa
     after = report.restate_hypothesis(before, diff, tmp_path, "baseline", "k2-thinking")
     assert after["field"] == before["field"] == "max_running_requests"
     assert "at concurrency 256 the performance model forecasts 6,871 tok/s (5,790-7,952)" in after["test"]
-    assert after["changes"] == {"running_cap": 256}
+    assert after["changes"] == {"max_running_requests": 256}

@@ -7,6 +7,7 @@ judged in test_model_recorded.py."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -36,7 +37,8 @@ def test_the_pool_leads_and_its_own_flag_is_named_with_a_forecast():
     # the flag that sized the pool, not the memory fraction that did not
     assert "raise --max-total-tokens (now 16,384) to about 196,608" in first["suggestion"]
     assert "not --mem-fraction-static" in first["suggestion"]
-    assert first["remedy"] and '"kv_tokens": 196608' in first["remedy"]
+    # in SGLang's own field: what notebook 04's FIX_CHANGES takes as it is
+    assert json.loads(first["remedy"]) == {"max_total_tokens": 196608}
     # two percent of admissions retracted: the churn is reported, below the pool it comes from
     churn = frame[frame["rule"] == "retraction_churn"].iloc[0]
     assert "2% of the 946 admissions" in churn["evidence"] and churn["severity"] < first["severity"]
@@ -47,7 +49,7 @@ def test_the_hypothesis_is_the_pool_with_the_forecast_of_the_remedy():
     diff = pd.read_csv(EXAMPLE / "diff.csv")
     hypothesis = leading_hypothesis(diff, findings)
     assert hypothesis["field"] == "max_total_tokens" and hypothesis["supported"]
-    assert hypothesis["changes"] == {"kv_tokens": 196608}
+    assert hypothesis["changes"] == {"max_total_tokens": 196608}
 
 
 def test_a_difference_the_evidence_ruled_out_is_never_the_hypothesis():
