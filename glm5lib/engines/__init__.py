@@ -37,6 +37,7 @@ from glm5lib.engines.base import (
     LaunchRequest,
     Lever,
     Limits,
+    whole_size,
 )
 from glm5lib.errors import ConfigError
 from glm5lib.lazy import module_getattr
@@ -86,6 +87,7 @@ __all__ = [
     "unregister",
     "vllm_module",
     "vllm_python",
+    "whole_size",
 ]
 
 #: engine -> the module defining its ``ADAPTER``, in the order ``--backend`` and the notebooks list them

@@ -48,6 +48,19 @@ LIMITS: dict[str, str] = {
     "frontend_workers": "the serving processes that receive requests and stream tokens back (one core each)",
     "stream_interval": "the tokens a streamed chunk carries",
 }
+def whole_size(value: Any) -> int | None:
+    """A count of tokens or requests as an engine takes it: a number, or text with a ``k``/``m``/``g``
+    suffix (``64k``, as SGLang 0.5.23 reads sizes); None where it is none or unreadable."""
+    if value is None or isinstance(value, bool):
+        return None
+    text = str(value).strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}.get(text[-1:], 1)
+    try:
+        return int(float(text[:-1] if scale > 1 else text) * scale)
+    except ValueError:
+        return None
+
+
 #: the limits that are whole numbers of requests or tokens (the others: a fraction, a switch)
 _COUNT_LIMITS = ("running_cap", "token_budget", "prefill_chunk", "kv_tokens", "graph_max_batch", "frontend_workers",
                  "stream_interval")

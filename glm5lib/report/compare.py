@@ -144,7 +144,9 @@ def _finding_keys(run: Path, phase: str) -> dict[str, str]:
     out = {}
     for _, f in frame.iterrows():
         covers = f.get("covers") if "covers" in frame.columns and pd.notna(f.get("covers")) else ""
-        about = " ".join(engines.topic(c) for c in str(covers).split()) or (
+        # the differences ruled out are one finding whichever fields it names (older folders name none)
+        about = "" if f.get("rule") == "reference_diff_ruled_out" else " ".join(
+            engines.topic(c) for c in str(covers).split()) or (
             str(f["finding"]) if f.get("rule") == "reference_diff" else "")
         out[f"{f.get('rule')}|{about}"] = str(f["finding"])
     return out

@@ -88,7 +88,8 @@ def evaluate(
     for rule in rules if rules is not None else RULES:
         findings.extend(rule(ev))
     # a finding covers limits by their neutral names, a reference difference the engine's field
-    covered = {engines.topic(c) for f in findings if f.rule != "reference_diff" for c in f.covers}
+    # (the ruled-out differences are a reference finding too: they explain nothing)
+    covered = {engines.topic(c) for f in findings if not f.rule.startswith("reference_diff") for c in f.covers}
     findings = [f for f in findings
                 if not (f.rule == "reference_diff" and {engines.topic(c) for c in f.covers} & covered)]
     rows = [

@@ -239,7 +239,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
     p = ev.prefill
     admitted = int(_col(p, "new_seq").fillna(0).sum()) if p is not None and not p.empty else 0
     churn = retracted / admitted if admitted else float("nan")
-    if events < 3 or (retracted < 20 and not (churn >= 0.05)):
+    if events < 3 or (retracted < 20 and not (churn >= _CHURN_COSTLY)):
         return []
     word = ev.adapter().capabilities.requeue_word
     parts = [f"{events} {word} events sent {retracted} requests back to the queue"]
@@ -272,8 +272,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
             rule="retraction_churn",
             # churn that recomputes a small share of the admissions costs little: the pool's bound
             # (kv_capacity, 0.7) is then what to act on (one H200, SGLang 0.5.16, a 16,384-token
-            # pool: 2% of admissions retracted; a larger pool gave 2.8x, schedule_conservativeness
-            # nothing: data/examples/h200-sglang-kv)
+            # pool: 2% of admissions retracted, and a larger pool gave 2.8x: data/examples/h200-sglang-kv)
             severity=0.8 if not churn < _CHURN_COSTLY else 0.6,
             covers=("running_cap", "schedule_conservativeness"),
         )

@@ -287,17 +287,22 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     )
     prediction = None
     set_pool = _pool_set_by_hand(ev, pool)
-    if set_pool is not None and ctx:
-        # the pool is the size the engine was told, not what its memory allows: that field is the lever
+    if set_pool is not None:
+        # the pool is the size the engine was told, not what its memory allows: that field is the lever,
+        # sized for the requests that would run (the offered load, up to the cap) where the sweep says
         offered = _offered(ev)
-        want = int(math.ceil(max(offered, 1) * ctx / 1024.0) * 1024)
+        load = min(offered, cap) if offered and cap else offered
+        want = int(math.ceil(load * ctx / 1024.0) * 1024) if load and ctx else 0
         if want > set_pool:
             suggestion = "to run more requests at once, " + str(remedy(
                 "raise_kv_tokens", ev.engine, release=ev.release, lookup=ev.arg, current=f"{set_pool:,}",
-                value=f"{want:,}", load=offered, context=f"{ctx:,.0f}"))
+                value=f"{want:,}", load=load, context=f"{ctx:,.0f}"))
             prediction = predict_remedy(ev, None, f"a KV pool of {want:,} tokens", changes={"kv_tokens": want})
             if prediction is not None:
                 suggestion += f"; {prediction.text}"
+        else:
+            suggestion = "to run more requests at once, " + str(remedy(
+                "raise_kv_tokens_unsized", ev.engine, release=ev.release, lookup=ev.arg, current=f"{set_pool:,}"))
     cap_flag = ev.adapter().capabilities.flag("running_cap")
     if supported and cap and cap > supported:
         suggestion = (
@@ -322,27 +327,28 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
 
 
 def _pool_set_by_hand(ev: Evidence, pool: int | None) -> int | None:
-    """The KV pool's size where the engine's own field for it set it (the pool the log reports is
-    no larger than the value given), else None: then that field, not the memory the engine may use,
-    is what enlarges the pool."""
+    """The KV pool's size where the engine's own field for it set it, else None. The engine
+    allocates the smaller of that value and what its memory holds, so the field set the pool only
+    where the pool is about the value given (pages round it down a little); a pool well below it was
+    sized by the memory, and enlarging the memory is the lever."""
     field = ev.adapter().capabilities.field("kv_tokens")
-    value = ev.arg(field) if field else None
-    if not pool or value is None or isinstance(value, bool):
+    given = engines.whole_size(ev.arg(field)) if field else None
+    if not pool or not given or given <= 0:
         return None
-    try:
-        given = int(float(value))
-    except (TypeError, ValueError):
-        return None
-    return given if given > 0 and pool <= given * 1.01 else None
+    return given if _POOL_ROUNDING * given <= pool <= given * 1.01 else None
 
 
-def _offered(ev: Evidence) -> int:
-    """The highest load the sweep offered (concurrent requests), 1 without a sweep."""
+#: the least share of a pool size given by hand the engine's pool keeps after page rounding
+_POOL_ROUNDING = 0.97
+
+
+def _offered(ev: Evidence) -> int | None:
+    """The highest load the sweep offered (concurrent requests), None without one."""
     s = ev.sweep_sorted()
     if s.empty or "concurrency" not in s:
-        return 1
+        return None
     top = pd.to_numeric(s["concurrency"], errors="coerce").max()
-    return int(top) if pd.notna(top) else 1
+    return int(top) if pd.notna(top) and top >= 1 else None
 
 
 def decode_sizes_between(low: float, high: float) -> list[int]:

@@ -26,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from glm5lib.engines.base import StepBenchmark
+from glm5lib.engines.base import StepBenchmark, whole_size
 from glm5lib.engines.sglang.config import ServerConfig, decode_graph_sizes, release_of
 
 __all__ = ["BENCHMARK", "bench_command", "decode_graph_sizes", "kv_tokens_needed", "parse_bench_output"]
@@ -118,14 +118,7 @@ def kv_tokens_needed(batch: int, input_len: int, output_len: int, page_size: int
 
 def _whole(value: Any) -> int | None:
     """A size as SGLang takes it (``64k`` too, as 0.5.23 reads it); None where it is none."""
-    if value is None or isinstance(value, bool):
-        return None
-    text = str(value).strip().lower()
-    scale = {"k": 1_000, "m": 1_000_000, "g": 1_000_000_000}.get(text[-1:], 1)
-    try:
-        return int(float(text[:-1] if scale > 1 else text) * scale)
-    except ValueError:
-        return None
+    return whole_size(value)
 
 
 def parse_bench_output(text: str, *, graphs_off: bool | None = None) -> list[dict[str, Any]]:

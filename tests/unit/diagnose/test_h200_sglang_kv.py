@@ -1,32 +1,24 @@
 """The diagnosis and the forecast on real SGLang 0.5.16 on one H200 whose KV pool, set by hand
 (``--max-total-tokens 16384``), held about 21 requests of 768 tokens under a cap of 256
 (data/examples/h200-sglang-kv): a limit the recorded cap-bound runs never reached. Raising the pool
-gave 2.8x at 256 concurrent requests; lowering ``--schedule-conservativeness`` (what the churn
-finding's wording pointed at) gave nothing. Each level's forecast replayed from the baseline is
+gave 2.8x at 256 concurrent requests; lowering ``--schedule-conservativeness`` (the admission
+reserve, which the stand-in's rehearsal of this plan blamed) gave nothing. Each level's forecast replayed from the baseline is
 judged in test_model_recorded.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from glm5lib import diagnose as dg
+from glm5lib.diagnose import prediction
 from glm5lib.report.hypothesis import leading_hypothesis
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h200-sglang-kv"
-
-
-def _sweep(phase: str) -> pd.Series:
-    return pd.read_csv(EXAMPLE / phase / "sweep.csv").set_index("concurrency")["output_throughput"]
-
-
-def test_the_pool_raised_by_hand_is_what_moved_throughput():
-    """The recorded facts the rules below are judged against."""
-    base, pool, reserve = _sweep("baseline"), _sweep("fix"), _sweep("glm5-fix")
-    assert pool[256] / base[256] > 2.5
-    assert abs(reserve[256] / base[256] - 1.0) < 0.05  # schedule_conservativeness 0.3: nothing
 
 
 def test_the_pool_leads_and_its_own_flag_is_named_with_a_forecast():
@@ -62,17 +54,39 @@ def test_a_difference_the_evidence_ruled_out_is_never_the_hypothesis():
                              findings[findings["rule"] != "retraction_churn"]])
     hypothesis = leading_hypothesis(pd.read_csv(EXAMPLE / "diff.csv"), churn_first)
     assert hypothesis["field"] != "max_running_requests"
-    # without the ruled-out finding (an older folder), the churn's cap is what it picked
-    older = churn_first[churn_first["rule"] != "reference_diff_ruled_out"]
-    assert leading_hypothesis(pd.read_csv(EXAMPLE / "diff.csv"), older)["field"] == "max_running_requests"
 
 
-def test_the_recorded_forecasts_written_before_each_launch():
-    """``fix`` (262,144 tokens): forecast by the plan's step profile (batches 1-64) before its launch;
-    ``pool-64k``: by notebook 04, which took the step at batch 100 it asked for first."""
-    fix = pd.read_csv(EXAMPLE / "fix" / "prediction.csv").set_index("concurrency")
-    assert fix.loc[[1, 16, 64], "given"].all() and not fix.loc[256, "given"]
-    assert (fix.loc[[1, 16, 64], "error"].abs() < 0.12).all(), fix["error"].tolist()
-    pool = pd.read_csv(EXAMPLE / "pool-64k" / "prediction.csv").set_index("concurrency")
-    assert pool["given"].all() and pool["inside_band"].all(), pool.to_string()
-    assert pool.loc[256, "binding_limit"] == "kv_tokens" and pool.loc[256, "running"] == 100
+def test_the_forecast_notebook_04_wrote_before_the_65k_pool_is_what_the_model_gives_again():
+    """``pool-64k/prediction.csv`` was written before that launch, with the step profile as it now
+    stands: replayed, the model gives the same forecast, every level inside its band."""
+    recorded = pd.read_csv(EXAMPLE / "pool-64k" / "prediction.csv").set_index("concurrency")
+    again = prediction.record_prediction(EXAMPLE, {"max_total_tokens": 65536}, phase="pool-64k",
+                                         write=False).set_index("concurrency")
+    for level in (1, 16, 64, 256):
+        assert again.loc[level, "predicted"] == pytest.approx(recorded.loc[level, "predicted"], rel=0.01)
+        assert again.loc[level, "given"] and again.loc[level, "inside_band"], again.loc[level]
+    assert again.loc[256, "binding_limit"] == "kv_tokens" and again.loc[256, "running"] == 100
+
+
+def _with(ev, args=None, startup=None):
+    out = copy.copy(ev)
+    out.server_args = {**ev.server_args, **(args or {})}
+    out.startup = {**ev.startup, **(startup or {})}
+    return out
+
+
+def test_only_a_pool_about_the_size_given_was_set_by_hand():
+    """SGLang allocates the smaller of --max-total-tokens and what its memory holds: a value well
+    above the pool did not size it, and the memory is the lever; a size in SGLang's ``16k`` spelling
+    is read; a pool already as large as the load needs has the flag named without a size."""
+    ev = dg.load_evidence(EXAMPLE, reference="k2-thinking", phase="baseline")
+    memory_bound = dg.rule_kv_capacity(_with(ev, {"max_total_tokens": 100000}))[0]
+    assert "--mem-fraction-static (now 0.8)" in memory_bound.suggestion
+    assert "--max-total-tokens" not in memory_bound.suggestion and memory_bound.prediction is None
+    spelt = dg.rule_kv_capacity(_with(ev, {"max_total_tokens": "16k"}, {"max_total_num_tokens": 16000}))[0]
+    assert "raise --max-total-tokens (now 16,000) to about 196,608" in spelt.suggestion
+    # the sweep offered 256 against a cap of 256: a pool given larger than that needs is named unsized
+    unsized = dg.rule_kv_capacity(_with(ev, {"max_total_tokens": 200000, "max_running_requests": 256},
+                                        {"max_total_num_tokens": 200000}))[0]
+    assert "raise --max-total-tokens (now 200,000): that flag" in unsized.suggestion
+    assert unsized.prediction is None
