@@ -48,6 +48,8 @@ LIMITS: dict[str, str] = {
     "frontend_workers": "the serving processes that receive requests and stream tokens back (one core each)",
     "stream_interval": "the tokens a streamed chunk carries",
 }
+
+
 def whole_size(value: Any) -> int | None:
     """A count of tokens or requests as an engine takes it: a number, or text with a ``k``/``m``/``g``
     suffix (``64k``, as SGLang 0.5.23 reads sizes); None where it is none or unreadable."""

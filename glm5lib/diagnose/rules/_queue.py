@@ -13,6 +13,12 @@ from glm5lib.diagnose.evidence import Evidence, _col
 KV_FULL = 0.85
 
 
+def offered_load(ev: Evidence) -> int | None:
+    """The highest load the sweep offered (concurrent requests), None without a sweep."""
+    top = pd.to_numeric(ev.sweep_sorted()["concurrency"], errors="coerce").max()
+    return int(top) if pd.notna(top) and top >= 1 else None
+
+
 def levels_with_limit(ev: Evidence) -> Iterator[tuple[float | None, pd.DataFrame, int | None, float, pd.Series]]:
     """Each level's ``(concurrency, decode lines, cap, limit, running requests)``, where the limit
     is the smaller of the cap and the offered load; levels with neither are passed over."""

@@ -36,7 +36,7 @@ from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._frontend import frontend_at
-from glm5lib.diagnose.rules._queue import KV_FULL, queued_below_limit
+from glm5lib.diagnose.rules._queue import KV_FULL, offered_load, queued_below_limit
 
 __all__ = [
     "rule_admission_reserve",
@@ -175,8 +175,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     if n_full < 3 or share < 0.5:
         return []
     cap, _ = ev.cap()
-    s = ev.sweep_sorted()
-    offered = float(s["concurrency"].max()) if not s.empty else None
+    offered = offered_load(ev)
     limit = min(c for c in (cap, offered) if c) if (cap or offered) else None
     # The prefill lines say what the scheduler saw when it admitted: the queue behind the
     # batch and the running set beside it (decode lines are rare when prefill takes every turn).
@@ -273,7 +272,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
             # churn that recomputes a small share of the admissions costs little: the pool's bound
             # (kv_capacity, 0.7) is then what to act on (one H200, SGLang 0.5.16, a 16,384-token
             # pool: 2% of admissions retracted, and a larger pool gave 2.8x: data/examples/h200-sglang-kv)
-            severity=0.8 if not churn < _CHURN_COSTLY else 0.6,
+            severity=0.6 if churn < _CHURN_COSTLY else 0.8,  # an unknown share (nan) leads
             covers=("running_cap", "schedule_conservativeness"),
         )
     ]

@@ -22,6 +22,7 @@ from glm5lib.diagnose.evidence import (
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import Recommendation, predict_remedy, recommend_running_cap
 from glm5lib.diagnose.model.queries import model_of
+from glm5lib.diagnose.rules._queue import offered_load
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -290,7 +291,7 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     if set_pool is not None:
         # the pool is the size the engine was told, not what its memory allows: that field is the lever,
         # sized for the requests that would run (the offered load, up to the cap) where the sweep says
-        offered = _offered(ev)
+        offered = offered_load(ev)
         load = min(offered, cap) if offered and cap else offered
         want = int(math.ceil(load * ctx / 1024.0) * 1024) if load and ctx else 0
         if want > set_pool:
@@ -340,15 +341,6 @@ def _pool_set_by_hand(ev: Evidence, pool: int | None) -> int | None:
 
 #: the least share of a pool size given by hand the engine's pool keeps after page rounding
 _POOL_ROUNDING = 0.97
-
-
-def _offered(ev: Evidence) -> int | None:
-    """The highest load the sweep offered (concurrent requests), None without one."""
-    s = ev.sweep_sorted()
-    if s.empty or "concurrency" not in s:
-        return None
-    top = pd.to_numeric(s["concurrency"], errors="coerce").max()
-    return int(top) if pd.notna(top) and top >= 1 else None
 
 
 def decode_sizes_between(low: float, high: float) -> list[int]:

@@ -106,8 +106,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
     context = {row["field"] for row in diff.attrs.get("context", [])}
     label = ev.reference_label or "the reference"
     out: list[Finding] = []
-    ruled: list[str] = []
-    ruled_fields: list[str] = []
+    ruled: list[tuple[str, str]] = []  # (field, why the evidence rules it out)
     minor: list[str] = []
     automatic: list[str] = []
     n = max(len(diff), 1)
@@ -115,8 +114,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
         field = row["field"]  # a setting: the model's identity is context, which the diff leaves out
         why = _ruled_out(field, row["current"], row["reference"], ev)
         if why:
-            ruled.append(f"{field} ({why})")
-            ruled_fields.append(field)
+            ruled.append((field, why))
         elif row["impact"] not in ("high", "medium"):
             minor.append(f"{field}={shown(row['current'])} vs {shown(row['reference'])}")
         elif row.get("automatic"):
@@ -125,7 +123,7 @@ def rule_reference_diff(ev: Evidence) -> list[Finding]:
             out.append(_difference_finding(ev, row, label, n))
     # a switch with a known cost after those that cost nothing to try (stable: diff rank otherwise)
     out.sort(key=lambda f: -f.severity)
-    out += _summary_findings(label, ruled, automatic, minor, ruled_fields)
+    out += _summary_findings(label, ruled, automatic, minor)
     if "model_path" in context | set(diff["field"]):
         for f in out:
             if f.rule == "reference_diff":
@@ -170,8 +168,8 @@ def _try_it(flag: str, ref_value: Any) -> str:
     return f"{flag} {ref_value}"
 
 
-def _summary_findings(label: str, ruled: list[str], automatic: list[str], minor: list[str],
-                      ruled_fields: list[str] = ()) -> list[Finding]:
+def _summary_findings(label: str, ruled: list[tuple[str, str]], automatic: list[str],
+                      minor: list[str]) -> list[Finding]:
     """The findings that gather the differences ruled out (covering the fields ruled out, so that
     no hypothesis tests one), those chosen automatically on one side and the minor ones (each only
     where there are some)."""
@@ -180,12 +178,12 @@ def _summary_findings(label: str, ruled: list[str], automatic: list[str], minor:
         out.append(
             Finding(
                 finding=f"differences from {label} ruled out by the evidence",
-                evidence="; ".join(ruled),
+                evidence="; ".join(f"{field} ({why})" for field, why in ruled),
                 suggestion="no action: kept for the record",
                 confidence=0.8,
                 rule="reference_diff_ruled_out",
                 severity=0.02,
-                covers=tuple(ruled_fields),
+                covers=tuple(field for field, _ in ruled),
             )
         )
     if automatic:

@@ -89,7 +89,7 @@ def bench_command(args: Mapping[str, Any], batches: Sequence[int], input_len: in
     # where the pool cannot hold it, and the pool's size does not change what a step costs (a
     # forecast that raises the pool asks for batches the deployment's own pool never held).
     changes["max_total_tokens"] = kv_tokens_needed(max(batches), input_len, output_len,
-                                                   _whole(config.get("page_size")) or 1)
+                                                   whole_size(config.get("page_size")) or 1)
     if graphs_off is not None:
         changes["disable_cuda_graph"] = bool(graphs_off)
     config = config.with_changes(**changes)
@@ -114,11 +114,6 @@ def kv_tokens_needed(batch: int, input_len: int, output_len: int, page_size: int
     page = max(int(page_size), 1)
     per_request = -(-(int(input_len) + max(int(output_len), 2)) // page) * page
     return max(_KV_FLOOR, int(batch * per_request * _KV_MARGIN))
-
-
-def _whole(value: Any) -> int | None:
-    """A size as SGLang takes it (``64k`` too, as 0.5.23 reads it); None where it is none."""
-    return whole_size(value)
 
 
 def parse_bench_output(text: str, *, graphs_off: bool | None = None) -> list[dict[str, Any]]:
