@@ -37,7 +37,8 @@ PLACEHOLDERS = Path(__file__).resolve().parent / "sglang_env"
 #: Supported releases: the sha256 of the PyPI wheel the catalogues were generated from.
 #: 0.5.8 (2026-01-23) is the early-2026 release the investigation used (0.5.7: 2026-01-01);
 #: 0.5.9 (2026-02-23) the one the shipped
-#: configs were first written against; 0.5.23 (2026-10-30) the newest.
+#: configs were first written against; 0.5.16 the one every recorded GPU run in data/examples used;
+#: 0.5.23 (2026-10-30) the newest.
 RELEASES: dict[str, dict[str, str]] = {
     "0.5.8": {
         "wheel": "sglang-0.5.8-py3-none-any.whl",
@@ -46,6 +47,10 @@ RELEASES: dict[str, dict[str, str]] = {
     "0.5.9": {
         "wheel": "sglang-0.5.9-py3-none-any.whl",
         "sha256": "8a936c4d25fea605f44254e533cff2144c73ceffbc1f8738aba393461bbb64d1",
+    },
+    "0.5.16": {
+        "wheel": "sglang-0.5.16-cp311-cp311-manylinux_2_34_x86_64.whl",
+        "sha256": "d5f345a18953dd35df568ac56bdcb7f5ee910ab39efea4469b714556d1070713",
     },
     "0.5.23": {
         "wheel": "sglang-0.5.23-cp311-cp311-manylinux_2_34_x86_64.whl",
@@ -79,6 +84,11 @@ _HF4 = [
 EXTRA: dict[str, list[str]] = {
     "0.5.8": _HF4,
     "0.5.9": _HF4,
+    "0.5.16": [
+        "transformers==5.12.1", "tokenizers==0.22.2", "huggingface-hub==1.33.0", "openai==2.6.1",
+        "httpx==0.28.1", "httpcore==1.0.9", "datasets==5.2.0", "apache-tvm-ffi==0.1.11",
+        "compressed-tensors==0.20.1", "loguru==0.7.3", "gguf==0.19.0", "xgrammar==0.2.1", "einops==0.8.2",
+    ],
     "0.5.23": [
         "transformers==5.19.0", "tokenizers==0.23.2", "huggingface-hub==2.4.0", "openai==2.8.0",
         "httpx2==2.16.2", "httpcore2==2.16.2", "datasets==5.2.0", "apache-tvm-ffi==0.1.11",

@@ -46,9 +46,9 @@ def test_regenerating_0_5_9_from_its_wheel_reproduces_the_committed_file(tmp_pat
     assert text == _catalogue_path("0.5.9").read_text()
 
 
-@pytest.mark.parametrize("release", ["0.5.8", "0.5.23"])
+@pytest.mark.parametrize("release", ["0.5.8", "0.5.16", "0.5.23"])
 def test_regenerating_from_the_release_own_parser_reproduces_the_committed_file(release, tmp_path):
-    """0.5.8's and 0.5.23's catalogues are read off the release's own parser, in its environment."""
+    """0.5.8's, 0.5.16's and 0.5.23's catalogues are read off the release's own parser, in its environment."""
     stamp = ENGINES / f"sglang-{release}" / "glm5-env.json"
     if not stamp.is_file():
         pytest.skip(f"no SGLang {release} environment: run 'make sglang-envs' ({stamp} missing)")

@@ -157,12 +157,14 @@ def test_the_benchmark_a_withheld_forecast_names_runs_the_changed_graph_ceiling(
     """The remedy's 1,024 forecast from the baseline lacks a graph step at 1,024. The benchmark the
     notebook ran for it used the baseline's graph ceiling and timed an eager step
     (step-profile-retaken/: 27.6 ms, graphs False); the command named now carries the change's
-    ceiling, and none of its other fields (the tokenizer workers are no step's)."""
+    ceiling, and none of its other fields (the tokenizer workers are no step's), in SGLang 0.5.16's own
+    flag: the per-phase ``--cuda-graph-max-bs-decode`` (``--cuda-graph-max-bs`` is its deprecated alias)."""
     from glm5lib import engines
     from glm5lib.diagnose.evidence import load_evidence
 
     [f] = predict(EXAMPLE, "baseline", FRONTEND, [1024])
-    assert not f.given and "--cuda-graph-max-bs 1024" in f.needs and "--batch-size 1024" in f.needs
+    assert not f.given and "--cuda-graph-max-bs-decode 1024" in f.needs and "--batch-size 1024" in f.needs
+    assert "--cuda-graph-max-bs " not in f.needs
     assert "--max-total-tokens" in f.needs and "tokenizer-worker" not in f.needs
     ev = load_evidence(EXAMPLE, phase="baseline")
     assert engines.step_kind_changes(FRONTEND, ev.engine, ev.server_args) == {"cuda_graph_max_bs": 1024}
@@ -201,4 +203,4 @@ def test_a_benchmark_profile_is_read_as_served_on_the_levels_the_engine_paced(tm
 @pytest.mark.parametrize("spelling", ["graph-max-batch", "--cuda-graph-max-bs", "cuda-graph-max-bs"])
 def test_a_graph_ceiling_spelt_as_a_flag_or_with_hyphens_reaches_the_benchmark(spelling):
     [f] = predict(EXAMPLE, "baseline", {"running_cap": 1024, spelling: 1024}, [1024])
-    assert "--cuda-graph-max-bs 1024" in f.needs, f.needs
+    assert "--cuda-graph-max-bs-decode 1024" in f.needs, f.needs

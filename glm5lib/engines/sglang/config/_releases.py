@@ -26,6 +26,7 @@ import logging
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 import glm5lib.engines.sglang.config.sglang_parser as sglang_parser
@@ -66,6 +67,7 @@ CATALOGUE_FORMAT = "glm5lib.flag_catalogue/1"
 BUNDLED_RELEASES: dict[str, str] = {
     "0.5.8": "0.5.8.json",
     "0.5.9": "0.5.9.json",
+    "0.5.16": "0.5.16.json",
     "0.5.23": "0.5.23.json",
 }
 
@@ -112,6 +114,9 @@ class FlagSpec:
     #: to ``fallback``: the value it then logs is SGLang's, not a user choice (``Arg(resolvable=...)``)
     resolvable: bool = False
     fallback: Any = None
+    #: alias switches that store one value of this field (0.5.16's deprecated
+    #: ``--disable-piecewise-cuda-graph`` is ``--cuda-graph-backend-prefill disabled``)
+    alias_consts: Mapping[str, Any] = dataclass_field(default_factory=dict, hash=False)
 
     @property
     def flag(self) -> str:
@@ -162,6 +167,7 @@ def _specs(raw_flags: Iterable[Mapping[str, Any]]) -> dict[str, FlagSpec]:
             in_server_args=bool(raw.get("in_server_args", True)),
             resolvable=resolvable,
             fallback=fallback,
+            alias_consts=dict(raw.get("alias_consts") or {}),
         )
     return out
 

@@ -278,6 +278,12 @@ class SGLangConfig:
                     i += 1
                 continue
             spec = cat.specs[field]
+            if name in spec.alias_consts:  # a switch that stores one value of a valued field
+                if has_inline:
+                    raise ConfigError(f"{name} is a switch and takes no value (got {token!r})",
+                                      field=field, valid=[name])
+                values[field] = _convert_token(spec, str(spec.alias_consts[name]))
+                continue
             if spec.value_type in ("bool", "none"):
                 if has_inline:
                     raise ConfigError(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import json
 import re
 import sys
@@ -52,6 +53,11 @@ def from_parser_dump(dump: dict[str, Any]) -> list[dict[str, Any]]:
             })
         if entry["flags"]:
             entry.setdefault("alias_flags", []).extend(action["flags"])
+            const = action.get("const")
+            if action["nargs"] in ("0", 0) and const is not None and not isinstance(const, bool):
+                # a switch that stores one value of a valued field (0.5.16's --disable-piecewise-cuda-graph
+                # stores "disabled" into cuda_graph_backend_prefill)
+                entry.setdefault("alias_consts", {}).update(dict.fromkeys(action["flags"], const))
             continue
         kind = action["kind"]
         act = _KIND_ACTION.get(kind, kind)
@@ -162,6 +168,9 @@ def dump() -> dict[str, Any]:
         if choices is not None and not _jsonable(choices):
             choices = [str(c) for c in choices]
         default = action.default
+        # what a switch stores (argparse's const; SGLang's deprecated switches keep it as const_value)
+        const = getattr(action, "const_value", action.const)
+        const = const.value if isinstance(const, enum.Enum) else const
         actions.append({
             "dest": action.dest,
             "flags": list(action.option_strings),
@@ -173,6 +182,7 @@ def dump() -> dict[str, Any]:
             "default_repr": None if _jsonable(default) else repr(default),
             "required": bool(action.required),
             "help": action.help if isinstance(action.help, str) else "",
+            "const": const if _jsonable(const) else None,
         })
     for info in fields.values():
         if not _jsonable(info["default"]):

@@ -13,6 +13,7 @@ from glm5lib.engines.sglang.config import (
     SGLANG_FLAGS,
     SGLANG_SOURCE,
     ServerConfig,
+    catalogue,
     field_for,
     flag_for,
     shipped_configs,
@@ -27,12 +28,41 @@ def test_catalogue_records_its_sglang_source():
     # the default release is the newest bundled one, in one constant
     from glm5lib.engines.sglang.config import BUNDLED_RELEASES, DEFAULT_RELEASE, NEWEST_RELEASE
 
-    assert DEFAULT_RELEASE == NEWEST_RELEASE == "0.5.23" and set(BUNDLED_RELEASES) == {"0.5.8", "0.5.9", "0.5.23"}
+    assert DEFAULT_RELEASE == NEWEST_RELEASE == "0.5.23" and set(BUNDLED_RELEASES) == {"0.5.8", "0.5.9", "0.5.16", "0.5.23"}
     assert SGLANG_SOURCE["version"] == "0.5.23"
     assert len(SGLANG_SOURCE["sha256"]) == 64
     # 0.5.23's ServerArgs has over 500 fields; a broken generator yields few
     assert len(SGLANG_FLAGS) > 500
     assert ServerConfig(model_path="m").release == "0.5.23"
+
+
+def test_0_5_16_is_read_with_its_own_catalogue_not_0_5_9s(caplog):
+    """Every recorded GPU run used SGLang 0.5.16, which split the graph flags by phase and keeps
+    --cuda-graph-max-bs and --disable-cuda-graph only as deprecated spellings (it warns on them). Read
+    with 0.5.9's catalogue (the nearest bundled one before), a remedy or a benchmark command named them."""
+    with caplog.at_level("INFO"):
+        cat = catalogue("0.5.16")
+    assert cat.release == "0.5.16" and "nearest bundled" not in caplog.text
+    assert cat.specs["cuda_graph_max_bs_decode"].flags == ("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs")
+    assert "cuda_graph_max_bs" not in cat.specs
+    config = ServerConfig(model_path="m", release="0.5.16", cuda_graph_max_bs=64, disable_cuda_graph=True)
+    argv = config.to_argv()
+    assert argv[argv.index("--cuda-graph-max-bs-decode") + 1] == "64" and "--cuda-graph-max-bs" not in argv
+    assert "--disable-cuda-graph" not in argv  # deprecated in 0.5.16: both phases' backends instead
+    assert argv[argv.index("--cuda-graph-backend-decode") + 1] == "disabled"
+
+
+@pytest.mark.parametrize(("switch", "backend"), [("--disable-piecewise-cuda-graph", "disabled"),
+                                                 ("--enable-breakable-cuda-graph", "breakable"),
+                                                 ("--enforce-piecewise-cuda-graph", "tc_piecewise")])
+def test_a_switch_that_stores_a_value_of_another_field_is_read_as_that_value(switch, backend):
+    """0.5.16's deprecated prefill-graph switches store one backend into cuda_graph_backend_prefill
+    (DeprecatedStoreConstAction); its own parser is the judge (tests/integration/contract)."""
+    config = ServerConfig.from_argv(["--model-path", "m", switch], release="0.5.16")
+    assert config.explicit == {"model_path": "m", "cuda_graph_backend_prefill": backend}
+    assert config.to_argv()[-2:] == ["--cuda-graph-backend-prefill", backend]
+    with pytest.raises(ConfigError, match="is a switch and takes no value"):
+        ServerConfig.from_argv(["--model-path", "m", f"{switch}=yes"], release="0.5.16")
 
 
 @pytest.mark.parametrize(
