@@ -7,25 +7,29 @@ it): decode and prefill stats in ``sglang/srt/managers/scheduler_metrics_mixin.p
 
 - 0.5.8: both stats lines end with ``", "``; prefill ends at ``#queue-req``.
 - 0.5.9: no trailing ``", "``; prefill adds ``input throughput (token/s)`` then ``cuda graph``.
-- 0.5.23: prefill adds ``#pending-token`` after ``#queue-req`` and writes ``cuda graph`` before
-  ``input throughput (token/s)``; ``ServerArgs`` is a msgspec Struct and the server logs its
-  resolved dict, ``server_args={'name': value, ...}``, instead of the ``ServerArgs(...)`` repr.
+- 0.5.16: the stats lines are written by ``scheduler_components/metrics_reporter.py``, as in 0.5.23:
+  prefill adds ``#pending-token`` after ``#queue-req`` and writes ``cuda graph`` before
+  ``input throughput (token/s)``, which counts this batch's tokens (0.5.9: the batch before's);
+  the server still logs the ``ServerArgs(...)`` repr.
+- 0.5.23: ``ServerArgs`` is a msgspec Struct and the server logs its resolved dict,
+  ``server_args={'name': value, ...}``, instead of the ``ServerArgs(...)`` repr.
 
 Start-up lines (``sglang/srt/model_executor/``, ``mem_cache/memory_pool.py``) changed too:
 ``Init torch distributed ends.`` gained ``elapsed`` in 0.5.9 and is gone in 0.5.23;
-``Load weight end.`` gained ``elapsed`` in 0.5.9 and lost ``dtype`` in 0.5.23; 0.5.23's
-``KV Cache is allocated.`` names the dtype and its graph capture is ``Capture target decode CUDA
-graph begin/end`` with the batch sizes in the end line.
+``Load weight end.`` gained ``elapsed`` in 0.5.9 and had lost ``dtype`` by 0.5.16; from 0.5.16
+``KV Cache is allocated.`` names the dtype and the graph capture is ``Capture target decode CUDA
+graph begin/end``, with the batch sizes in the begin line in 0.5.16 and in the end line in 0.5.23
+(a real 0.5.16 log, tests/fixtures/logs/sglang-0.5.16-h200.log, shows each of these).
 
 The variants a launch configuration calls for (:func:`line_shape`):
 
 - speculative decoding (``--speculative-algorithm``): decode lines carry ``accept len: F,
   accept rate: F, `` after the token usage. The acceptance rate is the release's: 0.5.8 and
-  0.5.9 divide accepted tokens (the bonus token included) by the draft tokens, 0.5.23 divides
-  the accepted drafts by the draft tokens after the first;
+  0.5.9 divide accepted tokens (the bonus token included) by the draft tokens, 0.5.16 and 0.5.23
+  divide the accepted drafts by the draft tokens after the first;
 - prefill CUDA graphs: 0.5.9's prefill ``cuda graph`` is True for a batch of at most
   ``piecewise_cuda_graph_max_tokens`` new tokens (default ``chunked_prefill_size``) when
-  ``--enable-piecewise-cuda-graph`` is on; 0.5.23 captures prefill graphs by default on CUDA
+  ``--enable-piecewise-cuda-graph`` is on; 0.5.16 and 0.5.23 capture prefill graphs by default on CUDA
   (``--cuda-graph-backend-prefill`` breakable) for batches of at most
   ``cuda_graph_max_bs_prefill`` tokens (default ``chunked_prefill_size``, at most
   ``max_total_tokens``) unless they are turned off; 0.5.8's prefill line has no graph field.
@@ -46,6 +50,7 @@ from typing import Any
 from glm5lib.engines.sglang.config import graphs_off_for
 
 __all__ = [
+    "GENERATIONS",
     "NOMINAL_ACCEPT_LENGTH",
     "SPECULATIVE_DEFAULTS",
     "LineShape",
@@ -58,6 +63,7 @@ __all__ = [
     "load_weight_end_line",
     "prefill_line",
     "server_args_line",
+    "writes_since",
 ]
 
 
@@ -65,14 +71,20 @@ def _key(release: str) -> tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", release)[:3])
 
 
+#: The releases whose line formats the stand-in writes, oldest first (each checked against that
+#: release's source by tests/integration/contract).
+GENERATIONS = ("0.5.8", "0.5.9", "0.5.16", "0.5.23")
+
+
 def line_generation(release: str) -> str:
-    """Which bundled release's line formats ``release`` writes: ``0.5.8``, ``0.5.9`` or ``0.5.23``."""
+    """Which of :data:`GENERATIONS` ``release`` writes its lines as: the newest not after it."""
     key = _key(release)
-    if key >= (0, 5, 23):
-        return "0.5.23"
-    if key >= (0, 5, 9):
-        return "0.5.9"
-    return "0.5.8"
+    return [g for g in GENERATIONS if _key(g) <= key][-1] if key >= _key(GENERATIONS[0]) else GENERATIONS[0]
+
+
+def writes_since(release: str, generation: str) -> bool:
+    """``release`` writes its lines as ``generation`` or a later one of :data:`GENERATIONS`."""
+    return _key(line_generation(release)) >= _key(generation)
 
 
 #: Tokens a speculative decoding step yields per request, the bonus token included: a nominal
@@ -105,7 +117,7 @@ def line_shape(release: str, values: Mapping[str, Any], *, graphs_off: bool) -> 
     tokens = 0
     if generation == "0.5.9" and _on(values.get("enable_piecewise_cuda_graph")):
         tokens = int(values.get("piecewise_cuda_graph_max_tokens") or values.get("chunked_prefill_size") or 0)
-    elif generation == "0.5.23" and not (graphs_off or graphs_off_for(values, "prefill")):
+    elif writes_since(release, "0.5.16") and not (graphs_off or graphs_off_for(values, "prefill")):
         tokens = int(values.get("cuda_graph_max_bs_prefill") or values.get("chunked_prefill_size") or 0)
         if values.get("max_total_tokens"):
             tokens = min(tokens, int(values["max_total_tokens"]))
@@ -113,7 +125,7 @@ def line_shape(release: str, values: Mapping[str, Any], *, graphs_off: bool) -> 
     if values.get("speculative_algorithm"):
         drafts = int(values.get("speculative_num_draft_tokens") or SPECULATIVE_DEFAULTS[2])
         length = min(NOMINAL_ACCEPT_LENGTH, float(drafts))
-        if generation == "0.5.23":
+        if writes_since(release, "0.5.16"):
             rate = (length - 1.0) / (drafts - 1) if drafts > 1 else 0.0
         else:
             rate = length / drafts
@@ -183,7 +195,7 @@ def load_weight_end_line(release: str, *, elapsed: float, model_type: str, avail
 
 def kv_allocated_line(release: str, *, tokens: int, kv_gb: float, dtype: str = "torch.bfloat16") -> str:
     """``KV Cache is allocated. ...`` (one K+V pool, as an MLA or packed pool logs it)."""
-    if line_generation(release) == "0.5.23":
+    if writes_since(release, "0.5.16"):
         return f"KV Cache is allocated. dtype: {dtype}, #tokens: {tokens}, KV size: {kv_gb:.2f} GB"
     return f"KV Cache is allocated. #tokens: {tokens}, KV size: {kv_gb:.2f} GB"
 
@@ -191,6 +203,13 @@ def kv_allocated_line(release: str, *, tokens: int, kv_gb: float, dtype: str = "
 def capture_lines(release: str, *, sizes: list[int], avail_before: float, elapsed: float, mem_usage: float,
                   avail_after: float) -> tuple[list[str], list[str]]:
     """The decode CUDA graph capture's lines: (before the capture, after it)."""
+    if line_generation(release) == "0.5.16":
+        return (
+            [f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs={sizes}, "
+             f"avail mem={avail_before:.2f} GB"],
+            [f"Capture target decode CUDA graph end. elapsed={elapsed:.2f} s, "
+             f"mem usage={mem_usage:.2f} GB, avail mem={avail_after:.2f} GB."],
+        )
     if line_generation(release) == "0.5.23":
         return (
             [f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "

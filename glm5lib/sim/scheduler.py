@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from glm5lib.engines.sglang.config import DEFAULT_RELEASE
-from glm5lib.sim.lines import LineShape, decode_line, line_generation, prefill_line
+from glm5lib.sim.lines import LineShape, decode_line, prefill_line, writes_since
 from glm5lib.sim.logwriter import LogWriter
 from glm5lib.sim.profile import Profile, StepContext
 
@@ -442,10 +442,10 @@ class SimScheduler:
         self.prefill_batches += 1
         tic = time.perf_counter()
         gap, self._prefill_tic = tic - self._prefill_tic, tic
-        # 0.5.9 divides the previous batch's tokens by the gap, 0.5.23 this batch's
-        counted = new_tokens if line_generation(self.s.release) == "0.5.23" else self._last_prefill_tokens
+        # 0.5.9 divides the previous batch's tokens by the gap, 0.5.16 on this batch's
+        counted = new_tokens if writes_since(self.s.release, "0.5.16") else self._last_prefill_tokens
         self._last_prefill_tokens = new_tokens
-        # 0.5.23's #pending-token: prompt tokens still to prefill (the queue and a chunked rest)
+        # 0.5.16's and 0.5.23's #pending-token: prompt tokens still to prefill (the queue and a chunked rest)
         pending = sum(r.seq_len for r in self.waiting) + sum(
             r.seq_len - r.prefilled for r, _, _ in batch if r.prefilled < r.seq_len)
         self.log.info(prefill_line(

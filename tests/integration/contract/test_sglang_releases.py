@@ -23,6 +23,7 @@ from glm5lib.engines.sglang.config import (
     decode_graph_sizes,
     shipped_configs,
 )
+from glm5lib.sim.lines import GENERATIONS, writes_since
 
 pytestmark = pytest.mark.contract
 
@@ -163,9 +164,8 @@ def test_patch_step_per_release(release, tmp_path):
 
 
 # The releases whose line formats the stand-in writes (glm5lib.sim.lines.line_generation), each
-# checked against that release's source below. 0.5.16's lines are read from a real 0.5.16 log
-# instead (tests/unit/logs/test_logs_sglang_0516.py): the stand-in asked for 0.5.16 writes 0.5.9's.
-LINE_GENERATIONS = ["0.5.8", "0.5.9", "0.5.23"]
+# checked against that release's source below.
+LINE_GENERATIONS = list(GENERATIONS)
 
 
 @pytest.fixture(scope="module", params=LINE_GENERATIONS)
@@ -195,7 +195,7 @@ def standin_output(request, tmp_path_factory):
 # Speculative decoding and prefill CUDA graphs: the stand-in writes the line variants they call
 # for (0.5.9 captures prefill graphs only with --enable-piecewise-cuda-graph, 0.5.23 by default).
 _VARIANT_FLAGS = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path", "draft-model"]
-_PIECEWISE = {"0.5.8": [], "0.5.9": ["--enable-piecewise-cuda-graph"], "0.5.23": []}
+_PIECEWISE = {"0.5.8": [], "0.5.9": ["--enable-piecewise-cuda-graph"], "0.5.16": [], "0.5.23": []}
 
 
 @pytest.fixture(scope="module", params=LINE_GENERATIONS)
@@ -273,6 +273,8 @@ _LINES = {
                                'f"#queue-req: {len(self.scheduler.waiting_queue)}"\n']),
     },
 }
+# 0.5.16 writes them with the same pieces from the same file (at other line numbers)
+_LINES["0.5.16"] = _LINES["0.5.23"]
 # Start-up lines: (head the stand-in's line starts with, file, pieces); 0.5.23 has no
 # torch.distributed line and puts the captured batch sizes in its capture's end line.
 _RUNNER, _POOL, _SETUP = ("model_executor/model_runner.py", "mem_cache/memory_pool.py",
@@ -308,6 +310,25 @@ _STARTUP = {
                                              '{time.perf_counter() - tic:.2f} s. "',
                                              'f"mem usage={self.graph_mem_usage:.2f} GB. avail mem={after_mem:.2f} GB."']),
     ],
+    "0.5.16": [
+        ("Init torch distributed ends", "distributed/bootstrap.py",
+         ['f"Init torch distributed ends. elapsed={time.perf_counter() - tic:.2f} s, "',
+          'f"mem usage={(before_avail_memory - local_gpu_memory):.2f} GB"']),
+        ("Load weight end", _RUNNER, ['f"Load weight end. "', 'f"elapsed={time.perf_counter() - tic_total:.2f} s, "',
+                                      'f"type={type(self.model).__name__}, "', "f\"{quant_str + ', ' if quant_str else ''}\"",
+                                      'f"avail mem={after_avail_memory:.2f} GB, "',
+                                      'f"mem usage={self.weight_load_mem_usage:.2f} GB."']),
+        ("KV Cache is allocated", _POOL, [
+            'f"KV Cache is allocated. dtype: {self.dtype}, #tokens: {num_tokens}, KV size: {kv_size_GB:.2f} GB"']),
+        ("Capture target decode CUDA graph begin", _SETUP, [
+            'f"Capture {capture_name} {graph_backend[model_runner.device]} begin. "',
+            'f"backend={decode_backend}, num_tokens_per_req={num_tokens_per_req}, "',
+            'f"bs={capture_bs}, avail mem={before_mem:.2f} GB"']),
+        ("Capture target decode CUDA graph end", _SETUP, [
+            'f"Capture {capture_name} {graph_backend[model_runner.device]} end. "',
+            'f"elapsed={time.perf_counter() - tic:.2f} s, "',
+            'f"mem usage={graph_mem_usage:.2f} GB, avail mem={after_mem:.2f} GB."']),
+    ],
     "0.5.23": [
         ("Load weight end", _RUNNER, ['f"Load weight end. "', 'f"elapsed={self.weight_load_time:.2f} s, "',
                                       'f"type={type(self.model).__name__}, "', "f\"{quant_str + ', ' if quant_str else ''}\"",
@@ -328,9 +349,9 @@ _STARTUP = {
 _FILLED = {"{iter_msg}": "", "{cache_name}": "KV Cache", "{capture_name}": "target decode",
            "{'VA upper bound' if self.post_capture_active else 'is allocated'}": "is allocated",
            "{quant_str + ', ' if quant_str else ''}": "", "{graph_backend[model_runner.device]}": "CUDA graph"}
-_LISTS = ("{self.capture_bs}", "{runner.capture_bs}")
-# 0.5.23 builds the pool piece in another file: ", ".join(parts) + ", "
-_USAGE_0_5_23 = {"prefill": 'parts.append(f"token usage: {self.full_token_usage:.2f}")',
+_LISTS = ("{self.capture_bs}", "{runner.capture_bs}", "{capture_bs}")
+# 0.5.16 and 0.5.23 build the pool piece in another file: ", ".join(parts) + ", "
+_USAGE_POOLS = {"prefill": 'parts.append(f"token usage: {self.full_token_usage:.2f}")',
                  "decode": 'f"#token: {self.full_num_used}, token usage: {self.full_token_usage:.2f}"'}
 _LABELS = ("{graph_backend[self.device]}", "{self._graph_backend_label}",
            "{'cuda graph' if self.device == 'cuda' else 'cpu graph'}", _GRAPH_08)
@@ -374,10 +395,10 @@ def _line_regex(release: str, kind: str, *, speculative: bool = False) -> str:
         at = next(i for i, p in enumerate(pieces) if p.startswith('f"Decode batch')) + 1
         pieces = [*pieces[:at], _ACCEPT, *pieces[at:]]
     _in_order(release, where, pieces)
-    if release == "0.5.23":
+    if writes_since(release, "0.5.16"):
         pools = (_site(release) / "sglang" / "srt" / _POOLS).read_text()
-        assert _USAGE_0_5_23[kind] in pools, (release, kind)
-        usage = _piece_regex(_USAGE_0_5_23[kind], "") + re.escape(", ")
+        assert _USAGE_POOLS[kind] in pools, (release, kind)
+        usage = _piece_regex(_USAGE_POOLS[kind], "") + re.escape(", ")
         body = pieces
     else:
         usage, body = _piece_regex(pieces[0], ""), pieces[1:]
@@ -399,7 +420,7 @@ def test_standin_log_lines_are_the_release_own_format(standin_output):
         pattern = re.compile(_line_regex(release, kind))
         wrong = [ln for ln in mine if not pattern.fullmatch(ln)]
         assert not wrong, (release, kind, pattern.pattern, wrong[:2])
-    # the server_args line: the dataclass repr up to 0.5.9, the resolved dict in 0.5.23
+    # the server_args line: the ServerArgs repr up to 0.5.16, the resolved dict in 0.5.23
     args_line = next(ln for ln in log.splitlines() if "server_args=" in ln)
     engine = (_site(release) / "sglang" / "srt" / "entrypoints" / "engine.py").read_text()
     if release == "0.5.23":
@@ -421,12 +442,12 @@ def test_standin_log_lines_are_the_release_own_format(standin_output):
     assert len(parsed.decode) and len(parsed.prefill) and len(parsed.server_args) > 300
     sizes = parsed.startup["cuda_graph_batch_sizes"]
     assert sizes and sizes == decode_graph_sizes(max(sizes)), sizes  # SGLang's schedule, as the capture line says
-    assert ("pending_token" in parsed.prefill.columns) == (release == "0.5.23")
+    assert ("pending_token" in parsed.prefill.columns) == writes_since(release, "0.5.16")
     assert ("input_throughput" in parsed.prefill.columns) == (release != "0.5.8")
     assert ServerConfig.from_server_args(parsed.server_args).release == release
-    # prefill CUDA graphs: off by default in 0.5.9 (piecewise graphs are opt-in), on in 0.5.23
+    # prefill CUDA graphs: off by default in 0.5.9 (piecewise graphs are opt-in), on from 0.5.16
     if release != "0.5.8":
-        assert set(parsed.prefill["cuda_graph"]) == {release == "0.5.23"}
+        assert set(parsed.prefill["cuda_graph"]) == {writes_since(release, "0.5.16")}
 
 
 def test_standin_variant_lines_are_the_release_own_format(standin_variant_output):
@@ -449,7 +470,7 @@ def test_standin_variant_lines_are_the_release_own_format(standin_variant_output
     assert parsed.server_args["speculative_num_draft_tokens"] == 4
     # accept rate per the release's definition: accepted/drafts up to 0.5.9, (accepted - 1)/(drafts - 1) after
     assert set(parsed.decode["accept_len"]) == {2.0}
-    assert set(parsed.decode["accept_rate"]) == {0.33 if release == "0.5.23" else 0.5}
+    assert set(parsed.decode["accept_rate"]) == {0.33 if writes_since(release, "0.5.16") else 0.5}
     if release != "0.5.8":
         assert set(parsed.prefill["cuda_graph"]) == {True}
 
@@ -471,7 +492,7 @@ def test_standin_speculative_metrics_exist_in_the_release(standin_variant_output
     _metric_names_exist(release, metrics)
     # speculative decoding's gauges, with the figure the decode lines carry
     assert re.search(r"^sglang:spec_accept_length\{[^}]*\} 2\.0$", metrics, re.M), metrics[:2000]
-    rate = 0.333 if release == "0.5.23" else 0.5
+    rate = 0.333 if writes_since(release, "0.5.16") else 0.5
     found = re.search(r"^sglang:spec_accept_rate\{[^}]*\} ([0-9.]+)$", metrics, re.M)
     assert found and abs(float(found[1]) - rate) < 1e-3, metrics[:2000]
 
