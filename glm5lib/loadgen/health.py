@@ -2,10 +2,10 @@
 
 What ``/health`` means differs by engine and release, and on SGLang it is not a static answer:
 
-- SGLang 0.5.8, 0.5.9 and 0.5.23 (``sglang/srt/entrypoints/http_server.py``): ``/health`` and
+- SGLang 0.5.8, 0.5.9, 0.5.16 and 0.5.23 (``sglang/srt/entrypoints/http_server.py``): ``/health`` and
   ``/health_generate`` are one handler. It answers 503 at once while the server is starting
   (before its warm-up) or shutting down. Otherwise, with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION``
-  on (the default in all three), it submits a one-token request and polls once a second until the
+  on (the default in all four), it submits a one-token request and polls once a second until the
   tokenizer manager receives anything from the scheduler after the probe began
   (``last_receive_tstamp``): 200 then, so at least a second; 503 after
   ``SGLANG_HEALTH_CHECK_TIMEOUT`` seconds (20) without a word. On a busy server that is the end of

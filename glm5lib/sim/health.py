@@ -1,4 +1,4 @@
-"""The stand-in's ``/health``, as SGLang 0.5.8, 0.5.9 and 0.5.23 answer it.
+"""The stand-in's ``/health``, as SGLang 0.5.8, 0.5.9, 0.5.16 and 0.5.23 answer it.
 
 503 while the server starts; with ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION`` off, 200 at once.
 Otherwise (the default) SGLang submits a one-token request and answers 200 once the scheduler
