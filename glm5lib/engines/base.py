@@ -47,6 +47,8 @@ LIMITS: dict[str, str] = {
     "graphs_off": "CUDA graphs switched off",
     "frontend_workers": "the serving processes that receive requests and stream tokens back (one core each)",
     "stream_interval": "the tokens a streamed chunk carries",
+    "admission_reserve": "the scale of the future tokens the admission keeps free for each running request "
+                         "(1: the engine's default)",
 }
 
 

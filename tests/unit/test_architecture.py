@@ -725,8 +725,6 @@ GENERIC_WORDS = {
 # the code spells.
 SGLANG_NAMES_OUTSIDE = {
     "glm5lib.diagnose.rules.admission": {
-        "schedule_conservativeness": "the admission rule: SGLang's knob of the KV room its scheduler reserves "
-                                     "for admitted requests' future tokens",
         "dp_size load_balance_method": "the data-parallel rule: SGLang's replicas and how its router spreads requests",
     },
     "glm5lib.diagnose.rules.reference": {

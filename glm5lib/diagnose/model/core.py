@@ -73,6 +73,12 @@ HOST_PACED_SPREAD = 0.15
 SHARED_BEYOND_PER_DOUBLING = 0.25
 # A graph step is at least this share of the eager step it replaces (graphs on from an all-eager phase).
 GRAPH_FLOOR_SHARE = 0.05
+# The share of each running request's future tokens an admission that reserves them keeps free once
+# its ratio has decayed, at the engine's default scale: SGLang's ratio decays from 0.7 to 0.14 of that
+# (0.098, here 0.1) over 600 decode steps, each scaled by schedule_conservativeness.
+RESERVE_FLOOR = 0.1
+# Token usage at or above this is a full pool (the KV rules' threshold, rules/_queue.KV_FULL).
+POOL_FULL = 0.85
 
 
 @dataclasses.dataclass
@@ -522,9 +528,33 @@ class PerfModel:
             b.stream_interval = _int(v) or 1
             notes.append(f"{k}={value}: one streamed chunk per {b.stream_interval} tokens divides the per-chunk "
                          "work of the front end (the engine's own design; no level measured it)")
+        elif limit == "admission_reserve":
+            if not b.reserve_ratio:
+                notes.append(f"{k}={value}: not modelled (this engine keeps no room for future tokens)")
+                return
+            held = self._reserve_held()
+            if held:
+                unseen.append(f"{k}={value}: {held}")
+                return
+            b.reserve_ratio = _reserve_ratio(v)
+            notes.append(f"{k}={value}: the admission keeps {b.reserve_ratio:.0%} of each running request's "
+                         f"future tokens free once its ratio has decayed ({self.bounds.reserve_ratio:.0%} now)")
         elif limit == "kv_fraction":
             unseen.append(f"{k}={value}: the model has no term for this field (the KV pool it gives is "
                           "written at start-up: set the pool in tokens to forecast it)")
+
+    def _reserve_held(self) -> str | None:
+        """Why the decayed reserve does not describe this phase, or None: a level the pool bounds in the
+        model never filled during it, so the admission's ratio had not decayed (a real pool-bound SGLang
+        level peaks at 99-100%: data/examples/h200-sglang-kv)."""
+        for p in self.levels:
+            shape = RequestShape(p.input_len, p.output_len)
+            _, binding = self.running(p.concurrency, self.bounds, shape)
+            if binding == "kv_tokens" and p.peak_token_usage is not None and p.peak_token_usage < POOL_FULL:
+                return (f"at concurrency {p.concurrency} the pool bounds the batch, yet it ran {p.running:.0f} with "
+                        f"the pool at most {p.peak_token_usage:.0%} full: the admission reserve held it back before "
+                        "its ratio decayed, which the model's term (the reserve once decayed) does not describe")
+        return None
 
     # -- the batch ----------------------------------------------------------------------------------
     def running(self, concurrency: int, bounds: Bounds, workload: RequestShape) -> tuple[float, str]:
@@ -754,6 +784,13 @@ class PerfModel:
         }
 
 
+def _reserve_ratio(scale: Any) -> float:
+    """The share of each running request's future tokens the admission keeps free once its ratio
+    has decayed, at the engine's ``admission_reserve`` scale (None: its default, 1)."""
+    value = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0 else 1.0
+    return RESERVE_FLOOR * value
+
+
 def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:
     """The limits one phase ran under, as the model runs them, and whether its host runs CUDA graphs."""
     caps = adapter.capabilities
@@ -782,7 +819,8 @@ def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:
     workers = {r.name: (_int(args.get(r.workers_field)) or 1) if r.workers_field else 1 for r in roles}
     return Bounds(
         running_cap=cap, token_budget=budget, kv_tokens=pool,
-        reserve_ratio=0.1 if caps.reserves_future_tokens else 0.0, mixed_steps=caps.mixed_steps,
+        reserve_ratio=_reserve_ratio(lim.admission_reserve) if caps.reserves_future_tokens else 0.0,
+        mixed_steps=caps.mixed_steps,
         graphs=graphs_on, graph_max_batch=ceiling if graphs_on else None, graph_sizes=sizes,
         workers=workers, stream_interval=_int(lim.stream_interval) or 1,
     ), graphs_apply

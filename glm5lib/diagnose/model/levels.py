@@ -60,6 +60,8 @@ class LevelPoint:
     # many steps (SGLang): that batch and its step (ms); None where its lines do not say
     line_batch: float | None = None
     line_step_ms: float | None = None
+    # the largest share of the KV pool in use during the level, where the engine's lines say it
+    peak_token_usage: float | None = None
 
     @property
     def u_ms(self) -> float:
@@ -206,9 +208,17 @@ def level_points(ev: Any, *, cap: int | None, budget: int | None, graphs: bool, 
                 cores_shared=_cores_shared(row),
                 line_batch=pace[0] if pace else None,
                 line_step_ms=pace[1] if pace else None,
+                peak_token_usage=_peak_of(lines, "token_usage"),
             )
         )
     return points
+
+
+def _peak_of(lines: pd.DataFrame, column: str) -> float | None:
+    if column not in lines:
+        return None
+    values = pd.to_numeric(lines[column], errors="coerce").dropna()
+    return float(values.max()) if len(values) else None
 
 
 def _cores_shared(row: Mapping[str, Any]) -> bool:

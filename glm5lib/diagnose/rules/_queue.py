@@ -8,9 +8,10 @@ from collections.abc import Iterator
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, _col
+from glm5lib.diagnose.model.core import POOL_FULL
 
 # Token usage at or above this is a full pool (the KV rule's territory).
-KV_FULL = 0.85
+KV_FULL = POOL_FULL
 
 
 def offered_load(ev: Evidence) -> int | None:

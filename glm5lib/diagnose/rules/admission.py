@@ -55,8 +55,13 @@ _SMALL_PREFILL_BUDGET = 2048
 
 
 def _conservativeness(ev: Evidence) -> float:
-    v = ev.arg("schedule_conservativeness")
+    """The scale of the admission's reserve (SGLang's schedule_conservativeness; 1 by default)."""
+    v = ev.limits().admission_reserve
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 1.0
+
+
+def _reserve_field(ev: Evidence) -> str:
+    return ev.adapter().capabilities.field("admission_reserve") or "admission reserve scale"
 
 
 def _prefill_at_budget(ev: Evidence) -> tuple[float, int, int, int | None, str]:
@@ -130,7 +135,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
         parts.append(
             f"SGLang admits a request only if the KV pool also holds min(max_new_tokens, 4096) x "
             f"new_token_ratio for it and for each running request: {_count(running)} running x {m:,.0f} "
-            f"max tokens ({max_src}) x a ratio of {r_min:.2f}-{r_init:.2f} (schedule_conservativeness "
+            f"max tokens ({max_src}) x a ratio of {r_min:.2f}-{r_init:.2f} ({_reserve_field(ev)} "
             f"{c:g}) reserves {lo:,.0f}-{hi:,.0f} tokens against the {free:,.0f} free of a "
             f"{pool:,}-token pool ({pool_src})"
         )
@@ -143,7 +148,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
             "the KV pool size or the requests' max_tokens is unknown, so the reserve could not be sized"
         )
     suggestion = remedy(
-        "lower_admission_reserve", ev.engine, release=ev.release, schedule_conservativeness=c, value=value
+        "lower_admission_reserve", ev.engine, release=ev.release, reserve=c, value=value
     )
     return [
         Finding(
@@ -154,7 +159,7 @@ def rule_admission_reserve(ev: Evidence) -> list[Finding]:
             rule="admission_reserve",
             prediction=predict_remedy(ev, ev.cap()[0], "with admission no longer held back"),
             severity=0.85,
-            covers=("schedule_conservativeness",),
+            covers=("admission_reserve",),
         )
     ]
 
@@ -260,7 +265,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
         "reduce_retraction",
         ev.engine, release=ev.release,
         value=value or "what the KV pool holds",
-        schedule_conservativeness=_conservativeness(ev),
+        reserve=_conservativeness(ev),
     )
     return [
         Finding(
@@ -273,7 +278,7 @@ def rule_retraction_churn(ev: Evidence) -> list[Finding]:
             # (kv_capacity, 0.7) is then what to act on (one H200, SGLang 0.5.16, a 16,384-token
             # pool: 2% of admissions retracted, and a larger pool gave 2.8x: data/examples/h200-sglang-kv)
             severity=0.6 if churn < _CHURN_COSTLY else 0.8,  # an unknown share (nan) leads
-            covers=("running_cap", "schedule_conservativeness"),
+            covers=("running_cap", "admission_reserve"),
         )
     ]
 

@@ -90,3 +90,44 @@ def test_only_a_pool_about_the_size_given_was_set_by_hand():
                                         {"max_total_num_tokens": 200000}))[0]
     assert "raise --max-total-tokens (now 200,000): that flag" in unsized.suggestion
     assert unsized.prediction is None
+
+
+def test_the_admission_reserve_is_a_term_of_the_model_and_forecast_what_it_measured():
+    """``--schedule-conservativeness 0.3`` was launched with "no term" recorded (glm5-fix/prediction.csv).
+    The model now scales the reserve it keeps for running requests' future tokens (SGLang's decayed
+    ratio, 0.1 at 1): the pool still binds at 25 running, and each level is forecast inside its band."""
+    from glm5lib.diagnose.model import PerfModel
+
+    model = PerfModel.fit_phase(EXAMPLE / "baseline")
+    assert model.bounds.reserve_ratio == pytest.approx(0.1)
+    measured = pd.read_csv(EXAMPLE / "glm5-fix" / "sweep.csv").set_index("concurrency")["output_throughput"]
+    bounds, notes, unseen = model.with_changes({"schedule_conservativeness": 0.3})
+    assert not unseen and bounds.reserve_ratio == pytest.approx(0.03)
+    assert any("keeps 3% of each running request's future tokens free" in n for n in notes), notes
+    for f in model.forecast({"schedule_conservativeness": 0.3}, [1, 16, 64, 256]):
+        assert f.given, f.needs
+        assert f.low_tok_s <= measured[f.concurrency] <= f.high_tok_s, (f.concurrency, f, measured[f.concurrency])
+    # a reserve lowered from the default leaves the pool's bound where it was: no more requests fit
+    [now] = model.forecast({}, [256])
+    [after] = model.forecast({"admission_reserve": 0.3}, [256])
+    assert after.binding_limit == "kv_tokens" and after.running == now.running == 25
+
+
+def test_a_reserve_that_held_the_batch_before_it_decayed_is_not_forecast(tmp_path):
+    """A phase whose pool-bound levels never filled the pool ran under the admission's ratio before it
+    decayed (the stand-in's slow GLM-5 steps did so within each level): the model's term, the decayed
+    reserve, does not describe it, so the change is not forecast and says why."""
+    import re
+    import shutil
+
+    from glm5lib.diagnose.model import PerfModel
+
+    phase = tmp_path / "run" / "baseline"
+    shutil.copytree(EXAMPLE / "baseline", phase)
+    log = phase / "server.log"
+    log.write_text(re.sub(r"token usage: (\d\.\d\d)",
+                          lambda m: f"token usage: {min(float(m[1]), 0.7):.2f}", log.read_text()))
+    model = PerfModel.fit_phase(phase)
+    _, _, unseen = model.with_changes({"schedule_conservativeness": 0.3})
+    assert len(unseen) == 1 and "at most 70% full" in unseen[0] and "before its ratio decayed" in unseen[0]
+    assert not any(f.given for f in model.forecast({"schedule_conservativeness": 0.3}, [64, 256]))

@@ -81,6 +81,8 @@ CASES = [
     *[(KV, POOL, "fix", c, ("given", 0.15), None) for c in (1, 16, 64)],
     (KV, POOL, "fix", 256, ("withheld", None), None),
     *[(KV, POOL64K, "pool-64k", c, ("given", 0.15), None) for c in (1, 16, 64, 256)],
+    # and the admission reserve lowered (--schedule-conservativeness 0.3): the pool still binds
+    *[(KV, {"schedule_conservativeness": 0.3}, "glm5-fix", c, ("given", 0.15), None) for c in (1, 16, 64, 256)],
     # vLLM on CPU, pinned, with the engine's offline step benchmark of the capped baseline
     (PINNED, {"max_num_seqs": 256}, "fix", 16, ("given", 0.15), None),
     (PINNED, {"max_num_seqs": 256}, "fix", 64, ("given", 0.15), None),
