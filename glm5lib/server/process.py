@@ -323,6 +323,8 @@ class ProcessSpec:
     launch_options: Mapping[str, Any] = field(default_factory=dict)
     #: the line the server logs once ready (None: only its ready path counts)
     ready_line: str | None = READY_LINE
+    #: files only this server reads (its keys, say): removed once it is gone
+    private_files: Sequence[Path] = ()
 
 
 class ServerProcess:
@@ -354,6 +356,7 @@ class ServerProcess:
         self._env_overrides = dict(spec.env_overrides)
         self._secrets = [s for s in spec.secrets if s]
         self._launch_options = dict(spec.launch_options)
+        self._private_files = [Path(p) for p in spec.private_files]
         self._lock = threading.Lock()
         self._tail: collections.deque[str] = collections.deque(maxlen=400)
         self._fatal: list[tuple[str, str]] = []  # (kind, line)
@@ -370,6 +373,7 @@ class ServerProcess:
             self._process = spawn(self.argv, spec.env)
         except (FileNotFoundError, PermissionError) as exc:
             self._log_file.close()
+            self._remove_private_files()
             raise ServerLaunchError(
                 f"cannot run {self.argv[0]!r}: {exc.strerror}; install the engine or give the full path "
                 "of its program (the command template's first element, or python=)",
@@ -377,6 +381,7 @@ class ServerProcess:
             ) from exc
         except BaseException:
             self._log_file.close()
+            self._remove_private_files()
             raise
         self.pid = self._process.pid
         self.started_at = time.time()
@@ -595,11 +600,17 @@ class ServerProcess:
                 proc.kill()
         psutil.wait_procs(alive, timeout=5)
         self._end_guard()
+        self._remove_private_files()
         self.join_output()
         with _LIVE_LOCK:
             _LIVE.discard(self)
         self._exit_code = process.returncode
         return process.returncode
+
+    def _remove_private_files(self) -> None:
+        for path in self._private_files:
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
 
     def _end_guard(self) -> None:
         # the server is gone: the guard has nothing left to watch

@@ -16,9 +16,11 @@ from glm5lib.engines.sglang.config import (
     BUNDLED_RELEASES,
     DEFAULT_RELEASE,
     ServerConfig,
+    catalogue,
     cuda_graphs_off,
     decode_graph_sizes,
     graphs_off_for,
+    merge_config_file,
 )
 from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_value
@@ -173,7 +175,8 @@ def parse_sim_argv(argv: list[str]) -> SimArgs:
     """Parse the stand-in's command line; raises ConfigError with the offending flag and valid ones."""
     sim, rest = _split_sim([str(a) for a in argv])
     release = _release(sim)
-    config = ServerConfig.from_argv(rest, release=release)
+    # SGLang's --config FILE (glm5lib's launcher puts the API keys there), merged as SGLang merges it
+    config = ServerConfig.from_argv(merge_config_file(rest, catalogue(release)), release=release)
     # the largest graph batch is cuda_graph_max_bs up to 0.5.9, cuda_graph_max_bs_decode later
     max_bs = config.catalogue.field_name("cuda_graph_max_bs") or "cuda_graph_max_bs"
     profile = load_profile(sim.get("--sim-profile"))

@@ -80,3 +80,50 @@ def test_vllm_is_handed_its_key_in_its_environment_not_on_any_command_line(tmp_p
         assert http.get(srv.base_url, "/v1/models").status == 401  # the server asks for the key
         assert http.get(srv.base_url, "/v1/models", api_key=KEY).ok
     assert KEY not in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.slow
+def test_sglangs_key_is_on_no_command_line_and_its_file_goes_with_the_server(tmp_path):
+    """SGLang has no variable for its key: glm5lib hands it over in a file only this user reads,
+    named by SGLang's own --config, here to the stand-in, which merges it as SGLang does; the server
+    still asks for the key, and the file is gone once the server is."""
+    import stat
+
+    import psutil
+
+    from glm5lib import http
+    from glm5lib.engines.sglang.launcher import launch
+
+    config = ServerConfig.load("glm5-baseline").with_changes(api_key=KEY)
+    with launch(config, backend="sim", log_path=tmp_path / "server.log", ready_timeout=120,
+                extra_args=["--sim-zero-delay"]) as srv:
+        root = psutil.Process(srv.pid)
+        lines = [" ".join(p.cmdline()) for p in [root, *root.children(recursive=True)]]
+        assert lines and not [line for line in lines if KEY in line], lines
+        assert all("--api-key" not in line for line in lines), lines
+        [key_file] = srv._private_files
+        assert f"--config {key_file}" in lines[0] and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+        assert http.get(srv.base_url, "/v1/models").status == 401  # the server asks for the key
+        assert http.get(srv.base_url, "/v1/models", api_key=KEY).ok
+    assert not key_file.exists()
+    assert KEY not in (tmp_path / "server.log").read_text()
+
+
+@pytest.mark.slow
+def test_a_server_that_fails_to_start_leaves_no_key_file(tmp_path):
+    import tempfile
+    from pathlib import Path
+
+    from glm5lib.engines.sglang.launcher import launch
+    from glm5lib.errors import ServerLaunchError
+
+    def key_files() -> set[Path]:
+        return set(Path(tempfile.gettempdir()).glob("glm5-sglang-keys-*.yaml"))
+
+    before = key_files()
+    config = ServerConfig.load("glm5-baseline").with_changes(api_key=KEY)
+    with pytest.raises(ServerLaunchError) as failed:
+        launch(config, backend="sim", log_path=tmp_path / "server.log", ready_timeout=120,
+               extra_args=["--sim-zero-delay", "--sim-fault", "nccl-at-start"])
+    assert failed.value.cause == "nccl"
+    assert key_files() <= before

@@ -14,11 +14,18 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from glm5lib import engines
 from glm5lib.engines.base import Program
-from glm5lib.engines.sglang.config import DEFAULT_RELEASE, ServerConfig, nearest_bundled
+from glm5lib.engines.sglang.config import (
+    CONFIG_FLAG,
+    DEFAULT_RELEASE,
+    ServerConfig,
+    nearest_bundled,
+    write_key_file,
+)
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.masking import mask_argv
 from glm5lib.server.ports import LOOPBACK, connect_host, find_free_port, require_free_port
@@ -36,6 +43,25 @@ __all__ = ["Server", "launch", "programs"]
 logger = logging.getLogger(__name__)
 
 _QUIET_LEVELS = ("warning", "error", "critical")
+
+
+#: the key fields SGLang takes from its --config file as well as from its command line
+_KEY_FIELDS = ("api_key", "admin_api_key")
+
+
+def _argv(python: str, module: str, config: ServerConfig, extra_args: list[str]) -> tuple[list[str], list[Path]]:
+    """The command line, and the private files it names: the API keys go in a file only this user
+    reads, named by SGLang's ``--config`` (every bundled release merges it into its arguments), not
+    on the command line, where any user of the host reads them (``ps``, /proc/PID/cmdline)."""
+    keys = {f: config.get(f) for f in _KEY_FIELDS if isinstance(config.get(f), str) and config.get(f)}
+    if not keys:
+        return [python, "-m", module, *config.to_argv(), *extra_args], []
+    if "config" in config.explicit or CONFIG_FLAG in extra_args:
+        logger.warning("the configuration names its own --config file and SGLang takes one: its API key stays on "
+                       "the command line, where other users of this host can read it")
+        return [python, "-m", module, *config.to_argv(), *extra_args], []
+    path = write_key_file({config.catalogue.specs[f].flag.lstrip("-"): v for f, v in keys.items()})
+    return [python, "-m", module, *config.without(*keys).to_argv(), CONFIG_FLAG, str(path), *extra_args], [path]
 
 
 def programs() -> dict[str, Program]:
@@ -146,34 +172,40 @@ def launch(
         emulated = nearest_bundled(config.release)  # the stand-in parses the flags of that release
         if emulated != DEFAULT_RELEASE:
             extra_args += ["--sim-release", emulated]
-    argv = [python, "-m", program.module, *config.to_argv(), *extra_args]
+    argv, private = _argv(python, program.module, config, extra_args)
     env_overrides, whole_env, secrets = child_env(env, (config.api_key, config.admin_api_key))
     base_url = f"http://{connect_host(host)}:{port}"
     # SGLang logs its readiness line at INFO: above that level only /health can tell
     quiet = str(config.get("log_level") or "info").lower() in _QUIET_LEVELS
 
     logger.info("launching %s server: %s (log %s)", backend, " ".join(mask_argv(argv, secrets)), log_path)
-    server = spawn_ready(
-        lambda: Server(
-            argv=argv,
-            env=whole_env,
-            config=config,
-            backend=backend,
-            base_url=base_url,
-            log_path=log_path,
-            env_overrides=env_overrides,
-            secrets=secrets,
-            launch_options={
-                "port_explicit": port_explicit,
-                "extra_args": list(extra_args),
-                "python": python,
-                "ready_timeout": ready_timeout,
-                "restarts": _restarts,
-            },
-            ready_line=None if quiet else READY_LINE,
-        ),
-        ready_timeout,
-        poll_interval,
-    )
+    try:
+        server = spawn_ready(
+            lambda: Server(
+                private_files=private,
+                argv=argv,
+                env=whole_env,
+                config=config,
+                backend=backend,
+                base_url=base_url,
+                log_path=log_path,
+                env_overrides=env_overrides,
+                secrets=secrets,
+                launch_options={
+                    "port_explicit": port_explicit,
+                    "extra_args": list(extra_args),
+                    "python": python,
+                    "ready_timeout": ready_timeout,
+                    "restarts": _restarts,
+                },
+                ready_line=None if quiet else READY_LINE,
+            ),
+            ready_timeout,
+            poll_interval,
+        )
+    except BaseException:
+        for path in private:  # the server never started, or stopped: its key file goes
+            path.unlink(missing_ok=True)
+        raise
     logger.info("%s server ready at %s after %.1f s", backend, base_url, server.ready_at - server.started_at)
     return server

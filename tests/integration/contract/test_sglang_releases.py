@@ -114,6 +114,40 @@ def test_every_switch_of_the_release_is_accepted(release):
     assert not rejected, rejected
 
 
+_CONFIG_MERGE = textwrap.dedent("""
+    import argparse, json, sys
+    from sglang.srt.server_args import ServerArgs
+    try:
+        from sglang.srt.server_args_config_parser import ConfigArgumentMerger
+    except ImportError:  # 0.5.23 moved it
+        from sglang.srt.utils.server_args_config_parser import ConfigArgumentMerger
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    argv = json.loads(sys.stdin.read())
+    ns = parser.parse_args(ConfigArgumentMerger(parser).merge_config_with_args(argv))
+    print(json.dumps({"api_key": ns.api_key, "admin_api_key": ns.admin_api_key, "model_path": ns.model_path}))
+""")
+
+
+@pytest.mark.parametrize("release", sorted(BUNDLED_RELEASES))
+def test_the_key_file_glm5lib_writes_is_read_by_the_release_own_config_merger(release):
+    """The API keys go in a file named by --config, off the command line: each release's own
+    ConfigArgumentMerger (what prepare_server_args calls) reads them from it."""
+    from glm5lib.engines.sglang.config import merge_config_file, write_key_file
+
+    key = 'sk-"odd": #key \u00e9'
+    path = write_key_file({"api-key": key, "admin-api-key": "admin-1"})
+    try:
+        argv = ["--model-path", "m", "--config", str(path)]
+        read = json.loads(_run_in(release, _CONFIG_MERGE, json.dumps(argv)))
+        assert read == {"api_key": key, "admin_api_key": "admin-1", "model_path": "m"}
+        # the stand-in's merge gives the same
+        mine = ServerConfig.from_argv(merge_config_file(argv, catalogue(release)), release=release)
+        assert (mine.api_key, mine.admin_api_key) == (key, "admin-1")
+    finally:
+        path.unlink()
+
+
 def test_release_only_flags_of_0_5_23():
     config = ServerConfig.from_argv(
         ["--model-path", "m", "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill",

@@ -30,6 +30,11 @@ from __future__ import annotations
 from typing import Any
 
 from glm5lib.engines.sglang.config._args import arg, flag_of, norm, shown_as
+from glm5lib.engines.sglang.config._config_file import (
+    CONFIG_FLAG,
+    merge_config_file,
+    write_key_file,
+)
 from glm5lib.engines.sglang.config._flags import field_for, flag_for
 from glm5lib.engines.sglang.config._graphs import (
     cuda_graphs_off,
@@ -73,6 +78,7 @@ __all__ = [
     "BUNDLED_RELEASES",
     "CATALOGUE_DIR",
     "CATALOGUE_FORMAT",
+    "CONFIG_FLAG",
     "CONFIG_FORMAT",
     "DEFAULT_RELEASE",
     "FALLBACK_DEFAULTS",
@@ -100,6 +106,7 @@ __all__ = [
     "installed_catalogue",
     "installed_release",
     "intent_flags",
+    "merge_config_file",
     "nearest_bundled",
     "norm",
     "parse_assignment",
@@ -110,6 +117,7 @@ __all__ = [
     "shown_as",
     "type_name",
     "version_key",
+    "write_key_file",
 ]
 
 
