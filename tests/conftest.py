@@ -174,8 +174,11 @@ if mode == "ignore-term":
 if mode == "escape":
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
     print(f"escaped child {{child.pid}}", flush=True)
-if mode == "secret":
-    print(f"server_args=ServerArgs(api_key={{args[args.index('--api-key') + 1]!r}}, hf={{os.environ['HF_TOKEN']}})", flush=True)
+if mode == "secret":  # the key as SGLang reads it: from its --config file (glm5lib's JSON is YAML), else --api-key
+    import json
+    key = (json.load(open(args[args.index("--config") + 1]))["api-key"] if "--config" in args
+           else args[args.index("--api-key") + 1])
+    print(f"server_args=ServerArgs(api_key={{key!r}}, hf={{os.environ['HF_TOKEN']}})", flush=True)
 threading.Thread(target=serve, daemon=True).start()
 time.sleep(0.3)
 print("[2026-01-01 00:00:02] The server is fired up and ready to roll!", flush=True)

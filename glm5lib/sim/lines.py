@@ -203,18 +203,13 @@ def kv_allocated_line(release: str, *, tokens: int, kv_gb: float, dtype: str = "
 def capture_lines(release: str, *, sizes: list[int], avail_before: float, elapsed: float, mem_usage: float,
                   avail_after: float) -> tuple[list[str], list[str]]:
     """The decode CUDA graph capture's lines: (before the capture, after it)."""
-    if line_generation(release) == "0.5.16":
+    if writes_since(release, "0.5.16"):
+        # the captured sizes: in the begin line in 0.5.16, in the end line in 0.5.23
+        early, late = (f"bs={sizes}, ", "") if line_generation(release) == "0.5.16" else ("", f"bs={sizes}, ")
         return (
-            [f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, bs={sizes}, "
+            [f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, {early}"
              f"avail mem={avail_before:.2f} GB"],
-            [f"Capture target decode CUDA graph end. elapsed={elapsed:.2f} s, "
-             f"mem usage={mem_usage:.2f} GB, avail mem={avail_after:.2f} GB."],
-        )
-    if line_generation(release) == "0.5.23":
-        return (
-            [f"Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
-             f"avail mem={avail_before:.2f} GB"],
-            [f"Capture target decode CUDA graph end. bs={sizes}, elapsed={elapsed:.2f} s, "
+            [f"Capture target decode CUDA graph end. {late}elapsed={elapsed:.2f} s, "
              f"mem usage={mem_usage:.2f} GB, avail mem={avail_after:.2f} GB."],
         )
     return (

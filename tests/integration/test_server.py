@@ -129,7 +129,12 @@ def test_secrets_never_reach_the_log(fake_python, tmp_path):
         info = server.info()
         assert "sk-launch-secret-123" not in repr(info) and "hf_abcdefghijklmnop" not in repr(info)
         assert info["env"]["HF_TOKEN"] == "***"
-        assert "sk-launch-secret-123" in server.argv  # the process itself needs it
+        # the process itself reads it, from a file only this user reads, not from its command line
+        assert "sk-launch-secret-123" not in " ".join(server.argv)
+        [key_file] = server._private_files
+        assert server.argv[server.argv.index("--config") + 1] == str(key_file)
+        assert "sk-launch-secret-123" in key_file.read_text()
+    assert not key_file.exists()
 
 
 def test_port_already_taken_is_refused_before_spawning(fake_python, tmp_path):
