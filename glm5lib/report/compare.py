@@ -22,6 +22,7 @@ from glm5lib.diagnose.knowledge import is_context_field
 from glm5lib.errors import ConfigError
 from glm5lib.report._files import clean, fmt, read_csv
 from glm5lib.report.conclude import frames_and_summary
+from glm5lib.report.hypothesis import RULED_OUT
 
 __all__ = ["METRICS", "RunComparison", "compare_runs"]
 
@@ -145,7 +146,7 @@ def _finding_keys(run: Path, phase: str) -> dict[str, str]:
     for _, f in frame.iterrows():
         covers = f.get("covers") if "covers" in frame.columns and pd.notna(f.get("covers")) else ""
         # the differences ruled out are one finding whichever fields it names (older folders name none)
-        about = "" if f.get("rule") == "reference_diff_ruled_out" else " ".join(
+        about = "" if f.get("rule") == RULED_OUT else " ".join(
             engines.topic(c) for c in str(covers).split()) or (
             str(f["finding"]) if f.get("rule") == "reference_diff" else "")
         out[f"{f.get('rule')}|{about}"] = str(f["finding"])

@@ -77,7 +77,7 @@ GRAPH_FLOOR_SHARE = 0.05
 # its ratio has decayed, at the engine's default scale: SGLang's ratio decays from 0.7 to 0.14 of that
 # (0.098, here 0.1) over 600 decode steps, each scaled by schedule_conservativeness.
 RESERVE_FLOOR = 0.1
-# Token usage at or above this is a full pool (the KV rules' threshold, rules/_queue.KV_FULL).
+# Token usage at or above this is a full pool (the model's and the rules' one threshold).
 POOL_FULL = 0.85
 
 
@@ -784,11 +784,15 @@ class PerfModel:
         }
 
 
+def reserve_scale(value: Any) -> float:
+    """The engine's ``admission_reserve`` scale as a number (1, its default, where unset or unreadable)."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else 1.0
+
+
 def _reserve_ratio(scale: Any) -> float:
     """The share of each running request's future tokens the admission keeps free once its ratio
-    has decayed, at the engine's ``admission_reserve`` scale (None: its default, 1)."""
-    value = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) and scale > 0 else 1.0
-    return RESERVE_FLOOR * value
+    has decayed, at the engine's ``admission_reserve`` scale."""
+    return RESERVE_FLOOR * reserve_scale(scale)
 
 
 def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:

@@ -10,9 +10,6 @@ import pandas as pd
 from glm5lib.diagnose.evidence import Evidence, _col
 from glm5lib.diagnose.model.core import POOL_FULL
 
-# Token usage at or above this is a full pool (the KV rule's territory).
-KV_FULL = POOL_FULL
-
 
 def offered_load(ev: Evidence) -> int | None:
     """The highest load the sweep offered (concurrent requests), None without a sweep."""
@@ -46,7 +43,7 @@ def queued_below_limit(ev: Evidence, no_decode: str) -> tuple[float | None, pd.D
         if (
             ev.running(lines) < 0.9 * limit - 1
             and float(queued.mean()) >= 0.3
-            and not float(usage.max()) >= KV_FULL
+            and not float(usage.max()) >= POOL_FULL
         ):
             return conc, lines, cap
     return None

@@ -34,9 +34,10 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
+from glm5lib.diagnose.model.core import POOL_FULL, reserve_scale
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._frontend import frontend_at
-from glm5lib.diagnose.rules._queue import KV_FULL, offered_load, queued_below_limit
+from glm5lib.diagnose.rules._queue import offered_load, queued_below_limit
 
 __all__ = [
     "rule_admission_reserve",
@@ -56,8 +57,7 @@ _SMALL_PREFILL_BUDGET = 2048
 
 def _conservativeness(ev: Evidence) -> float:
     """The scale of the admission's reserve (SGLang's schedule_conservativeness; 1 by default)."""
-    v = ev.limits().admission_reserve
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else 1.0
+    return reserve_scale(ev.limits().admission_reserve)
 
 
 def _reserve_field(ev: Evidence) -> str:
@@ -190,7 +190,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     new_seq = _col(p, "new_seq").fillna(0)
     running = _col(p, "running_req") + new_seq
     usage = _col(p, "token_usage")
-    if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= KV_FULL:
+    if float((queue > 0).mean()) < 0.5 or float(usage.max()) >= POOL_FULL:
         return []
     # A full batch of whole prompts runs the prefill kernels efficiently: the budget is the
     # limit only when it is small, or cuts prompts so that batches carry one chunk each.
@@ -199,7 +199,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     if budget > _SMALL_PREFILL_BUDGET and chunked < 0.5:
         return []
     decode_usage = _col(ev.active_decode(), "token_usage")
-    if len(decode_usage) and float((decode_usage >= KV_FULL).mean()) >= 0.15:
+    if len(decode_usage) and float((decode_usage >= POOL_FULL).mean()) >= 0.15:
         return []  # the KV pool fills between prefills: the KV rule's case
     if limit is not None and not float(running.median()) < 0.9 * limit - 1:
         return []
@@ -356,7 +356,7 @@ def _underfed_levels(ev: Evidence, levels: list[tuple[float, pd.DataFrame]]) -> 
         queue = float(_col(lines, "queue_req").fillna(0).median())
         usage = float(_col(lines, "token_usage").max())
         limit = min(c for c in (cap, conc) if c)
-        if queue != 0 or usage >= KV_FULL:
+        if queue != 0 or usage >= POOL_FULL:
             continue
         front = frontend_at(ev, conc, lines, sweep)
         if running < 0.75 * limit or (front is not None and running < 0.95 * limit):

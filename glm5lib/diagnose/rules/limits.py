@@ -31,7 +31,8 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
-from glm5lib.diagnose.rules._queue import KV_FULL, queued_below_limit
+from glm5lib.diagnose.model.core import POOL_FULL
+from glm5lib.diagnose.rules._queue import queued_below_limit
 
 __all__ = ["budget_arithmetic", "rule_load_bound", "rule_token_budget"]
 
@@ -171,7 +172,7 @@ def rule_load_bound(ev: Evidence) -> list[Finding]:
     if not (peak >= conc - max(1, 0.05 * conc) and med >= 0.75 * conc):
         return []
     # a closed loop's replacements queue for a step or two as requests end: only a standing queue counts
-    if float(queue.median()) > 0 or float(queue.mean()) > 0.1 * conc or float(usage.max()) >= KV_FULL:
+    if float(queue.median()) > 0 or float(queue.mean()) > 0.1 * conc or float(usage.max()) >= POOL_FULL:
         return []
     parts = [
         f"at concurrency {int(conc)}, the highest level, running requests ran a median {_num(med)} (peak "

@@ -53,7 +53,7 @@ def _argv(python: str, module: str, config: ServerConfig, extra_args: list[str])
     """The command line, and the private files it names: the API keys go in a file only this user
     reads, named by SGLang's ``--config`` (every bundled release merges it into its arguments), not
     on the command line, where any user of the host reads them (``ps``, /proc/PID/cmdline)."""
-    keys = {f: config.get(f) for f in _KEY_FIELDS if isinstance(config.get(f), str) and config.get(f)}
+    keys = {f: v for f in _KEY_FIELDS if isinstance(v := config.get(f), str) and v}
     if not keys:
         return [python, "-m", module, *config.to_argv(), *extra_args], []
     if "config" in config.explicit or CONFIG_FLAG in extra_args:
@@ -172,12 +172,12 @@ def launch(
         emulated = nearest_bundled(config.release)  # the stand-in parses the flags of that release
         if emulated != DEFAULT_RELEASE:
             extra_args += ["--sim-release", emulated]
-    argv, private = _argv(python, program.module, config, extra_args)
     env_overrides, whole_env, secrets = child_env(env, (config.api_key, config.admin_api_key))
     base_url = f"http://{connect_host(host)}:{port}"
     # SGLang logs its readiness line at INFO: above that level only /health can tell
     quiet = str(config.get("log_level") or "info").lower() in _QUIET_LEVELS
 
+    argv, private = _argv(python, program.module, config, extra_args)
     logger.info("launching %s server: %s (log %s)", backend, " ".join(mask_argv(argv, secrets)), log_path)
     try:
         server = spawn_ready(
