@@ -302,7 +302,8 @@ def run_phase(
     layout = cpu_layout.layout(plan.cpus)
     folder = rundir.phase_dir(run_dir, phase)
     srv, info = _open_server(plan, server, folder, layout, api_key)
-    run = _Measurement(plan, phase, folder, srv, api_key)
+    # a server launched with a key of its configuration's own asks for that key
+    run = _Measurement(plan, phase, folder, srv, api_key or getattr(srv, "api_key", None))
     run.stop_at_end = launched if plan.keep_running is None else not plan.keep_running
     if layout is not None:
         run.notes.append(f"CPU layout {layout.spec!r}: " + (layout.describe() if launched else

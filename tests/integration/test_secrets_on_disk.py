@@ -127,3 +127,40 @@ def test_a_server_that_fails_to_start_leaves_no_key_file(tmp_path):
                extra_args=["--sim-zero-delay", "--sim-fault", "nccl-at-start"])
     assert failed.value.cause == "nccl"
     assert key_files() <= before
+
+
+@pytest.mark.slow
+def test_the_key_given_to_a_phase_is_the_one_the_launched_server_asks_for(tmp_path):
+    """The workbook hands the key in ``GLM5_API_KEY`` to the phase, not to the configuration: the server
+    it launches must ask for that key (it once launched without it, leaving the server open while the
+    client sent a key nobody checked), and no process's command line may hold it."""
+    import psutil
+
+    from glm5lib import http
+    from glm5lib.phase.plan import EnginePlan
+    from glm5lib.phase.serving import launch_engine, stop_server
+
+    config = ServerConfig.load("glm5-baseline")
+    assert config.api_key is None
+    srv = launch_engine(EnginePlan("sim", config), tmp_path / "baseline", api_key=KEY)
+    try:
+        assert http.get(srv.base_url, "/v1/models").status == 401
+        assert http.get(srv.base_url, "/v1/models", api_key=KEY).status == 200
+        root = psutil.Process(srv.pid)
+        lines = [" ".join(p.cmdline()) for p in [root, *root.children(recursive=True)]]
+        assert lines and not [line for line in lines if KEY in line], lines
+    finally:
+        stop_server(srv, tmp_path / "baseline")
+    leaked = [p.name for p in (tmp_path / "baseline").rglob("*") if p.is_file() and KEY.encode() in p.read_bytes()]
+    assert not leaked, f"the API key is written in {leaked}"
+
+
+def test_a_configuration_key_other_than_the_phases_is_refused_before_launch(tmp_path):
+    from glm5lib.errors import ConfigError
+    from glm5lib.phase.plan import EnginePlan
+    from glm5lib.phase.serving import launch_engine
+
+    config = ServerConfig.load("glm5-baseline").with_changes(api_key="another-key")
+    with pytest.raises(ConfigError, match="api_key differs from the key given to the launch"):
+        launch_engine(EnginePlan("sim", config), tmp_path / "baseline", api_key=KEY)
+    assert not (tmp_path / "baseline" / "server.log").exists()

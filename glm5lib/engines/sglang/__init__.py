@@ -135,12 +135,22 @@ def launch_from_server_config(backend: str, request: LaunchRequest, extra_args: 
     configured by a ServerConfig), ``extra_args`` before the request's own."""
     if request.config is None:
         raise ConfigError(f"BACKEND {backend!r} needs a server configuration (CONFIG)", field="CONFIG")
+    config = request.config
+    if request.api_key:
+        # the key the workbook was given (GLM5_API_KEY) is the one the server asks for: it travels as the
+        # configuration's api_key, which the launcher hands SGLang in a private --config file
+        own = config.api_key
+        if own and own != request.api_key:
+            raise ConfigError("the configuration's api_key differs from the key given to the launch (GLM5_API_KEY): "
+                              "the server would ask for one and the client send the other; give one of them, or the same "
+                              "key in both", field="api_key")
+        config = config.with_changes(api_key=request.api_key)
     # imported here: SGLang's configuration (this package's ``config``) stays readable without
     # the launcher's dependencies (pandas), for ``glm5 --help`` and the stand-in
     from glm5lib.engines.sglang.launcher import launch
 
-    return launch(request.config, backend=backend, log_path=request.log_path,
-                             ready_timeout=request.ready_timeout, extra_args=[*extra_args, *request.extra_args])
+    return launch(config, backend=backend, log_path=request.log_path,
+                  ready_timeout=request.ready_timeout, extra_args=[*extra_args, *request.extra_args])
 
 
 #: names served from the launcher on first use (it loads pandas; SGLang's configuration does not)
