@@ -22,7 +22,9 @@ baseline and the step benchmark taken before the fix's launch (``h100-sglang-nex
 0.5.16 on one H100, cap 16 -> 256 under 1,024-token prompts, graphs kept and off, with the graph and eager
 steps its notebooks benchmarked (``h100-sglang-cap16``); real SGLang 0.5.16 on one H200 whose KV pool was
 set by hand, raised from 16,384 to 262,144 and to 65,536 tokens, and its admission reserve lowered
-(``h200-sglang-kv``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+(``h200-sglang-kv``); real SGLang 0.5.16 on one H100 whose prefill chunk of 256 tokens was raised to 512,
+1,024 and 8,192 under 1,024-token prompts (``h100-sglang-chunk``: not forecast, the model has no term for
+the prefill forwards a request takes); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
@@ -82,6 +84,12 @@ SHIPPED = [
      {"max_total_tokens": 65536}, "pool-64k"),
     ("real SGLang 0.5.16 on 1x H200, KV-bound, --schedule-conservativeness 1.0 -> 0.3", EXAMPLES / "h200-sglang-kv",
      {"schedule_conservativeness": 0.3}, "glm5-fix"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 8,192 (1,024-token prompts)",
+     EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 8192}, "chunk-8k"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 1,024 (1,024-token prompts)",
+     EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 1024}, "chunk-1k"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 512 (1,024-token prompts)",
+     EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 512}, "chunk-512"),
 ]
 
 

@@ -110,7 +110,8 @@ def _cli_predict(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for f in out:
         if not f.given:
-            print(f"not forecast at {f.concurrency} (the band passes +/-30%): to settle it, measure {f.needs}")
+            why = "a changed field has no term" if f.unseen_changes else "the band passes +/-30%"
+            print(f"not forecast at {f.concurrency} ({why}): to settle it, measure {f.needs}")
     return 0
 
 

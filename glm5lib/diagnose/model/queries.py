@@ -73,6 +73,8 @@ def forecast_text(f: Forecast, measured: float | None = None) -> str:
     """A forecast as one clause: the figure and band (or "not forecast" and what would settle it),
     the batch and what binds it."""
     binds = binding_words(f.binding_limit)
+    if f.unseen_changes:  # no band to quote: the change has no term, so the point is the phase's own
+        return f"no forecast (to settle it, measure {f.needs})"
     if not f.given:
         return (f"no forecast within +/-30% (the evidence allows {_num(f.low_tok_s)}-{_num(f.high_tok_s)} tok/s; "
                 f"to settle it, measure {f.needs})")
@@ -107,8 +109,9 @@ def predict_remedy(ev: Evidence, cap_after: int | None, what: str,
     asked = _engine_fields(ev, asked)  # forecast, and recorded, as a fix would be launched
     [f] = model.forecast(asked, [offered])
     [now] = model.forecast({}, [offered])
-    if int(f.running) <= batch_now and abs(f.predicted_tok_s - now.predicted_tok_s) <= 0.02 * now.predicted_tok_s:
-        return None  # the remedy would not let more requests run, nor move the forecast
+    if (not f.unseen_changes and int(f.running) <= batch_now
+            and abs(f.predicted_tok_s - now.predicted_tok_s) <= 0.02 * now.predicted_tok_s):
+        return None  # the remedy would not let more requests run, nor move the forecast (one it has a term for)
     lo, hi = model.seen["batch"]
     text = (f"{what}: at concurrency {offered} the performance model " + ("forecasts " if f.given else "has ")
             + forecast_text(f)
@@ -133,7 +136,10 @@ def _engine_fields(ev: Evidence, changes: Mapping[str, Any]) -> dict[str, Any]:
     out = {}
     for name, value in changes.items():
         field = caps.field(name) if name in engines.LIMITS else None
-        out[field if field and caps.limits_set_by(field) == [name] else name] = value
+        # a field that sets several limits is named where the change sets each of them to this value
+        whole = field and all(changes.get(limit, value) == value and (limit == name or limit in changes)
+                              for limit in caps.limits_set_by(field))
+        out[field if whole else name] = value
     return out
 
 

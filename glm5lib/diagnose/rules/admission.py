@@ -168,6 +168,15 @@ def _power_of_two_above(x: float) -> int:
     return int(2 ** math.ceil(math.log2(max(2.0, x))))
 
 
+def _budget_changes(ev: Evidence, value: int) -> dict[str, int]:
+    """The prefill budget widened to ``value``: the token budget, and the prefill chunk where one field of
+    the engine sets both (SGLang's chunked_prefill_size), so the change is recorded in that field."""
+    caps = ev.adapter().capabilities
+    field = caps.field("token_budget")
+    both = field is not None and caps.field("prefill_chunk") == field
+    return {"token_budget": value, "prefill_chunk": value} if both else {"token_budget": value}
+
+
 def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     """Every prefill batch takes the whole token budget while requests queue below the cap."""
     share, n_full, n_prefill, budget, src = _prefill_at_budget(ev)
@@ -222,7 +231,8 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
             suggestion=suggestion,
             confidence=0.7,
             rule="prefill_budget",
-            prediction=predict_remedy(ev, ev.cap()[0], "with a prefill budget that keeps up"),
+            prediction=predict_remedy(ev, None, f"with the prefill budget widened to {value:,} tokens",
+                                      changes=_budget_changes(ev, value)),
             severity=0.8,
             covers=("token_budget", "prefill_chunk"),
         )
