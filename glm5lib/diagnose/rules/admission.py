@@ -35,6 +35,7 @@ from glm5lib.diagnose.evidence import (
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.model.core import POOL_FULL, reserve_scale
+from glm5lib.diagnose.model.levels import as_float
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._frontend import frontend_at
 from glm5lib.diagnose.rules._queue import offered_load, queued_below_limit
@@ -168,13 +169,20 @@ def _power_of_two_above(x: float) -> int:
     return int(2 ** math.ceil(math.log2(max(2.0, x))))
 
 
-def _budget_changes(ev: Evidence, value: int) -> dict[str, int]:
+def _budget_changes(ev: Evidence, value: int) -> dict[str, Any]:
     """The prefill budget widened to ``value``: the token budget, and the prefill chunk where one field of
-    the engine sets both (SGLang's chunked_prefill_size), so the change is recorded in that field."""
+    the engine sets both (SGLang's chunked_prefill_size), so the change is recorded in that field; any
+    other field of the engine that caps the budget too and is below ``value`` now (SGLang's
+    max_prefill_tokens) is raised with it, or the budget would not widen."""
     caps = ev.adapter().capabilities
     field = caps.field("token_budget")
     both = field is not None and caps.field("prefill_chunk") == field
-    return {"token_budget": value, "prefill_chunk": value} if both else {"token_budget": value}
+    out: dict[str, Any] = {"token_budget": value, "prefill_chunk": value} if both else {"token_budget": value}
+    for alias, limit in caps.field_aliases.items():
+        now = as_float(ev.arg(alias))
+        if limit == "token_budget" and now is not None and now < value:
+            out[alias] = value
+    return out
 
 
 def rule_prefill_budget(ev: Evidence) -> list[Finding]:

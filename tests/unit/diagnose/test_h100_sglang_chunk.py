@@ -30,7 +30,7 @@ def findings() -> pd.DataFrame:
 
 
 def test_the_prefill_budget_leads_and_its_remedy_is_the_chunk_not_the_cap(findings):
-    assert list(findings["rule"])[0] == "prefill_budget", findings[["rule", "severity"]].to_string()
+    assert findings.iloc[0]["rule"] == "prefill_budget", findings[["rule", "severity"]].to_string()
     first = findings.iloc[0]
     assert "took the whole budget of 256 tokens" in first["evidence"]
     assert "--chunked-prefill-size 8192" in first["suggestion"]
@@ -77,3 +77,16 @@ def test_the_recorded_run_measured_what_the_readme_says():
     base, big = _measured("baseline"), _measured("chunk-8k")
     gains = (big / base).round(2)
     assert 1.0 < gains[1] < 1.1 and gains[256] > 2.0, gains.to_dict()
+
+
+def test_a_field_that_caps_the_budget_below_the_remedy_is_raised_with_it():
+    """SGLang's budget is the smaller of its chunk and max_prefill_tokens: the remedy raises both where the
+    second is below the new chunk (the stand-in's prefill-bound scenario sets both to 256), only the chunk
+    where it is not (this run: 16,384)."""
+    from glm5lib.diagnose.evidence import load_evidence
+    from glm5lib.diagnose.rules.admission import _budget_changes
+
+    ev = load_evidence(EXAMPLE, phase="baseline")
+    assert _budget_changes(ev, 8192) == {"token_budget": 8192, "prefill_chunk": 8192}
+    ev.server_args = {**ev.server_args, "max_prefill_tokens": 256}
+    assert _budget_changes(ev, 8192) == {"token_budget": 8192, "prefill_chunk": 8192, "max_prefill_tokens": 8192}
