@@ -20,9 +20,10 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
+from glm5lib.errors import ConfigError
 from glm5lib.masking import mask_mapping
 
-__all__ = ["SERVER_INFO_PATHS", "Response", "get", "get_json", "server_info"]
+__all__ = ["SERVER_INFO_PATHS", "Response", "check_api_key", "get", "get_json", "server_info"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,22 @@ class Response:
         if self.status == 0:
             return f"could not be reached ({self.error})"
         return f"answered HTTP {self.status}"
+
+
+def check_api_key(key: str | None, source: str = "the API key") -> None:
+    """Refuse, before anything starts, an API key no HTTP request can carry: it travels in an
+    ``Authorization: Bearer`` header, which holds printable ASCII without spaces, so a key with an
+    accented letter or a space is refused by every server (and the server would answer 401 to the key
+    it was launched with). The message names ``source`` and the character's position, never the key."""
+    if not key:
+        return
+    for i, ch in enumerate(key):
+        if not "!" <= ch <= "~":
+            what = "a space" if ch == " " else ("a control character" if ord(ch) < 32 or ord(ch) == 127
+                                                 else f"the non-ASCII character U+{ord(ch):04X}")
+            raise ConfigError(f"{source} holds {what} at position {i + 1}: a key travels in an HTTP "
+                              "Authorization header, which carries printable ASCII without spaces "
+                              "(letters, digits and punctuation such as - . _ ~ + / = # :)", field="api_key")
 
 
 def _url(base_url: str, path: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from glm5lib import http
 from glm5lib.errors import ConfigError, UsageError
 from glm5lib.masking import is_secret_name
 
@@ -66,8 +67,11 @@ def read_api_key(args: argparse.Namespace) -> str | None:
         key = path.read_text().strip()
         if not key:
             raise ConfigError(f"--api-key-file {args.api_key_file!r} is empty", field="api_key_file")
+        http.check_api_key(key, f"--api-key-file {args.api_key_file!r}")
         return key
-    return os.environ.get("GLM5_API_KEY") or None
+    key = os.environ.get("GLM5_API_KEY") or None
+    http.check_api_key(key, "GLM5_API_KEY")
+    return key
 
 
 def settings_given(items: Iterable[str] | None) -> list[str]:

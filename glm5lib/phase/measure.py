@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from glm5lib import cpus as cpu_layout
-from glm5lib import engines, rundir
+from glm5lib import engines, http, rundir
 from glm5lib.errors import ConfigError
 from glm5lib.levels import POWER_COLUMNS, per_level
 from glm5lib.loadgen import SweepSettings, load_sweep, run_sweep
@@ -299,6 +299,7 @@ def run_phase(
         raise ConfigError("the plan has no engine: give PhasePlan(engine=EnginePlan(...)) or a running server",
                           field="engine", valid=["EnginePlan", "server="])
     launched = server is None
+    http.check_api_key(api_key, "the API key (GLM5_API_KEY)")
     layout = cpu_layout.layout(plan.cpus)
     folder = rundir.phase_dir(run_dir, phase)
     srv, info = _open_server(plan, server, folder, layout, api_key)

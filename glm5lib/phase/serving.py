@@ -39,6 +39,7 @@ def launch_engine(engine: EnginePlan, folder: str | Path, *, api_key: str | None
     ``server_info.json`` (secrets masked). Returns the :mod:`glm5lib.server` object (``Server``,
     ``CommandServer`` or ``AttachedServer``); end the phase with :func:`stop_server`.
     """
+    http.check_api_key(api_key, "the API key (GLM5_API_KEY)")
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     if engine.attaches:

@@ -164,3 +164,13 @@ def test_a_configuration_key_other_than_the_phases_is_refused_before_launch(tmp_
     with pytest.raises(ConfigError, match="api_key differs from the key given to the launch"):
         launch_engine(EnginePlan("sim", config), tmp_path / "baseline", api_key=KEY)
     assert not (tmp_path / "baseline" / "server.log").exists()
+
+
+def test_a_key_no_header_can_carry_is_refused_before_the_phase_launches(tmp_path):
+    from glm5lib.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"non-ASCII character U\+00E9"):
+        measure_phase(server=ServerConfig.load("glm5-baseline"), run_dir=tmp_path / "run", phase="baseline",
+                      backend="sim", api_key="clé-4217", concurrencies=[2], requests_per_level=2, input_len=16,
+                      output_len=8, warmup=0, progress=False)
+    assert not (tmp_path / "run" / "baseline" / "server.log").exists()
