@@ -20,31 +20,22 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from glm5lib import engines
+from glm5lib import engines, http
 from glm5lib.engines.sglang.config import ServerConfig
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from keywatch import holders  # beside this script
 
-def status(url: str, key: str | None, body: dict | None = None) -> int:
-    req = urllib.request.Request(url, data=None if body is None else json.dumps(body).encode(),
+
+def post_status(url: str, key: str, body: dict) -> int:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json",
-                                          **({"Authorization": f"Bearer {key}"} if key else {})})
+                                          "Authorization": f"Bearer {key}"})
     try:
         with urllib.request.urlopen(req, timeout=120) as r:
             return r.status
     except urllib.error.HTTPError as exc:
         return exc.code
-
-
-def holders(key: bytes) -> list[str]:
-    found = []
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if int(proc.name) != os.getpid() and any(key in a for a in args):
-            found.append(f"{proc.name} {args[0].decode(errors='replace')}")
-    return found
 
 
 def config_file(pid: int) -> Path | None:
@@ -75,11 +66,12 @@ def main() -> None:
         result["config_file_passed"] = path is not None
         if path is not None:
             result["config_file_mode"] = oct(stat.S_IMODE(path.stat().st_mode))
-        result["processes_holding_key"] = holders(key.encode())
+        result["processes_holding_key"] = [f"{pid} {args[0].decode(errors='replace')}"
+                                           for pid, args in holders(key.encode())]
         base = srv.base_url
-        result["models_without_key"] = status(f"{base}/v1/models", None)
-        result["models_with_key"] = status(f"{base}/v1/models", key)
-        result["generate_with_key"] = status(f"{base}/generate", key, {
+        result["models_without_key"] = http.get(base, "/v1/models").status
+        result["models_with_key"] = http.get(base, "/v1/models", api_key=key).status
+        result["generate_with_key"] = post_status(f"{base}/generate", key, {
             "input_ids": list(range(1, 33)), "sampling_params": {"max_new_tokens": 8, "ignore_eos": True}})
     finally:
         srv.stop()

@@ -23,18 +23,26 @@ def main() -> None:
     out.write_text(f"# processes whose command line held the API key (checked once a second from {time.ctime()})\n")
     seen: set[int] = set()
     while True:
-        for proc in Path("/proc").glob("[0-9]*"):
-            try:
-                args = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            pid = int(proc.name)
-            if pid not in seen and any(key in a for a in args):
+        for pid, args in holders(key):
+            if pid not in seen:
                 seen.add(pid)
                 with out.open("a") as f:
                     f.write(f"{time.ctime()} pid {pid} {args[0].decode(errors='replace')} arg "
                             f"{next(i for i, a in enumerate(args) if key in a)}\n")
         time.sleep(1.0)
+
+
+def holders(key: bytes) -> list[tuple[int, list[bytes]]]:
+    """(pid, argv) of every other process whose command line holds ``key``."""
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if int(proc.name) != os.getpid() and any(key in a for a in args):
+            found.append((int(proc.name), args))
+    return found
 
 
 if __name__ == "__main__":

@@ -514,8 +514,9 @@ class PerfModel:
             b.running_cap = _int(v) if v is not None else None
         elif limit in ("token_budget", "prefill_chunk"):
             if not b.mixed_steps:
-                if _int(v) != self.bounds.token_budget and f"{k}={value}: {PREFILL_FORWARDS}" not in unseen:
-                    unseen.append(f"{k}={value}: {PREFILL_FORWARDS}")
+                why = f"{k}={value}: {PREFILL_FORWARDS}"
+                if _int(v) != self.bounds.token_budget and why not in unseen:  # one field may set both limits
+                    unseen.append(why)
                 return
             b.token_budget = _int(v) if v is not None else None
         elif limit == "kv_tokens":

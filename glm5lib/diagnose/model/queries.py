@@ -137,8 +137,7 @@ def _engine_fields(ev: Evidence, changes: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in changes.items():
         field = caps.field(name) if name in engines.LIMITS else None
         # a field that sets several limits is named where the change sets each of them to this value
-        whole = field and all(changes.get(limit, value) == value and (limit == name or limit in changes)
-                              for limit in caps.limits_set_by(field))
+        whole = field and all(changes.get(limit) == value for limit in caps.limits_set_by(field))
         out[field if whole else name] = value
     return out
 
