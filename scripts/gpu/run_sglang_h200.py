@@ -136,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kept", default=None,
                     help="the fix's changes as JSON (default: the running cap raised to --raised, graphs kept)")
     ap.add_argument("--phase-changes", default="{}",
-                    help="the changes of a step phase:NAME (forecast from the baseline, then notebook 04 as phase NAME)")
+                    help="the changes of a step phase:NAME (forecast from the baseline, then notebook 04 as phase NAME); "
+                         "or {NAME: changes, ...} for several phase steps")
     ap.add_argument("--settle", action="store_true",
                     help="in the predict step, take the engine's step profile the raised cap's forecast asks for "
                          "(glm5lib.stepbench.settle_forecast, one offline launch) before forecasting")
@@ -261,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                 # one more change, forecast from the baseline and then measured as its own phase
                 name = step.split(":", 1)[1]
                 changes = json.loads(args.phase_changes)
+                if isinstance(changes.get(name), dict):  # {"NAME": {...}, ...}: several phases in one call
+                    changes = changes[name]
                 predict(changes, name)
                 notebooks([4], 1, FIX_CHANGES=changes, PHASE=name)
             else:
