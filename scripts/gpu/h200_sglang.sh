@@ -6,8 +6,8 @@
 #
 # SGLang and the notebooks' wheels come packed in .gpu/ (parts p1/, p2/, ... of one xz tar, assemble.sh, make_model.py),
 # carried in parts over several calls; a call that brings the last part unpacks it into /tmp/site. One part and the
-# working tree travel together under 64 MiB: with the recorded examples the tree is about 32 MiB, so parts of at
-# most 30 MiB (`cat .gpu/p*/part.* | split -b 30M -d - part.` into p1/, p2/, ...; their count in .gpu/parts). The run folder
+# working tree travel together under 64 MiB: with the recorded examples the tree is about 52 MiB, so parts of at
+# most 11 MiB (`cat .gpu/p*/part.* | split -b 11M -d - part.` into p1/, p2/, ...; their count in .gpu/parts). The run folder
 # ($RUN_DIR, default /tmp/h200-sglang) stays on the host between calls and is packed into OUT_DIR after each call.
 # CALL_S (default 570) is this call's budget in seconds; the plan stops before a step that would not fit.
 set -uo pipefail

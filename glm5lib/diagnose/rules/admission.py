@@ -41,6 +41,7 @@ from glm5lib.diagnose.rules._frontend import frontend_at
 from glm5lib.diagnose.rules._queue import offered_load, queued_below_limit
 
 __all__ = [
+    "budget_remedy",
     "rule_admission_reserve",
     "rule_dp_imbalance",
     "rule_prefill_budget",
@@ -185,6 +186,14 @@ def _budget_changes(ev: Evidence, value: int) -> dict[str, Any]:
     return out
 
 
+def budget_remedy(ev: Evidence, value: int, **now: Any) -> str:
+    """The remedy that widens the prefill budget to ``value``, naming the engine's other field that caps it
+    (SGLang's max_prefill_tokens) only where that field is below ``value`` now."""
+    raises_cap = set(_budget_changes(ev, value)) - {"token_budget", "prefill_chunk"}
+    intent = "widen_prefill_budget" if raises_cap else "widen_prefill_chunk"
+    return str(remedy(intent, ev.engine, release=ev.release, value=value, lookup=ev.arg, **now))
+
+
 def rule_prefill_budget(ev: Evidence) -> list[Finding]:
     """Every prefill batch takes the whole token budget while requests queue below the cap."""
     share, n_full, n_prefill, budget, src = _prefill_at_budget(ev)
@@ -230,7 +239,7 @@ def rule_prefill_budget(ev: Evidence) -> list[Finding]:
         + f" and token usage at most {float(usage.max()):.2f}",
         "so prompts arrive faster than the budget lets the scheduler take them in",
     ]
-    suggestion = remedy("widen_prefill_budget", ev.engine, release=ev.release, value=value, lookup=ev.arg)
+    suggestion = budget_remedy(ev, value)
     suggestion = f"{suggestion} (larger prefill batches stall the running decodes longer: watch ITL)"
     return [
         Finding(

@@ -104,7 +104,9 @@ def _pinned_at_cap(ev: Evidence, d: pd.DataFrame) -> _Pinned | None:
         cap_src = "the most running requests seen"
     threshold = cap - max(0, math.floor(0.03 * cap))
     pinned = running >= threshold
-    queued = queue > 0
+    # queued beyond the cap's free slots: running 250 with 6 queued under a cap of 256 is a load the cap
+    # admits (what keeps those 6 waiting is elsewhere: the prefill budget, the KV pool)
+    queued = (queue > 0) & (running + queue > cap)
     both = pinned & queued
     share = float(both.mean())
     if both.sum() < 3 or share < 0.2:

@@ -29,10 +29,10 @@ from glm5lib.diagnose.evidence import (
     samples_text,
     token_budget_field,
 )
-from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
 from glm5lib.diagnose.model.core import POOL_FULL
 from glm5lib.diagnose.rules._queue import queued_below_limit
+from glm5lib.diagnose.rules.admission import budget_remedy
 
 __all__ = ["budget_arithmetic", "rule_load_bound", "rule_token_budget"]
 
@@ -123,7 +123,7 @@ def rule_token_budget(ev: Evidence) -> list[Finding]:
     value = _power_of_two_above(needed)
     budget_field = token_budget_field(ev)
     now = {budget_field: f"{budget:,}"} if ev.arg(budget_field) is None and ev.adapter().capabilities.mixed_steps else {}
-    suggestion = str(remedy("widen_prefill_budget", ev.engine, release=ev.release, value=value, lookup=ev.arg, **now))
+    suggestion = budget_remedy(ev, value, **now)
     tpot = pd.to_numeric(pd.Series([level.get("median_tpot_ms")]), errors="coerce").iloc[0] if level else None
     suggestion += (
         f": {int(limit)} running requests need about {int(limit)} x ({output:,.0f} + {prompt:,.0f}) / "

@@ -1,0 +1,88 @@
+"""Real SGLang 0.5.16 on one H100 with a 512-token prefill chunk under 2,048-token prompts
+(data/examples/h100-sglang-chunk-long): the chunk case again, at another prompt length and chunk, and
+the same server read two ways. The sweep's baseline and ``glm5 watch`` of a live server that an
+independent client loaded at 256 concurrent requests must name the same limit: the prefill budget.
+The watch once led with the running cap instead, because requests waiting for the prefill budget
+beside a full batch of the client's 256 looked like requests queued at the cap."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from glm5lib import diagnose as dg
+from glm5lib.diagnose.model import PerfModel
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h100-sglang-chunk-long"
+LEVELS = [1, 16, 64, 256]
+
+
+def _measured(phase: str) -> pd.Series:
+    return pd.read_csv(EXAMPLE / phase / "sweep.csv").set_index("concurrency")["output_throughput"]
+
+
+@pytest.fixture(scope="module")
+def swept() -> pd.DataFrame:
+    return dg.diagnose(EXAMPLE, reference="k2-thinking", phase="baseline", write=False)
+
+
+@pytest.fixture(scope="module")
+def watched() -> pd.DataFrame:
+    return dg.diagnose(EXAMPLE / "live", phase="watch", write=False)
+
+
+def test_the_sweep_leads_with_the_prefill_budget_and_raises_the_chunk_alone(swept):
+    first = swept.iloc[0]
+    assert first["rule"] == "prefill_budget", swept[["rule", "score"]].to_string()
+    assert "took the whole budget of 512 tokens" in first["evidence"]
+    assert json.loads(first["remedy"]) == {"chunked_prefill_size": 8192}
+    # --max-prefill-tokens is 16,384 here: it admits 8,192 already, so it is named as no obstacle,
+    # not as a second flag to raise
+    assert "--chunked-prefill-size 8192" in first["suggestion"]
+    assert "--max-prefill-tokens at 16384 admits that already" in first["suggestion"]
+    assert "at least" not in first["suggestion"]
+
+
+def test_the_watch_names_the_limit_the_sweep_names_and_not_the_cap(watched, swept):
+    assert watched.iloc[0]["rule"] == swept.iloc[0]["rule"] == "prefill_budget", watched[["rule", "score"]].to_string()
+    assert "concurrency_cap" not in set(watched["rule"])
+    assert json.loads(watched.iloc[0]["remedy"]) == {"chunked_prefill_size": 8192}
+
+
+def test_the_watch_as_recorded_led_with_the_cap_on_a_full_batch_with_a_few_requests_waiting():
+    # what glm5 diagnose wrote on the GPU host before the cap rule asked for a queue beyond the cap's free slots
+    recorded = pd.read_csv(EXAMPLE / "live" / "watch" / "findings.csv")
+    assert recorded.iloc[0]["rule"] == "concurrency_cap"
+    assert "queued requests averaged 1.62 (max 6)" in recorded.iloc[0]["evidence"]
+
+
+def test_the_cap_does_not_bind_where_running_plus_queued_fit_under_it():
+    ev = dg.load_evidence(EXAMPLE / "live", phase="watch")
+    d = ev.active_decode()
+    cap, _ = ev.cap()
+    near = d[d["running_req"] >= cap - 7]
+    assert len(near) >= 3 and (near["queue_req"] > 0).any()  # the samples the rule once took as pinned
+    assert (near["running_req"] + near["queue_req"] <= cap).all()
+
+
+@pytest.mark.parametrize("phase,chunk", [("chunk-2k", 2048), ("chunk-8k", 8192)])
+def test_a_chunk_change_is_not_forecast_here_either(phase, chunk):
+    out = PerfModel.fit_phase(EXAMPLE / "baseline").forecast({"chunked_prefill_size": chunk}, LEVELS)
+    assert not any(f.given for f in out)
+    for f in out:
+        assert f.unseen_changes and "prefills in forwards of their own" in f.unseen_changes[0]
+        assert f.measurement == {"kind": "level", "concurrency": f.concurrency,
+                                 "changes": {"chunked_prefill_size": chunk}}
+    measured = _measured(phase)
+    # the phase's own step, the point the model computes, falls short of the launch at 64 and 256
+    assert all(measured[f.concurrency] > 1.1 * f.predicted_tok_s for f in out if f.concurrency >= 64)
+
+
+def test_the_recorded_run_measured_what_the_readme_says():
+    base, two, eight = _measured("baseline"), _measured("chunk-2k"), _measured("chunk-8k")
+    assert 1.0 < (two / base)[1] < 1.1 and (two / base)[256] > 1.3
+    # at 256 a chunk of four whole prompts did not beat a chunk of one in this launch each
+    assert eight[256] < two[256] and eight[64] > two[64]
