@@ -23,8 +23,9 @@ baseline and the step benchmark taken before the fix's launch (``h100-sglang-nex
 steps its notebooks benchmarked (``h100-sglang-cap16``); real SGLang 0.5.16 on one H200 whose KV pool was
 set by hand, raised from 16,384 to 262,144 and to 65,536 tokens, and its admission reserve lowered
 (``h200-sglang-kv``); real SGLang 0.5.16 on one H100 whose prefill chunk of 256 tokens was raised to 512,
-1,024 and 8,192 under 1,024-token prompts (``h100-sglang-chunk``: not forecast, the model has no term for
-the prefill forwards a request takes); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+1,024 and 8,192 under 1,024-token prompts (``h100-sglang-chunk``), and of 512 raised to 2,048 and 8,192 under
+2,048-token prompts (``h100-sglang-chunk-long``): not forecast, the model has no term for the prefill forwards a
+request takes; real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
@@ -90,6 +91,10 @@ SHIPPED = [
      EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 1024}, "chunk-1k"),
     ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 512 (1,024-token prompts)",
      EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 512}, "chunk-512"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 2,048 (2,048-token prompts)",
+     EXAMPLES / "h100-sglang-chunk-long", {"chunked_prefill_size": 2048}, "chunk-2k"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 8,192 (2,048-token prompts)",
+     EXAMPLES / "h100-sglang-chunk-long", {"chunked_prefill_size": 8192}, "chunk-8k"),
 ]
 
 

@@ -51,7 +51,7 @@ from glm5lib.levels import per_level
 from glm5lib.logs import follow_log, parse_log, to_epoch
 from glm5lib.telemetry import GpuSampler, MetricsScraper, save_environment
 
-__all__ = ["WATCH_COLUMNS", "Watch", "WatchResult", "WatchSettings", "histogram_window", "window_row"]
+__all__ = ["WATCH_COLUMNS", "Watch", "WatchResult", "WatchSettings", "histogram_window", "swing_note", "window_row"]
 
 log = logging.getLogger(__name__)
 
@@ -63,8 +63,8 @@ WATCH_COLUMNS = [
     "queued_max", "kv_max", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_itl_ms",
     "median_itl_ms", "p90_itl_ms", "p99_itl_ms", "mean_tpot_ms", "median_tpot_ms", "mean_e2e_latency_ms",
     "median_e2e_latency_ms", "p90_e2e_latency_ms", "p99_e2e_latency_ms", "start_time", "end_time", "window_start",
-    "window_end", "token_source", "scheduler_source", "host_cpus", "host_cpu_pct", "other_processes", "binding",
-    "binding_text",
+    "window_end", "token_source", "scheduler_source", "host_cpus", "host_cpu_pct", "other_processes",
+    "prefill_forwards", "prefill_full_share", "prefill_budget", "binding", "binding_text",
 ]
 # Scrapes back to back that measure what one costs the server (CPU clocks tick in 10 ms).
 COST_SCRAPES = 20
@@ -78,6 +78,10 @@ AT_CAP = 0.97
 KV_FULL = 0.9
 # A serving process this busy (% of its core) with nothing waiting: the front end is the limit.
 FRONTEND_BUSY = 90.0
+# A prefill forward whose tokens reach this share of the per-step budget took the whole of it.
+FULL_FORWARD = 0.95
+# This share of a window's prefill forwards at the whole budget, with requests waiting: the budget binds.
+BUDGET_FULL = 0.8
 
 
 @dataclasses.dataclass
@@ -130,6 +134,26 @@ class WatchResult:
     engine: str
     scrape_cost: dict[str, Any]
     stopped: str
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+
+def swing_note(windows: pd.DataFrame, window_s: float) -> str | None:
+    """A note where the windows' output tok/s swing by half or more while the offered load holds within
+    15%: the traffic's tokens come in bursts (requests that start and finish together) that a window
+    catches one or two of, so no one window's figure is the server's rate; None otherwise."""
+    w = windows.dropna(subset=["output_throughput", "concurrency"]) if len(windows) else windows
+    if len(w) < 2:
+        return None
+    tok, load = w["output_throughput"].astype(float), w["concurrency"].astype(float)
+    if load.min() <= 0 or tok.min() <= 0 or tok.max() < 1.5 * tok.min() or load.max() > 1.15 * load.min():
+        return None
+    e2e = pd.to_numeric(w.get("median_e2e_latency_ms"), errors="coerce").median() / 1000.0
+    longer = (f"; a request lived about {e2e:,.0f} s, so windows of {10 * math.ceil(4 * e2e / 10):.0f} s or more "
+              "(--window) hold several lifetimes each") if e2e == e2e and e2e > 0 else ""
+    return (f"output tok/s swung from {tok.min():,.0f} to {tok.max():,.0f} between windows while the offered load held "
+            f"at {load.min():,.0f}-{load.max():,.0f}: the tokens came in bursts (requests that start and finish "
+            f"together) that a {window_s:g}-s window catches more or fewer of, so read the mean over the windows, "
+            f"{tok.mean():,.0f} tok/s, rather than any one{longer}")
 
 
 def _histogram(frame: pd.DataFrame, family: str, at: float) -> pd.DataFrame:
@@ -206,22 +230,27 @@ def _counter_rate(frame: pd.DataFrame, names: tuple[str, ...], t0: float, t1: fl
     return max(float(per.iloc[b]) - float(per.iloc[a]), 0.0) / (times[b] - times[a])
 
 
-def _lines_in(decode: pd.DataFrame | None, t0: float, t1: float) -> pd.DataFrame | None:
-    """The log's scheduler lines with a running request inside [t0, t1]; None without a log."""
-    if decode is None or decode.empty or "running_req" not in decode:
+def _lines_in(lines: pd.DataFrame | None, t0: float, t1: float, *, running: bool = True) -> pd.DataFrame | None:
+    """The log's scheduler lines inside [t0, t1] (with a running request, where ``running``); None
+    without a log."""
+    if lines is None or lines.empty or "time" not in lines or (running and "running_req" not in lines):
         return None
-    epoch = decode["epoch"] if "epoch" in decode else pd.to_numeric(to_epoch(decode["time"]), errors="coerce")
-    inside = (epoch >= t0) & (epoch <= t1) & (pd.to_numeric(decode["running_req"], errors="coerce") > 0)
-    return decode[inside]
+    epoch = lines["epoch"] if "epoch" in lines else pd.to_numeric(to_epoch(lines["time"]), errors="coerce")
+    inside = (epoch >= t0) & (epoch <= t1)
+    if running:
+        inside &= pd.to_numeric(lines["running_req"], errors="coerce") > 0
+    return lines[inside]
 
 
 def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: int | None = None,
                processes: Mapping[str, float] | None = None, host: Mapping[str, float] | None = None,
-               roles: tuple[Any, ...] = (), decode: pd.DataFrame | None = None) -> dict[str, Any]:
+               roles: tuple[Any, ...] = (), log: Any = None, budget: int | None = None) -> dict[str, Any]:
     """One window of ``/metrics`` scrapes (``metrics.csv``'s rows) as a sweep row, with the limit
     that binds it (``binding``: a neutral limit name; ``binding_text`` in words). Running, queued and
-    KV figures come from the scrapes that saw a batch, or from the log's scheduler lines
-    (``decode``) where they saw more (``scheduler_source``)."""
+    KV figures come from the scrapes that saw a batch, or from the log's scheduler lines (``log``, the
+    engine's parsed log so far: its ``decode`` lines) where they saw more (``scheduler_source``); its
+    ``prefill`` lines say how many prefill forwards took the whole per-step token ``budget``."""
+    decode = getattr(log, "decode", None)
     names = engines.metric_names
     running = _series(frame, names("running_req"), t0, t1)
     queued = _series(frame, names("queue_req"), t0, t1).reindex(running.index).fillna(0.0)
@@ -272,6 +301,11 @@ def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: in
         row["other_processes"] = "; ".join(f"{who} {pct:.0f}%" for who, pct in listed if pct >= 1.0)
     if host:
         row.update(host)
+    forwards = _lines_in(getattr(log, "prefill", None), t0, t1, running=False)
+    if forwards is not None and budget:
+        tokens = pd.to_numeric(forwards.get("new_token"), errors="coerce").dropna()
+        row.update(prefill_forwards=len(tokens), prefill_budget=budget,
+                   prefill_full_share=float((tokens >= FULL_FORWARD * budget).mean()) if len(tokens) else math.nan)
     row["binding"], row["binding_text"] = binding_limit(row, cap, processes or {}, roles)
     return row
 
@@ -286,12 +320,17 @@ def binding_limit(row: Mapping[str, Any], cap: int | None, processes: Mapping[st
     if not (isinstance(running, float) and math.isfinite(running)) or running <= 0:
         return "idle", f"{head}: idle (nothing ran)"
     waiting = isinstance(queued, float) and queued >= QUEUED
-    if waiting and cap and running >= AT_CAP * cap:
+    # at the cap with more waiting than its free slots (a few waiting beside a batch the cap admits wait elsewhere)
+    if waiting and cap and running >= AT_CAP * cap and running + queued > cap:
         return "running_cap", f"{head}: the running cap ({cap})"
     if waiting and isinstance(kv, float) and kv >= KV_FULL:
         return "kv_tokens", f"{head}: the KV pool"
     if waiting and not cap:
         return "running_cap", f"{head}: a running cap of about {running:.0f} (requests wait while the KV pool has room)"
+    forwards, full = row.get("prefill_forwards"), row.get("prefill_full_share")
+    if waiting and isinstance(forwards, int) and forwards >= 3 and isinstance(full, float) and full >= BUDGET_FULL:
+        return "token_budget", (f"{head}: the prefill budget ({full:.0%} of the window's {forwards:,} prefill "
+                                f"forwards took the whole {int(row['prefill_budget']):,} tokens while requests waited)")
     if waiting:
         return "admission", (f"{head}: admission (requests wait below the cap of {cap} with the KV pool at {kv:.0%}: "
                              "the per-step token budget or the admission reserve)")
@@ -386,7 +425,9 @@ class Watch:
             server_log = parse_log(settings.log_path)
             args = {**dict(server_log.server_args or {}), **args}
             startup = dict(server_log.startup or {})
-        self.cap = self.adapter.limits(args, startup).running_cap if (args or startup) else None
+        limits = self.adapter.limits(args, startup) if (args or startup) else None
+        self.cap = limits.running_cap if limits is not None else None
+        self.budget = limits.token_budget if limits is not None else None
 
     def _folder(self) -> Path:
         run = Path(self.settings.run_dir) if self.settings.run_dir else rundir.new_run_dir()
@@ -466,11 +507,11 @@ class Watch:
                 t1 = time.time()
                 cpu1, host1 = _cpu_seconds(procs), psutil.cpu_times()
                 time.sleep(min(1.5 * s.interval, 5.0))  # the marked scrape
-                decode = None
+                server_log = None
                 if follower is not None:
                     log_copy.pump()
-                    decode = follower.update().decode
-                row = self._window(scraper.frame(), t0, t1, k, cpu0, cpu1, host0, host1, decode)
+                    server_log = follower.update()
+                row = self._window(scraper.frame(), t0, t1, k, cpu0, cpu1, host0, host1, server_log)
                 rows.append(row)
                 pd.DataFrame(rows, columns=WATCH_COLUMNS).to_csv(folder / rundir.SWEEP, index=False)
                 if on_window is not None:
@@ -487,20 +528,21 @@ class Watch:
         windows = pd.DataFrame(rows, columns=WATCH_COLUMNS)
         if gpu is not None and not windows.empty and {"time", "gpu", "power_w"} <= set(gpu.columns) and len(gpu):
             per_level(gpu, windows).to_csv(folder / rundir.POWER, index=False)
+        notes = [n for n in (swing_note(windows, s.window),) if n]
         meta.update(stopped=_now(), windows=len(rows), how_it_ended=stopped, scrapes=scraper.scrapes,
-                    scrape_errors=scraper.errors, metrics_rows=len(metrics))
+                    scrape_errors=scraper.errors, metrics_rows=len(metrics), notes=notes)
         (folder / rundir.WATCH).write_text(json.dumps(meta, indent=2) + "\n")
-        return WatchResult(folder, windows, self.engine, cost, stopped)
+        return WatchResult(folder, windows, self.engine, cost, stopped, notes)
 
     def _window(self, frame: pd.DataFrame, t0: float, t1: float, k: int, cpu0: dict[str, float],
-                cpu1: dict[str, float], host0: Any, host1: Any, decode: pd.DataFrame | None = None) -> dict[str, Any]:
+                cpu1: dict[str, float], host0: Any, host1: Any, server_log: Any = None) -> dict[str, Any]:
         span = max(t1 - t0, 1e-9)
         processes = {who: 100.0 * (cpu1[who] - cpu0.get(who, cpu1[who])) / span for who in cpu1}
         busy = (sum(host1) - host1.idle) - (sum(host0) - host0.idle)
         total = sum(host1) - sum(host0)
         host = {"host_cpus": psutil.cpu_count(), "host_cpu_pct": 100.0 * busy / total if total > 0 else math.nan}
         return window_row(frame, t0, t1, index=k, cap=self.cap, processes=processes, host=host,
-                          roles=self.adapter.capabilities.serving_roles, decode=decode)
+                          roles=self.adapter.capabilities.serving_roles, log=server_log, budget=self.budget)
 
 
 class _LogCopy:

@@ -43,6 +43,8 @@ def _cli_watch(args: argparse.Namespace) -> int:
              f"({cost['share_of_core_at_interval']:.1%} of a core at one a second)" if "cpu_ms" in cost else "")
     print(f"{len(result.windows)} window(s) in {result.folder} ({result.stopped}); a scrape took "
           f"{cost['wall_ms']:.1f} ms and {cost['bytes'] / 1024:.0f} kB{spent}")
+    for note in result.notes:
+        print(f"note: {note}")
     if len(result.windows):
         print(f"next: glm5 diagnose {result.folder.parent} --phase {result.folder.name}")
     return 0

@@ -3,14 +3,17 @@ histograms, the limit named, and the settings refused before anything is written
 
 from __future__ import annotations
 
+import datetime
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
 from glm5lib import engines
 from glm5lib.errors import ConfigError
-from glm5lib.watch import WatchSettings, binding_limit, histogram_window, window_row
+from glm5lib.watch import WatchSettings, binding_limit, histogram_window, swing_note, window_row
 
 BOUNDS = [0.1, 0.5, 1.0, 5.0, float("inf")]
 
@@ -71,6 +74,30 @@ def test_each_limit_is_named_from_what_the_window_shows():
     assert binding_limit({**base, "queued_mean": 20.0}, None, {})[1].endswith(
         "a running cap of about 100 (requests wait while the KV pool has room)")
     assert binding_limit({"running_median": 0.0, "queued_mean": 0.0}, 64, {})[0] == "idle"
+    # a batch the cap admits, with a few waiting beside it (real SGLang: 250 of a client's 256 running under
+    # a cap of 256, 6 waiting for the prefill budget): not the cap
+    assert binding_limit({**base, "running_median": 250.0, "queued_mean": 6.0}, 256, {})[0] == "admission"
+
+
+def _prefill_log(t0: float, seconds: int, per_s: int, tokens: int) -> SimpleNamespace:
+    """A parsed log whose prefill lines carry ``tokens`` each, ``per_s`` a second (log times are this
+    machine's local clock, as a log written here has them)."""
+    times = [pd.Timestamp(datetime.datetime.fromtimestamp(t0 + k / per_s)) for k in range(seconds * per_s)]
+    prefill = pd.DataFrame({"time": times, "new_seq": 1, "new_token": tokens, "queue_req": 100})
+    return SimpleNamespace(prefill=prefill, decode=pd.DataFrame())
+
+
+def test_a_window_whose_prefill_forwards_fill_the_budget_names_the_prefill_budget():
+    frame = _scrapes(100.0, 20, running=104, queued=122, usage=0.52, tokens_per_s=3258)
+    row = window_row(frame, 100.0, 120.0, index=1, cap=256, log=_prefill_log(100.0, 20, 80, 512), budget=512)
+    assert row["prefill_forwards"] >= 1500 and row["prefill_full_share"] == 1.0 and row["prefill_budget"] == 512
+    assert row["binding"] == "token_budget"
+    assert "the prefill budget (100% of the window's" in row["binding_text"] and "whole 512 tokens" in row["binding_text"]
+    # forwards well short of the budget do not name it; nor does a window without a known budget
+    short = window_row(frame, 100.0, 120.0, index=1, cap=256, log=_prefill_log(100.0, 20, 80, 200), budget=512)
+    assert short["binding"] == "admission" and short["prefill_full_share"] == 0.0
+    unknown = window_row(frame, 100.0, 120.0, index=1, cap=256, log=_prefill_log(100.0, 20, 80, 512))
+    assert unknown["binding"] == "admission" and "prefill_forwards" not in unknown
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -84,3 +111,26 @@ def test_each_limit_is_named_from_what_the_window_shows():
 def test_settings_are_refused_before_anything_starts(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         WatchSettings(**kwargs).check()
+
+
+LIVE = Path(__file__).resolve().parents[2] / "data" / "examples" / "h100-sglang-chunk-long" / "live" / "watch"
+
+
+def test_windows_that_swing_under_a_steady_load_say_to_read_their_mean():
+    # real SGLang under a closed loop of equal requests: 256 requests start and finish together, so a 20-s
+    # window held one cohort's tokens or two (3,258, 3,264, 1,632 tok/s) at an offered load of 254-255
+    windows = pd.read_csv(LIVE / "sweep.csv")
+    note = swing_note(windows, 20)
+    assert note is not None
+    assert "from 1,632 to 3,264" in note and "254-255" in note and "2,718 tok/s" in note
+    assert "windows of 70 s or more" in note  # four lifetimes of the 15-s median request, in tens
+
+
+@pytest.mark.parametrize("tok,load", [
+    ([3000, 3100, 2900], [255, 254, 255]),  # steady: within a few percent
+    ([3000, 1500, 3000], [255, 120, 255]),  # the load itself moved: the tok/s follows it
+    ([3000], [255]),  # one window has nothing to swing against
+])
+def test_no_note_where_the_windows_agree_or_the_load_moved(tok, load):
+    windows = pd.DataFrame({"output_throughput": tok, "concurrency": load, "median_e2e_latency_ms": 15000.0})
+    assert swing_note(windows, 20) is None
