@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import socket
 import threading
@@ -141,15 +142,19 @@ def swing_note(windows: pd.DataFrame, window_s: float) -> str | None:
     """A note where the windows' output tok/s swing by half or more while the offered load holds within
     15%: the traffic's tokens come in bursts (requests that start and finish together) that a window
     catches one or two of, so no one window's figure is the server's rate; None otherwise."""
-    w = windows.dropna(subset=["output_throughput", "concurrency"]) if len(windows) else windows
+    if not len(windows) or not {"output_throughput", "concurrency"} <= set(windows):
+        return None
+    w = windows.dropna(subset=["output_throughput", "concurrency"])
+    w = w[(w["concurrency"] > 0) & (w["output_throughput"] > 0)]  # idle windows swing with their load
     if len(w) < 2:
         return None
     tok, load = w["output_throughput"].astype(float), w["concurrency"].astype(float)
-    if load.min() <= 0 or tok.min() <= 0 or tok.max() < 1.5 * tok.min() or load.max() > 1.15 * load.min():
+    if tok.max() < 1.5 * tok.min() or load.max() > 1.15 * load.min():
         return None
-    e2e = pd.to_numeric(w.get("median_e2e_latency_ms"), errors="coerce").median() / 1000.0
-    longer = (f"; a request lived about {e2e:,.0f} s, so windows of {10 * math.ceil(4 * e2e / 10):.0f} s or more "
-              "(--window) hold several lifetimes each") if e2e == e2e and e2e > 0 else ""
+    e2e = (pd.to_numeric(w["median_e2e_latency_ms"], errors="coerce").median() / 1000.0
+           if "median_e2e_latency_ms" in w else math.nan)
+    longer = (f"; a request lived about {e2e:,.0f} s, so windows of {10 * math.ceil(round(4 * e2e) / 10):.0f} s "
+              "or more (--window) hold several lifetimes each") if e2e == e2e and e2e > 0 else ""
     return (f"output tok/s swung from {tok.min():,.0f} to {tok.max():,.0f} between windows while the offered load held "
             f"at {load.min():,.0f}-{load.max():,.0f}: the tokens came in bursts (requests that start and finish "
             f"together) that a {window_s:g}-s window catches more or fewer of, so read the mean over the windows, "
@@ -215,10 +220,37 @@ def _series(frame: pd.DataFrame, names: tuple[str, ...], t0: float, t1: float) -
     return rows.groupby("time")["value"].sum()
 
 
+_SELECTOR_RE = re.compile(r'^([^{]+)\{(.*)\}$')
+_MATCHER_RE = re.compile(r'(\w+)="([^"]*)"')
+
+
+def _rows(frame: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    """The scrapes' rows of ``names``; a name may carry a Prometheus label selector
+    (``family{mode="decode"}``): then only the label sets it matches."""
+    plain = [n for n in names if not _SELECTOR_RE.match(n)]
+    keep = frame["metric"].isin(plain)
+    for name in names:
+        m = _SELECTOR_RE.match(name)
+        if m is None:
+            continue
+        family, want = m.group(1), dict(_MATCHER_RE.findall(m.group(2)))
+        hit = frame["metric"] == family
+        if hit.any():
+            matched = [_matches(text, want) for text in frame.loc[hit, "labels"]]
+            keep |= pd.Series(matched, index=frame.index[hit]).reindex(frame.index, fill_value=False)
+    return frame[keep]
+
+
+def _matches(labels: Any, want: Mapping[str, str]) -> bool:
+    """A scrape row's labels (JSON text) hold every ``want`` label at its value."""
+    got = json.loads(labels) if isinstance(labels, str) and labels else {}
+    return all(got.get(k) == v for k, v in want.items())
+
+
 def _counter_rate(frame: pd.DataFrame, names: tuple[str, ...], t0: float, t1: float) -> float:
     """A counter's rate over [t0, t1] (per second), between the scrapes nearest the window's ends
     (each scrape's own time: a second's slip at either end is no error)."""
-    rows = frame[frame["metric"].isin(names)]
+    rows = _rows(frame, names)
     if rows.empty:
         return math.nan
     per = rows.groupby("time")["value"].sum()
@@ -233,7 +265,7 @@ def _counter_rate(frame: pd.DataFrame, names: tuple[str, ...], t0: float, t1: fl
 def _lines_in(lines: pd.DataFrame | None, t0: float, t1: float, *, running: bool = True) -> pd.DataFrame | None:
     """The log's scheduler lines inside [t0, t1] (with a running request, where ``running``); None
     without a log."""
-    if lines is None or lines.empty or "time" not in lines or (running and "running_req" not in lines):
+    if lines is None or lines.empty or not {"time", "epoch"} & set(lines) or (running and "running_req" not in lines):
         return None
     epoch = lines["epoch"] if "epoch" in lines else pd.to_numeric(to_epoch(lines["time"]), errors="coerce")
     inside = (epoch >= t0) & (epoch <= t1)
@@ -271,7 +303,10 @@ def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: in
         source = "log"
     offered = running + queued
     span = max(t1 - t0, 1e-9)
-    generated = _counter_rate(frame, names("generation_tokens"), t0, t1) * span
+    # tokens as the decode steps make them where the engine counts them so; else as requests finish
+    generated, token_source = _counter_rate(frame, names("decode_tokens"), t0, t1) * span, "decode counter"
+    if not math.isfinite(generated):
+        generated, token_source = _counter_rate(frame, names("generation_tokens"), t0, t1) * span, "counter"
     prompts = _counter_rate(frame, names("prompt_tokens"), t0, t1) * span
     finished = _counter_rate(frame, names("requests_finished"), t0, t1) * span
     row: dict[str, Any] = {
@@ -286,7 +321,7 @@ def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: in
         "queued_mean": float(queued.mean()) if len(queued) else math.nan,
         "queued_max": float(queued.max()) if len(queued) else math.nan,
         "kv_max": float(usage.max()) if len(usage) else math.nan,
-        "start_time": t0, "end_time": t1, "window_start": t0, "window_end": t1, "token_source": "counter",
+        "start_time": t0, "end_time": t1, "window_start": t0, "window_end": t1, "token_source": token_source,
         "scheduler_source": source,
     }
     for column, prefix in (("ttft_seconds", "ttft"), ("itl_seconds", "itl"), ("e2e_seconds", "e2e_latency")):
@@ -302,8 +337,8 @@ def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: in
     if host:
         row.update(host)
     forwards = _lines_in(getattr(log, "prefill", None), t0, t1, running=False)
-    if forwards is not None and budget:
-        tokens = pd.to_numeric(forwards.get("new_token"), errors="coerce").dropna()
+    if forwards is not None and budget and "new_token" in forwards:
+        tokens = pd.to_numeric(forwards["new_token"], errors="coerce").dropna()
         row.update(prefill_forwards=len(tokens), prefill_budget=budget,
                    prefill_full_share=float((tokens >= FULL_FORWARD * budget).mean()) if len(tokens) else math.nan)
     row["binding"], row["binding_text"] = binding_limit(row, cap, processes or {}, roles)
@@ -327,9 +362,9 @@ def binding_limit(row: Mapping[str, Any], cap: int | None, processes: Mapping[st
         return "kv_tokens", f"{head}: the KV pool"
     if waiting and not cap:
         return "running_cap", f"{head}: a running cap of about {running:.0f} (requests wait while the KV pool has room)"
-    forwards, full = row.get("prefill_forwards"), row.get("prefill_full_share")
-    if waiting and isinstance(forwards, int) and forwards >= 3 and isinstance(full, float) and full >= BUDGET_FULL:
-        return "token_budget", (f"{head}: the prefill budget ({full:.0%} of the window's {forwards:,} prefill "
+    forwards, full = _finite(row.get("prefill_forwards")), _finite(row.get("prefill_full_share"))
+    if waiting and forwards is not None and forwards >= 3 and full is not None and full >= BUDGET_FULL:
+        return "token_budget", (f"{head}: the prefill budget ({full:.0%} of the window's {int(forwards):,} prefill "
                                 f"forwards took the whole {int(row['prefill_budget']):,} tokens while requests waited)")
     if waiting:
         return "admission", (f"{head}: admission (requests wait below the cap of {cap} with the KV pool at {kv:.0%}: "
@@ -339,6 +374,15 @@ def binding_limit(row: Mapping[str, Any], cap: int | None, processes: Mapping[st
         if busy >= FRONTEND_BUSY:
             return f"frontend:{role.name}", f"{head}: the {role.name} front end ({busy:.0f}% of its core)"
     return "load", f"{head}: the load offered (nothing waits)"
+
+
+def _finite(x: Any) -> float | None:
+    """``x`` as a finite float (a row read back from CSV holds floats, numpy's numbers or NaN), else None."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
 
 
 def _n(x: Any) -> str:

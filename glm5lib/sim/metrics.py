@@ -57,8 +57,17 @@ class _Collector:
         yield gauge("sglang:spec_accept_length", "The average acceptance length of speculative decoding.",
                     accept[0])
         yield gauge("sglang:spec_accept_rate", "The average acceptance rate of speculative decoding.", accept[1])
-        yield counter("sglang:prompt_tokens", "Number of prefill tokens processed.", s.prompt_total)
-        yield counter("sglang:generation_tokens", "Number of generation tokens processed.", s.generated_total)
+        # as SGLang counts them: prompt and generation tokens when a request finishes; the tokens each
+        # forward computes as it runs in realtime_tokens_total, by mode
+        yield counter("sglang:prompt_tokens", "Number of prefill tokens processed.", s.finished_prompt)
+        yield counter("sglang:generation_tokens", "Number of generation tokens processed.", s.finished_generated)
+        realtime = CounterMetricFamily("sglang:realtime_tokens", "Total number of tokens processed (updated on "
+                                       "each log interval). mode: prefill_compute, prefill_cache, decode.",
+                                       labels=[*_LABELS, "mode"])
+        for mode, value in (("prefill_compute", s.prompt_total - s.cached_total), ("prefill_cache", s.cached_total),
+                            ("decode", s.generated_total)):
+            realtime.add_metric([*labels, mode], float(value))
+        yield realtime
         yield counter("sglang:cached_tokens", "Number of cached prompt tokens.", s.cached_total)
         yield counter("sglang:num_requests", "Number of requests processed.", s.finished_total)
         yield counter("sglang:num_aborted_requests", "Number of requests aborted.", s.aborted_total)

@@ -222,8 +222,10 @@ class SimScheduler:
         # Counters and recent state read by /metrics, /get_server_info and /sim/gpus.
         self.decode_steps = 0
         self.prefill_batches = 0
-        self.generated_total = 0
+        self.generated_total = 0  # as the steps make them (SGLang's realtime_tokens_total)
         self.prompt_total = 0
+        self.finished_generated = 0  # as requests finish (SGLang's generation_tokens_total)
+        self.finished_prompt = 0
         self.cached_total = 0
         self.requests_total = 0
         self.finished_total = 0
@@ -496,6 +498,8 @@ class SimScheduler:
         r.finish_reason = "length" if r.gen >= r.max_new else "stop"
         r.finish_time = now
         self.finished_total += 1
+        self.finished_generated += r.gen
+        self.finished_prompt += r.prompt_len
         self.e2e.observe(now - r.arrival)
         self.recent.append(r)
         if r.sink is not None:

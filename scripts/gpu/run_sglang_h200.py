@@ -262,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
                 # one more change, forecast from the baseline and then measured as its own phase
                 name = step.split(":", 1)[1]
                 changes = json.loads(args.phase_changes)
-                if isinstance(changes.get(name), dict):  # {"NAME": {...}, ...}: several phases in one call
+                if changes and all(isinstance(v, dict) for v in changes.values()):  # {"NAME": {...}, ...}
+                    if name not in changes:
+                        raise SystemExit(f"--phase-changes names {', '.join(changes)}, not {name!r}")
                     changes = changes[name]
                 predict(changes, name)
                 notebooks([4], 1, FIX_CHANGES=changes, PHASE=name)

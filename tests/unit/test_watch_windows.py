@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import pytest
 
 from glm5lib import engines
 from glm5lib.errors import ConfigError
+from glm5lib.logs import parse_log
 from glm5lib.watch import WatchSettings, binding_limit, histogram_window, swing_note, window_row
 
 BOUNDS = [0.1, 0.5, 1.0, 5.0, float("inf")]
@@ -123,7 +125,10 @@ def test_windows_that_swing_under_a_steady_load_say_to_read_their_mean():
     note = swing_note(windows, 20)
     assert note is not None
     assert "from 1,632 to 3,264" in note and "254-255" in note and "2,718 tok/s" in note
-    assert "windows of 70 s or more" in note  # four lifetimes of the 15-s median request, in tens
+    assert "windows of 60 s or more" in note  # four lifetimes of the 15-s median request, in tens
+    # an idle window beside them (the traffic stopped) leaves the note to the windows that carried load
+    idle = pd.concat([windows, windows.iloc[[0]].assign(concurrency=0, output_throughput=0.0)], ignore_index=True)
+    assert swing_note(idle, 20) == note
 
 
 @pytest.mark.parametrize("tok,load", [
@@ -134,3 +139,50 @@ def test_windows_that_swing_under_a_steady_load_say_to_read_their_mean():
 def test_no_note_where_the_windows_agree_or_the_load_moved(tok, load):
     windows = pd.DataFrame({"output_throughput": tok, "concurrency": load, "median_e2e_latency_ms": 15000.0})
     assert swing_note(windows, 20) is None
+
+
+def test_output_tokens_are_read_as_the_decode_steps_make_them_where_the_engine_counts_them_so():
+    # SGLang's generation_tokens_total moves when a request finishes; realtime_tokens_total{mode="decode"}
+    # moves with every decode step. Requests of 60 s at 1,000 tok/s in all: a 30-s window that ends
+    # before any finishes saw 1,000 tok/s made and none finished
+    frame = _scrapes(100.0, 30, running=64, queued=0, usage=0.2, tokens_per_s=0)
+    extra = []
+    for k in range(31):
+        for mode, rate in (("decode", 1000.0), ("prefill_compute", 9000.0)):
+            labels = json.dumps({"mode": mode, "tp_rank": "0"})
+            extra.append((100.0 + k, "sglang:realtime_tokens_total", labels, 5000.0 + rate * k))
+    frame = pd.concat([frame, pd.DataFrame(extra, columns=frame.columns)], ignore_index=True)
+    row = window_row(frame, 100.0, 130.0, index=1, cap=256)
+    assert row["token_source"] == "decode counter"
+    assert row["output_throughput"] == pytest.approx(1000.0)  # the decode label set only, not the prefill one
+    # an engine without it: the finished requests' counter, as before
+    plain = window_row(_scrapes(100.0, 30, running=64, queued=0, usage=0.2, tokens_per_s=880), 100.0, 130.0, index=1)
+    assert plain["token_source"] == "counter" and plain["output_throughput"] == pytest.approx(880)
+
+
+@pytest.fixture
+def utc(monkeypatch):
+    """This machine's clock read as UTC, the GPU host's, whose log times are its local clock."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_the_recorded_watch_windows_read_the_prefill_budget_from_the_kept_log(utc):
+    # the live watch of real SGLang: its log (kept) and its windows' bounds (sweep.csv); the scrapes were
+    # left out of the example for size, so the window is read here from the log alone
+    windows = pd.read_csv(LIVE / "sweep.csv")
+    log = parse_log(LIVE / "server.log")
+    frame = _scrapes(windows["window_start"][0], 20, running=104, queued=122, usage=0.52, tokens_per_s=3258)
+    counts = []
+    for _, w in windows.iterrows():
+        row = window_row(frame, w["window_start"], w["window_end"], index=int(w["window"]), cap=256, log=log, budget=512)
+        counts.append(row["prefill_forwards"])
+        assert row["prefill_full_share"] == 1.0
+    assert counts == [1699, 1492, 1726]
+    first = window_row(frame, windows["window_start"][0], windows["window_end"][0], index=1, cap=256, log=log, budget=512)
+    assert first["binding"] == "token_budget"
+    # a row read back from sweep.csv holds floats: the budget is still named
+    assert binding_limit({**first, "prefill_forwards": 1699.0}, 256, {})[0] == "token_budget"

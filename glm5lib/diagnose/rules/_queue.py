@@ -3,12 +3,22 @@ below the batch's limit."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import pandas as pd
 
 from glm5lib.diagnose.evidence import Evidence, _col
 from glm5lib.diagnose.model.core import POOL_FULL
+
+
+def held_at_cap(running: pd.Series, queue: pd.Series, cap: int) -> pd.Series:
+    """The samples where the running cap holds requests back: the batch at the cap (within 3%: a
+    sample lags a step) and more waiting than the cap's free slots. Running 250 with 6 waiting under a
+    cap of 256 is a load the cap admits: what keeps those 6 waiting is elsewhere (the prefill budget,
+    the KV pool)."""
+    queue = queue.fillna(0)
+    return (running >= cap - math.floor(0.03 * cap)) & (queue > 0) & (running + queue > cap)
 
 
 def offered_load(ev: Evidence) -> int | None:

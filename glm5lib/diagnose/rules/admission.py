@@ -187,10 +187,13 @@ def _budget_changes(ev: Evidence, value: int) -> dict[str, Any]:
 
 
 def budget_remedy(ev: Evidence, value: int, **now: Any) -> str:
-    """The remedy that widens the prefill budget to ``value``, naming the engine's other field that caps it
-    (SGLang's max_prefill_tokens) only where that field is below ``value`` now."""
-    raises_cap = set(_budget_changes(ev, value)) - {"token_budget", "prefill_chunk"}
-    intent = "widen_prefill_budget" if raises_cap else "widen_prefill_chunk"
+    """The remedy that widens the prefill budget to ``value``, with the engine's other field that caps it
+    (SGLang's max_prefill_tokens) to raise too, unless that field is known and admits ``value`` already."""
+    caps = ev.adapter().capabilities
+    others = [a for a, limit in caps.field_aliases.items() if limit == "token_budget"]
+    # each other field that caps the budget is known and admits ``value`` already: it is named as no obstacle
+    admitted = bool(others) and all((as_float(ev.arg(a)) or 0) >= value for a in others)
+    intent = "widen_prefill_chunk" if admitted else "widen_prefill_budget"
     return str(remedy(intent, ev.engine, release=ev.release, value=value, lookup=ev.arg, **now))
 
 

@@ -22,7 +22,7 @@ from glm5lib.diagnose.evidence import (
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import Recommendation, predict_remedy, recommend_running_cap
 from glm5lib.diagnose.model.queries import model_of
-from glm5lib.diagnose.rules._queue import offered_load
+from glm5lib.diagnose.rules._queue import held_at_cap, offered_load
 
 __all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
 
@@ -39,7 +39,6 @@ class _Pinned:
     cap: int
     source: str  # where the cap was read
     inferred: bool  # no configured cap known: the plateau read from the decode samples
-    threshold: int  # running requests at or above this count as at the cap
     both: pd.Series  # the decode samples at the cap with requests queued
     share: float  # their share of the decode samples
 
@@ -102,18 +101,13 @@ def _pinned_at_cap(ev: Evidence, d: pd.DataFrame) -> _Pinned | None:
         cap = int(running.max())
         inferred = True
         cap_src = "the most running requests seen"
-    threshold = cap - max(0, math.floor(0.03 * cap))
-    pinned = running >= threshold
-    # queued beyond the cap's free slots: running 250 with 6 queued under a cap of 256 is a load the cap
-    # admits (what keeps those 6 waiting is elsewhere: the prefill budget, the KV pool)
-    queued = (queue > 0) & (running + queue > cap)
-    both = pinned & queued
+    both = held_at_cap(running, queue, cap)
     share = float(both.mean())
     if both.sum() < 3 or share < 0.2:
         return None
     if inferred and float(_col(d, "token_usage").where(both).max()) >= 0.9:
         return None  # a KV-bound plateau, handled by the KV rule
-    return _Pinned(cap, cap_src, inferred, threshold, both, share)
+    return _Pinned(cap, cap_src, inferred, both, share)
 
 
 def _pinned_evidence(ev: Evidence, d: pd.DataFrame, s: pd.DataFrame, pin: _Pinned) -> list[str]:
@@ -129,7 +123,7 @@ def _pinned_evidence(ev: Evidence, d: pd.DataFrame, s: pd.DataFrame, pin: _Pinne
         if len(lv) >= 3:
             lv_run = _col(lv, "running_req")
             lv_q = _col(lv, "queue_req").fillna(0)
-            lv_pinned = (lv_run >= pin.threshold) & (lv_q > 0)
+            lv_pinned = held_at_cap(lv_run, lv_q, cap)
             parts.append(
                 f"at concurrency {int(top['concurrency'])} running requests stayed at {cap} on "
                 f"{_pct(float(lv_pinned.mean()))} of its {samples_text(lv)} while queued requests "
@@ -251,8 +245,9 @@ def rule_kv_capacity(ev: Evidence) -> list[Finding]:
     # The scheduler stops admitting before the pool is full (it reserves room for the tokens
     # running requests will still generate), so requests queue below the cap at high usage.
     cap, _ = ev.cap()
-    below_cap = running < (cap - max(1, math.floor(0.03 * cap))) if cap else running >= 0
-    held = (usage >= 0.85) & (_col(d, "queue_req").fillna(0) > 0) & below_cap
+    queue = _col(d, "queue_req").fillna(0)
+    below_cap = ~held_at_cap(running, queue, cap) if cap else running >= 0
+    held = (usage >= 0.85) & (queue > 0) & below_cap
     share_held = float(held.mean()) if len(d) else 0.0
     full_signal = bool(full.sum() >= 3 and share_full >= 0.05)
     held_signal = bool(held.sum() >= 3 and share_held >= 0.15)

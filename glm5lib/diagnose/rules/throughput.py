@@ -11,7 +11,7 @@ from glm5lib.diagnose.evidence import Evidence, Finding, _bool_col, _col, _num, 
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._frontend import frontend_at
-from glm5lib.diagnose.rules._queue import levels_with_limit
+from glm5lib.diagnose.rules._queue import held_at_cap, levels_with_limit
 from glm5lib.errors import ConfigError
 from glm5lib.levels import level_windows
 
@@ -113,9 +113,9 @@ def _flat_pair(conc: pd.Series, thr: pd.Series) -> tuple[int, int] | None:
 def _cap_or_kv_explains(d: pd.DataFrame, cap: int | None) -> bool:
     """Whether the decode samples put the plateau on the running cap (pinned at it with requests
     queued on a fifth of them) or the KV pool (nearly full with requests queued on 15%)."""
-    running = _col(d, "running_req")
-    queued = _col(d, "queue_req").fillna(0) > 0
-    if cap and float(((running >= cap - math.floor(0.03 * cap)) & queued).mean()) >= 0.2:
+    running, queue = _col(d, "running_req"), _col(d, "queue_req").fillna(0)
+    queued = queue > 0
+    if cap and float(held_at_cap(running, queue, cap).mean()) >= 0.2:
         return True  # the concurrency cap explains it
     return float(((_col(d, "token_usage") >= 0.85) & queued).mean()) >= 0.15  # the KV pool explains it
 

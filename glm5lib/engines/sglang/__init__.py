@@ -99,6 +99,9 @@ METRICS: dict[str, tuple[str, ...]] = {
     "gen_throughput": ("sglang:gen_throughput",),
     "retracted_reqs": ("sglang:num_retracted_reqs",),
     "generation_tokens": ("sglang:generation_tokens_total", "sglang:generation_tokens"),
+    # output tokens as each decode step makes them (0.5.8 on); generation_tokens_total counts a request's
+    # tokens when it finishes, so a window cut through long requests credits them to the wrong window
+    "decode_tokens": ('sglang:realtime_tokens_total{mode="decode"}',),
     "prompt_tokens": ("sglang:prompt_tokens_total", "sglang:prompt_tokens"),
     "requests_finished": ("sglang:num_requests_total", "sglang:num_requests"),
     # histograms (their _bucket, _sum and _count samples)

@@ -156,6 +156,19 @@ def test_cap_and_kv_remedies_use_the_evidence_engines_flags():
     assert "--gpu-memory-utilization" in dg.rule_kv_capacity(kv)[0].suggestion
 
 
+@pytest.mark.parametrize("running,queue,fires", [
+    (64, 1, True),  # 65 in all under a cap of 64: one waits for the cap
+    (63, 2, True),  # a sample a step late, still one over
+    (63, 1, False),  # 64 in all: the cap admits every one of them; the one waits for something else
+    (60, 4, False),
+])
+def test_the_cap_binds_only_where_more_wait_than_its_free_slots(running, queue, fires):
+    d = decode_frame([running] * 30, queue=queue, usage=0.2)
+    ev = dg.Evidence(decode=d, sweep=sweep_frame([64], [880], [300]),
+                     startup={"max_running_requests": 64, "max_total_num_tokens": 500_000})
+    assert bool(dg.rule_concurrency_cap(ev)) is fires
+
+
 def test_saturation_needs_no_completed_request():
     # duration-bound levels: throughput from in-flight streams, nothing completed
     running = [32] * 10 + [256] * 20
