@@ -47,6 +47,7 @@ import pandas as pd
 import psutil
 
 from glm5lib import engines, http, rundir
+from glm5lib.diagnose.model.levels import as_float
 from glm5lib.errors import ConfigError
 from glm5lib.levels import per_level
 from glm5lib.logs import follow_log, parse_log, to_epoch
@@ -362,7 +363,8 @@ def binding_limit(row: Mapping[str, Any], cap: int | None, processes: Mapping[st
         return "kv_tokens", f"{head}: the KV pool"
     if waiting and not cap:
         return "running_cap", f"{head}: a running cap of about {running:.0f} (requests wait while the KV pool has room)"
-    forwards, full = _finite(row.get("prefill_forwards")), _finite(row.get("prefill_full_share"))
+    # a row read back from sweep.csv holds floats, numpy's numbers or NaN
+    forwards, full = as_float(row.get("prefill_forwards")), as_float(row.get("prefill_full_share"))
     if waiting and forwards is not None and forwards >= 3 and full is not None and full >= BUDGET_FULL:
         return "token_budget", (f"{head}: the prefill budget ({full:.0%} of the window's {int(forwards):,} prefill "
                                 f"forwards took the whole {int(row['prefill_budget']):,} tokens while requests waited)")
@@ -374,15 +376,6 @@ def binding_limit(row: Mapping[str, Any], cap: int | None, processes: Mapping[st
         if busy >= FRONTEND_BUSY:
             return f"frontend:{role.name}", f"{head}: the {role.name} front end ({busy:.0f}% of its core)"
     return "load", f"{head}: the load offered (nothing waits)"
-
-
-def _finite(x: Any) -> float | None:
-    """``x`` as a finite float (a row read back from CSV holds floats, numpy's numbers or NaN), else None."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
 
 
 def _n(x: Any) -> str:

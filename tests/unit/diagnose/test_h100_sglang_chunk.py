@@ -7,21 +7,16 @@ quote the phase's own step as the forecast of a chunk change (it once did, insid
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from recorded import CHUNK_LEVELS, EXAMPLES, measured
 
 from glm5lib import diagnose as dg
 from glm5lib.diagnose.model import PerfModel
 from glm5lib.report.hypothesis import leading_hypothesis
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h100-sglang-chunk"
-LEVELS = [1, 16, 64, 256]
-
-
-def _measured(phase: str) -> pd.Series:
-    return pd.read_csv(EXAMPLE / phase / "sweep.csv").set_index("concurrency")["output_throughput"]
+EXAMPLE = EXAMPLES / "h100-sglang-chunk"
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +45,7 @@ def test_the_hypothesis_is_the_chunk_with_its_own_change(findings):
 @pytest.mark.parametrize("phase,chunk", [("chunk-8k", 8192), ("chunk-1k", 1024), ("chunk-512", 512)])
 def test_a_chunk_change_is_not_forecast_and_the_measurement_says_why(phase, chunk):
     model = PerfModel.fit_phase(EXAMPLE / "baseline")
-    out = model.forecast({"chunked_prefill_size": chunk}, LEVELS)
+    out = model.forecast({"chunked_prefill_size": chunk}, CHUNK_LEVELS)
     assert not any(f.given for f in out)
     for f in out:
         assert f.unseen_changes and "prefills in forwards of their own" in f.unseen_changes[0]
@@ -59,10 +54,10 @@ def test_a_chunk_change_is_not_forecast_and_the_measurement_says_why(phase, chun
                                  "changes": {"chunked_prefill_size": chunk}}
     # the point the model computes is the phase's own step: at 64 and 256 the launch beat it by more than
     # the widest band the model ever gives, so no band around it would be a forecast
-    measured = _measured(phase)
+    tok_s = measured(EXAMPLE, phase)
     for f in out:
         if f.concurrency >= 64:
-            assert measured[f.concurrency] > (1 + 0.3) * f.predicted_tok_s, (f.concurrency, measured[f.concurrency])
+            assert tok_s[f.concurrency] > (1 + 0.3) * f.predicted_tok_s, (f.concurrency, tok_s[f.concurrency])
 
 
 def test_the_chunk_the_phase_ran_is_no_change():
@@ -74,7 +69,7 @@ def test_the_chunk_the_phase_ran_is_no_change():
 
 
 def test_the_recorded_run_measured_what_the_readme_says():
-    base, big = _measured("baseline"), _measured("chunk-8k")
+    base, big = measured(EXAMPLE, "baseline"), measured(EXAMPLE, "chunk-8k")
     gains = (big / base).round(2)
     assert 1.0 < gains[1] < 1.1 and gains[256] > 2.0, gains.to_dict()
 

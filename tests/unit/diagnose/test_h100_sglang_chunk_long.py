@@ -8,20 +8,15 @@ beside a full batch of the client's 256 looked like requests queued at the cap."
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
+from recorded import CHUNK_LEVELS, EXAMPLES, measured
 
 from glm5lib import diagnose as dg
 from glm5lib.diagnose.model import PerfModel
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "data" / "examples" / "h100-sglang-chunk-long"
-LEVELS = [1, 16, 64, 256]
-
-
-def _measured(phase: str) -> pd.Series:
-    return pd.read_csv(EXAMPLE / phase / "sweep.csv").set_index("concurrency")["output_throughput"]
+EXAMPLE = EXAMPLES / "h100-sglang-chunk-long"
 
 
 @pytest.fixture(scope="module")
@@ -70,19 +65,19 @@ def test_the_cap_does_not_bind_where_running_plus_queued_fit_under_it():
 
 @pytest.mark.parametrize("phase,chunk", [("chunk-2k", 2048), ("chunk-8k", 8192)])
 def test_a_chunk_change_is_not_forecast_here_either(phase, chunk):
-    out = PerfModel.fit_phase(EXAMPLE / "baseline").forecast({"chunked_prefill_size": chunk}, LEVELS)
+    out = PerfModel.fit_phase(EXAMPLE / "baseline").forecast({"chunked_prefill_size": chunk}, CHUNK_LEVELS)
     assert not any(f.given for f in out)
     for f in out:
         assert f.unseen_changes and "prefills in forwards of their own" in f.unseen_changes[0]
         assert f.measurement == {"kind": "level", "concurrency": f.concurrency,
                                  "changes": {"chunked_prefill_size": chunk}}
-    measured = _measured(phase)
+    tok_s = measured(EXAMPLE, phase)
     # the phase's own step, the point the model computes, falls short of the launch at 64 and 256
-    assert all(measured[f.concurrency] > 1.1 * f.predicted_tok_s for f in out if f.concurrency >= 64)
+    assert all(tok_s[f.concurrency] > 1.1 * f.predicted_tok_s for f in out if f.concurrency >= 64)
 
 
 def test_the_recorded_run_measured_what_the_readme_says():
-    base, two, eight = _measured("baseline"), _measured("chunk-2k"), _measured("chunk-8k")
+    base, two, eight = measured(EXAMPLE, "baseline"), measured(EXAMPLE, "chunk-2k"), measured(EXAMPLE, "chunk-8k")
     assert 1.0 < (two / base)[1] < 1.1 and (two / base)[256] > 1.3
     # at 256 a chunk of four whole prompts did not beat a chunk of one in this launch each
     assert eight[256] < two[256] and eight[64] > two[64]
