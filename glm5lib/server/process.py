@@ -439,7 +439,9 @@ class ServerProcess:
             return list(self._tail)[-n:]
 
     def log_text(self) -> str:
-        """The whole log written so far (secrets masked); empty when there is none yet."""
+        """The whole log written so far (secrets masked); empty when there is none yet. Once the
+        process has ended, the lines still in its pipe are written first."""
+        self._settle()
         try:
             return self.log_path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
