@@ -47,11 +47,12 @@ import pandas as pd
 import psutil
 
 from glm5lib import engines, http, rundir
+from glm5lib.diagnose.model.core import PREFILL_FULL
 from glm5lib.diagnose.model.levels import as_float
 from glm5lib.errors import ConfigError
 from glm5lib.levels import per_level
 from glm5lib.logs import follow_log, parse_log, to_epoch
-from glm5lib.telemetry import GpuSampler, MetricsScraper, save_environment
+from glm5lib.telemetry import GpuSampler, MetricsScraper, metric_series, save_environment
 
 __all__ = ["WATCH_COLUMNS", "Watch", "WatchResult", "WatchSettings", "histogram_window", "swing_note", "window_row"]
 
@@ -80,8 +81,6 @@ AT_CAP = 0.97
 KV_FULL = 0.9
 # A serving process this busy (% of its core) with nothing waiting: the front end is the limit.
 FRONTEND_BUSY = 90.0
-# A prefill forward whose tokens reach this share of the per-step budget took the whole of it.
-FULL_FORWARD = 0.95
 # This share of a window's prefill forwards at the whole budget, with requests waiting: the budget binds.
 BUDGET_FULL = 0.8
 
@@ -225,36 +224,20 @@ _SELECTOR_RE = re.compile(r'^([^{]+)\{(.*)\}$')
 _MATCHER_RE = re.compile(r'(\w+)="([^"]*)"')
 
 
-def _rows(frame: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
-    """The scrapes' rows of ``names``; a name may carry a Prometheus label selector
-    (``family{mode="decode"}``): then only the label sets it matches."""
-    plain = [n for n in names if not _SELECTOR_RE.match(n)]
-    keep = frame["metric"].isin(plain)
-    for name in names:
-        m = _SELECTOR_RE.match(name)
-        if m is None:
-            continue
-        family, want = m.group(1), dict(_MATCHER_RE.findall(m.group(2)))
-        hit = frame["metric"] == family
-        if hit.any():
-            matched = [_matches(text, want) for text in frame.loc[hit, "labels"]]
-            keep |= pd.Series(matched, index=frame.index[hit]).reindex(frame.index, fill_value=False)
-    return frame[keep]
-
-
-def _matches(labels: Any, want: Mapping[str, str]) -> bool:
-    """A scrape row's labels (JSON text) hold every ``want`` label at its value."""
-    got = json.loads(labels) if isinstance(labels, str) and labels else {}
-    return all(got.get(k) == v for k, v in want.items())
+def _selector(name: str) -> tuple[str, dict[str, str]]:
+    """A gauge's name and the labels it selects: ``family{mode="decode"}`` (Prometheus's selector)."""
+    m = _SELECTOR_RE.match(name)
+    return (m.group(1), dict(_MATCHER_RE.findall(m.group(2)))) if m else (name, {})
 
 
 def _counter_rate(frame: pd.DataFrame, names: tuple[str, ...], t0: float, t1: float) -> float:
     """A counter's rate over [t0, t1] (per second), between the scrapes nearest the window's ends
     (each scrape's own time: a second's slip at either end is no error)."""
-    rows = _rows(frame, names)
-    if rows.empty:
+    selected = [_selector(n) for n in names]
+    parts = [metric_series(frame, family, **labels) for family, labels in selected if (frame["metric"] == family).any()]
+    per = pd.concat(parts, axis=1).sum(axis=1).dropna() if parts else pd.Series(dtype=float)
+    if per.empty:
         return math.nan
-    per = rows.groupby("time")["value"].sum()
     times = per.index.to_numpy(dtype=float)
     a = int(np.argmin(np.abs(times - t0)))
     b = int(np.argmin(np.abs(times - t1)))
@@ -341,7 +324,7 @@ def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: in
     if forwards is not None and budget and "new_token" in forwards:
         tokens = pd.to_numeric(forwards["new_token"], errors="coerce").dropna()
         row.update(prefill_forwards=len(tokens), prefill_budget=budget,
-                   prefill_full_share=float((tokens >= FULL_FORWARD * budget).mean()) if len(tokens) else math.nan)
+                   prefill_full_share=float((tokens >= PREFILL_FULL * budget).mean()) if len(tokens) else math.nan)
     row["binding"], row["binding_text"] = binding_limit(row, cap, processes or {}, roles)
     return row
 

@@ -79,6 +79,8 @@ GRAPH_FLOOR_SHARE = 0.05
 RESERVE_FLOOR = 0.1
 # Token usage at or above this is a full pool (the model's and the rules' one threshold).
 POOL_FULL = 0.85
+# A prefill batch with at least this share of the per-step budget took the whole of it (the rules' and the watch's).
+PREFILL_FULL = 0.9
 # Why a change of the prefill chunk or budget is not forecast on an engine whose prefill runs in forwards
 # of its own (SGLang without --enable-mixed-chunk): each forward costs a fixed few ms beside its tokens,
 # a prompt longer than the chunk takes one forward per chunk and shorter ones share one, and the steps

@@ -34,7 +34,7 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import predict_remedy
-from glm5lib.diagnose.model.core import POOL_FULL, reserve_scale
+from glm5lib.diagnose.model.core import POOL_FULL, PREFILL_FULL, reserve_scale
 from glm5lib.diagnose.model.levels import as_float
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._frontend import frontend_at
@@ -85,7 +85,7 @@ def _prefill_at_budget(ev: Evidence) -> tuple[float, int, int, int | None, str]:
             budget, src = int(larger), f"{named} (batches exceed the smaller limit)"
         else:
             budget, src = int(new.max()), "the largest prefill batch in the log"
-    full = new >= 0.9 * budget
+    full = new >= PREFILL_FULL * budget
     return float(full.mean()), int(full.sum()), len(new), budget, src
 
 
