@@ -14,6 +14,7 @@ and, where one was taken, the engine's offline step benchmark. Modules:
 * :mod:`.graphs`: captured sizes, padding and the eager step's overhead with its source;
 * :mod:`.frontend`: the serving roles' CPU lines and ceilings;
 * :mod:`.profile`: the engine's offline step benchmark as evidence;
+* :mod:`.prefill`: a prefill chunk's change priced per forward (an engine whose prefill runs in forwards of its own);
 * :mod:`.queries`: :func:`predict`, :func:`predict_remedy`, :func:`recommend_running_cap`.
 """
 

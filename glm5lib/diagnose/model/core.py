@@ -48,6 +48,7 @@ from glm5lib.diagnose.model.curve import Curve, distinct_sizes, fit_curve
 from glm5lib.diagnose.model.frontend import BUSY_PCT, FrontEnd, fit_frontend
 from glm5lib.diagnose.model.graphs import Eager, pad, recorded_prior
 from glm5lib.diagnose.model.levels import LevelPoint, as_float, level_points
+from glm5lib.diagnose.model.prefill import PrefillForwards, read_prefill
 from glm5lib.diagnose.model.profile import StepProfile, lines_profile, read_profile
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams, nnls
@@ -84,14 +85,16 @@ POOL_FULL = 0.85
 # A prefill batch with at least this share of the per-step budget took the whole of it (the rules' and the watch's).
 PREFILL_FULL = 0.9
 # Why a change of the prefill chunk or budget is not forecast on an engine whose prefill runs in forwards
-# of its own (SGLang without --enable-mixed-chunk): each forward costs a fixed few ms beside its tokens,
-# a prompt longer than the chunk takes one forward per chunk and shorter ones share one, and the steps
-# the model fits fold the phase's own count in. On one H100, 1,024-token prompts with the chunk raised
-# from 256 to 8,192 gave +6% at 1 and +109% at 256 concurrent requests where the step left alone said
-# +0-20% (data/examples/h100-sglang-chunk).
+# of its own (SGLang without --enable-mixed-chunk) until the engine's benchmark has timed prefill forwards
+# of two sizes: each forward costs a fixed part beside its tokens, a prompt longer than the chunk takes
+# one forward per chunk and shorter ones share one, and one chunk size cannot tell the two parts apart
+# (:mod:`.prefill` prices a chunk change once it can). On one H100, 1,024-token prompts with the chunk
+# raised from 256 to 8,192 gave +6% at 1 and +109% at 256 concurrent requests where the step left alone
+# said +0-20% (data/examples/h100-sglang-chunk).
 PREFILL_FORWARDS = ("this engine prefills in forwards of their own, a fixed cost each beside their tokens, and "
                     "how many a request takes (one per chunk of a longer prompt, a share of one for shorter "
-                    "ones) is folded into the steps fitted on this phase: the model has no term for that count")
+                    "ones) is folded into the steps fitted on this phase: the fixed part of a forward is not "
+                    "in the evidence until the engine's benchmark times prefill forwards of two sizes")
 
 
 @dataclasses.dataclass
@@ -108,6 +111,7 @@ class Bounds:
 
     running_cap: int | None = None
     token_budget: int | None = None
+    prefill_chunk: int | None = None  # the most prompt tokens one prefill forward carries
     kv_tokens: int | None = None
     reserve_ratio: float = 0.0  # share of a request's future tokens the admission keeps free
     mixed_steps: bool = False  # prefill chunks and decode tokens in one step, under the budget
@@ -197,6 +201,7 @@ class PerfModel:
     eager: Eager | None = None
     frontend: FrontEnd = dataclasses.field(default_factory=FrontEnd)
     profile: StepProfile | None = None
+    prefill: PrefillForwards | None = None  # the prefill priced per forward (a chunk change's term)
     ttft_fixed_ms: float = 0.0
     ttft_per_token_ms: float = 0.0
     levels: list[LevelPoint] = dataclasses.field(default_factory=list, repr=False)
@@ -322,6 +327,9 @@ class PerfModel:
             if model.profile is None:
                 model.notes.append(f"{profile.describe()}: no level of the phase ran a batch it covers, so it "
                                    "could not be scaled to the served step and is not used")
+        if not bounds.mixed_steps and adapter.capabilities.logs_prefill_lines:
+            model.prefill = PrefillForwards.fit(points, bounds.prefill_chunk,
+                                                read_prefill(ev.step_profile if ev is not None else None))
         model.eager = model._eager_overhead(points, ev)
         model.fit_error = curve.fit_error
         model.seen = {
@@ -416,6 +424,10 @@ class PerfModel:
         server's processes shared their cores at every level, a step beyond the batches the phase
         ran widens by the front end's share of it (:data:`SHARED_BEYOND_PER_DOUBLING`)."""
         out = self._engine_step(batch, bounds, wl)
+        if self.prefill is not None and bounds.prefill_chunk and bounds.prefill_chunk != self.prefill.chunk:
+            step, down, up, source = self.prefill.step(out["step_ms"], batch, bounds.prefill_chunk, wl.input_len,
+                                                       wl.output_len)
+            out.update(step_ms=step, down=out["down"] + down, up=out["up"] + up, sources=[*out["sources"], source])
         if not self.contends_beyond(batch):
             return out
         seen = self.seen["batch"][1]
@@ -492,6 +504,8 @@ class PerfModel:
                              "(the engine's own design; no level measured it)")
                 continue
             found, _ = engines.limit_changes({k: value}, adapter, context)
+            if "prefill_chunk" in found and self.prefill is not None and not b.mixed_steps:
+                found.pop("token_budget", None)  # the chunk's one field: priced per forward below
             for limit, v in found.items():
                 resize |= limit in ("running_cap", "graph_max_batch", "graphs_off")
                 if limit == "graph_max_batch":
@@ -516,6 +530,8 @@ class PerfModel:
     def _apply(self, limit: str, v: Any, k: str, value: Any, b: Bounds, notes: list[str], unseen: list[str]) -> None:
         if limit == "running_cap":
             b.running_cap = _int(v) if v is not None else None
+        elif limit == "prefill_chunk" and self.prefill is not None and not b.mixed_steps and _int(v):
+            b.prefill_chunk = _int(v)
         elif limit in ("token_budget", "prefill_chunk"):
             if not b.mixed_steps:
                 why = f"{k}={value}: {PREFILL_FORWARDS}"
@@ -682,6 +698,11 @@ class PerfModel:
         level = (f"one level at concurrency {c} with {_changes_text(changes)} (one launch)" if changes
                  else f"one level at concurrency {c} (one launch)")
         as_level = {"kind": "level", "concurrency": int(c), "changes": dict(changes)}
+        if unseen and all(PREFILL_FORWARDS in u for u in unseen) and self._prices_prefill_with_profile():
+            bench = self.benchmark_text([1, 4], wl, changes=changes)
+            if bench:
+                return (f"the fixed cost of one prefill forward beside its tokens: {bench} (prefill forwards of two "
+                        f"sizes), or {level}", {"kind": "step_profile", "batches": [1, 4], "graphs_off": None})
         if unseen:
             return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}", as_level
         if self.client_starved and missing is None:
@@ -718,6 +739,11 @@ class PerfModel:
             return f"{what}: {level}", as_level
         return (f"{what}: {bench}, or {level}",
                 {"kind": "step_profile", "batches": [max(1, round(batch))], "graphs_off": graphs_off})
+
+    def _prices_prefill_with_profile(self) -> bool:
+        """A profile with prefill forwards of two sizes would price a chunk change: the phase's chunk is
+        known and its levels have decode lines (what each level's prefill took is read beside them)."""
+        return bool(self.bounds.prefill_chunk and not self.bounds.mixed_steps and any(p.line_step_ms for p in self.levels))
 
     def benchmark_text(self, batches: Sequence[float], wl: RequestShape | None = None, *, graphs_off: bool | None = None,
                        changes: Mapping[str, Any] | None = None) -> str:
@@ -837,7 +863,7 @@ def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:
     roles = caps.serving_roles
     workers = {r.name: (_int(args.get(r.workers_field)) or 1) if r.workers_field else 1 for r in roles}
     return Bounds(
-        running_cap=cap, token_budget=budget, kv_tokens=pool,
+        running_cap=cap, token_budget=budget, prefill_chunk=_int(lim.prefill_chunk), kv_tokens=pool,
         reserve_ratio=_reserve_ratio(lim.admission_reserve) if caps.reserves_future_tokens else 0.0,
         mixed_steps=caps.mixed_steps,
         graphs=graphs_on, graph_max_batch=ceiling if graphs_on else None, graph_sizes=sizes,

@@ -145,7 +145,8 @@ class StepProfile:
         another launch) plus ``k`` ms per request in the batch: the prompts prefilled between decode
         steps, and on a host whose cores the front end shares, its work per token; both grow with the
         batch. ``a`` and ``k`` (0 or more) are fitted by least squares where the levels ran two batch
-        sizes or more, else ``k`` alone with ``a`` = 1. A kind no level ran borrows the other kind's
+        sizes or more, else ``k`` alone with ``a`` = 1 (``a`` alone where the served step is the shorter:
+        no per-request part is negative). A kind no level ran borrows the other kind's
         reading with twice its spread: the same ``k``, and the host time that kind's served steps hid
         at the same batch (:meth:`_served`); with no kind read, the profile is taken as served with
         :data:`UNSCALED_SPREAD`."""
@@ -165,9 +166,9 @@ class StepProfile:
             if len({round(x) for x in b}) >= 2:
                 a, k = nnls(np.column_stack([raw, b]), y, 1.0 / y)
             else:
-                a, k = 1.0, max(float(np.median((y - raw) / b)), 0.0)
+                a, k = _one_batch(b, y, raw)
             if a <= 0:
-                a, k = 1.0, max(float(np.median((y - raw) / b)), 0.0)
+                a, k = _one_batch(b, y, raw)
             fit = a * raw + k * b
             self.read_up_to[kind], self.read_from[kind] = float(b.max()), float(b.min())
             self.scale[kind] = float(a)
@@ -204,6 +205,13 @@ class StepProfile:
                          f"request (read off the phase's levels)")
             parts.append(f"{what} at batch {', '.join(f'{b:g}' for b, _ in pts)}{scale}")
         return f"step profile ({self.source}): " + "; ".join(parts)
+
+
+def _one_batch(b: np.ndarray, y: np.ndarray, raw: np.ndarray) -> tuple[float, float]:
+    """A kind read at one batch size: ``k`` per request on the offline step where the served one is
+    longer; where it is shorter (no part per request is negative), the offline step scaled to it."""
+    k = float(np.median((y - raw) / b))
+    return (1.0, k) if k >= 0 else (float(np.median(y / raw)), 0.0)
 
 
 def read_profile(frame: pd.DataFrame | None) -> StepProfile | None:

@@ -43,15 +43,18 @@ def test_the_hypothesis_is_the_chunk_with_its_own_change(findings):
 
 
 @pytest.mark.parametrize("phase,chunk", [("chunk-8k", 8192), ("chunk-1k", 1024), ("chunk-512", 512)])
-def test_a_chunk_change_is_not_forecast_and_the_measurement_says_why(phase, chunk):
+def test_a_chunk_change_is_not_forecast_without_a_prefill_benchmark_and_names_it(phase, chunk):
     model = PerfModel.fit_phase(EXAMPLE / "baseline")
+    assert model.prefill is None  # this run took no offline benchmark: one chunk size prices no forward's parts
     out = model.forecast({"chunked_prefill_size": chunk}, CHUNK_LEVELS)
     assert not any(f.given for f in out)
     for f in out:
         assert f.unseen_changes and "prefills in forwards of their own" in f.unseen_changes[0]
-        assert f.needs.startswith(f"one level at concurrency {f.concurrency} with chunked_prefill_size={chunk}")
-        assert f.measurement == {"kind": "level", "concurrency": f.concurrency,
-                                 "changes": {"chunked_prefill_size": chunk}}
+        # the one launch that settles every level: the engine's benchmark, its prefill forwards of two sizes
+        assert f.needs.startswith("the fixed cost of one prefill forward beside its tokens: "), f.needs
+        assert "bench_one_batch" in f.needs and "--batch-size 1 4" in f.needs, f.needs
+        assert f"or one level at concurrency {f.concurrency} with chunked_prefill_size={chunk}" in f.needs
+        assert f.measurement == {"kind": "step_profile", "batches": [1, 4], "graphs_off": None}
     # the point the model computes is the phase's own step: at 64 and 256 the launch beat it by more than
     # the widest band the model ever gives, so no band around it would be a forecast
     tok_s = measured(EXAMPLE, phase)

@@ -8,6 +8,7 @@ beside a full batch of the client's 256 looked like requests queued at the cap."
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -64,16 +65,43 @@ def test_the_cap_does_not_bind_where_running_plus_queued_fit_under_it():
 
 
 @pytest.mark.parametrize("phase,chunk", [("chunk-2k", 2048), ("chunk-8k", 8192)])
-def test_a_chunk_change_is_not_forecast_here_either(phase, chunk):
-    out = PerfModel.fit_phase(EXAMPLE / "baseline").forecast({"chunked_prefill_size": chunk}, CHUNK_LEVELS)
-    assert not any(f.given for f in out)
-    for f in out:
-        assert f.unseen_changes and "prefills in forwards of their own" in f.unseen_changes[0]
-        assert f.measurement == {"kind": "level", "concurrency": f.concurrency,
-                                 "changes": {"chunked_prefill_size": chunk}}
+def test_the_chunk_change_is_forecast_from_the_baseline_and_its_prefill_benchmark(phase, chunk):
+    model = PerfModel.fit_phase(EXAMPLE / "baseline")
+    # the benchmark's two prefill forwards (2,048 and 8,192 tokens: 21.5 and 68.9 ms) price a token
+    assert model.prefill is not None and model.prefill.chunk == 512
+    assert model.prefill.per_token_ms == pytest.approx((68.89 - 21.53) / 6144, rel=1e-3)
+    # what each level's prefill leaves for a forward's fixed part falls as the load rises (overlapped)
+    fixed = [a for _, a in model.prefill.fixed]
+    assert fixed == sorted(fixed, reverse=True) and fixed[0] > 1.8 * fixed[-1], model.prefill.fixed
+    out = model.forecast({"chunked_prefill_size": chunk}, CHUNK_LEVELS)
     tok_s = measured(EXAMPLE, phase)
-    # the phase's own step, the point the model computes, falls short of the launch at 64 and 256
-    assert all(tok_s[f.concurrency] > 1.1 * f.predicted_tok_s for f in out if f.concurrency >= 64)
+    base = model.forecast({}, CHUNK_LEVELS)
+    for f, same in zip(out, base, strict=True):
+        assert not f.unseen_changes and any(f"prefill chunk 512 -> {chunk:,}" in s for s in f.sources), f.sources
+        assert f.predicted_tok_s > same.predicted_tok_s  # fewer forwards a request: a gain at every level
+        if f.given:
+            assert f.low_tok_s <= tok_s[f.concurrency] <= f.high_tok_s, (f.concurrency, f, tok_s[f.concurrency])
+    # a chunk of the prompt's length is one forward a request, alone or not: no packing to guess
+    if chunk == 2048:
+        assert all(f.given for f in out)
+    else:  # above the prompt, how many prompts a forward carries is not in the evidence: the band spans it
+        assert out[0].given and all(f.high_tok_s - f.low_tok_s > o.high_tok_s - o.low_tok_s
+                                    for f, o in zip(out[1:], model.forecast({"chunked_prefill_size": 2048},
+                                                                             CHUNK_LEVELS)[1:], strict=True))
+
+
+def test_without_the_benchmark_the_chunk_change_is_withheld_naming_it(tmp_path):
+    shutil.copytree(EXAMPLE / "baseline", tmp_path / "baseline")
+    (tmp_path / "baseline" / "step-profile.csv").unlink()
+    model = PerfModel.fit_phase(tmp_path / "baseline")
+    assert model.prefill is None
+    for f in model.forecast({"chunked_prefill_size": 2048}, CHUNK_LEVELS):
+        assert not f.given and "prefills in forwards of their own" in f.unseen_changes[0]
+        assert f.measurement == {"kind": "step_profile", "batches": [1, 4], "graphs_off": None}, f.needs
+    tok_s = measured(EXAMPLE, "chunk-2k")
+    # the point the model computes without it is the phase's own step, which the launch beat at 64 and 256
+    assert all(tok_s[f.concurrency] > 1.1 * f.predicted_tok_s for f in model.forecast(
+        {"chunked_prefill_size": 2048}, CHUNK_LEVELS) if f.concurrency >= 64)
 
 
 def test_the_recorded_run_measured_what_the_readme_says():

@@ -1,0 +1,159 @@
+"""What a wider (or narrower) prefill chunk is worth, on an engine that prefills in forwards of its own.
+
+SGLang without mixed chunks prefills in forwards between decode steps, each at most one chunk of
+tokens. A forward costs a fixed part (launches, scheduling: a few ms on an H100) beside a part per
+token, so a request whose prompt is longer than the chunk pays the fixed part once per chunk, and
+prompts shorter than a chunk share one forward when several wait. A served level's time per output
+token, ``u`` (the batch over the level's throughput), is the decode step ``d`` (timed by the
+engine's decode lines at the level's batch) plus the batch's prefills spread over its output:
+``u = d + N x P / O``, so each level states its own prefill time per request ``P``.
+
+``P`` is ``F x a + I x b``: ``F`` forwards of fixed part ``a`` and ``I`` prompt tokens of ``b`` ms
+each. One chunk size cannot tell ``a`` from ``b``; the engine's offline benchmark, whose prefill
+forwards carry prompts of several sizes (``prefill_ms`` of ``step-profile.csv`` at two batches or
+more), times ``b``. Each level's ``a`` is then what its ``P`` leaves: served under load it is
+smaller than offline (on one H100 it fell from 6.5 ms at one request to 3.2 ms at 256, where the
+offline forward's fixed part was 5.7 ms), and a change of chunk moves ``F`` alone:
+``u' = u + N x (F' - F) x a / O``.
+
+``F`` is the prompt over the chunk where the prompt is longer (the remainder shares a forward with the
+next prompt while others wait, a forward of its own for a request alone); where the prompt fits in a
+chunk, one forward per request when it is alone, down to the prompt over the chunk when enough wait to
+fill one. How many wait is not in the evidence: the point is the geometric middle of the two and the
+band reaches both (on one H100, 1,024-token prompts with the chunk at 8,192 read as nearly full
+forwards at 16 concurrent requests and more).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from glm5lib.stepmodel import nnls
+
+__all__ = ["PrefillForwards", "forwards", "read_prefill"]
+
+# The least spread of the per-token part the benchmark times (a forward's run-to-run scatter).
+MIN_SPREAD = 0.05
+
+
+def forwards(input_len: float, chunk: float, *, alone: bool) -> tuple[float, float, float]:
+    """Prefill forwards per request for prompts of ``input_len`` under ``chunk``: (fewest, point,
+    most). ``alone``: no other request can be waiting (one at a time)."""
+    if chunk <= 0 or input_len <= 0:
+        return 1.0, 1.0, 1.0
+    full = input_len / chunk
+    if full >= 1.0:
+        most = float(math.ceil(full - 1e-9))
+        return (most, most, most) if alone else (full, full, most)
+    if alone:
+        return 1.0, 1.0, 1.0
+    return full, math.sqrt(full), 1.0
+
+
+@dataclasses.dataclass
+class PrefillForwards:
+    """A phase's prefill priced per forward: ``per_token_ms`` from the engine's benchmark, and the
+    fixed part each level's own prefill time leaves, as (batch, ms) sorted by batch."""
+
+    chunk: int
+    input_len: float
+    output_len: float
+    per_token_ms: float
+    fixed: list[tuple[float, float]]
+    spread: float
+    source: str
+
+    @classmethod
+    def fit(cls, levels: Sequence[Any], chunk: int | None, rows: tuple[float, float, float, str] | None
+            ) -> PrefillForwards | None:
+        """From the phase's ``levels`` (``running``, ``u_ms``, ``line_step_ms``, ``input_len``,
+        ``output_len``, ``concurrency``), its ``chunk`` and the benchmark's reading ``rows`` (from
+        :func:`read_prefill`). None where either is missing or no level has a decode line."""
+        if not chunk or rows is None:
+            return None
+        per_token, _fixed_offline, spread, source = rows
+        fixed = []
+        for p in levels:
+            if not p.line_step_ms or p.running < 1 or p.output_len < 1:
+                continue
+            prefill = max(p.u_ms - p.line_step_ms, 0.0) * p.output_len / p.running
+            _lo, f, _hi = forwards(p.input_len, chunk, alone=p.concurrency <= 1)
+            fixed.append((float(p.running), max(prefill - p.input_len * per_token, 0.0) / f))
+        if not fixed:
+            return None
+        fixed.sort()
+        return cls(int(chunk), float(np.median([p.input_len for p in levels])),
+                   float(np.median([p.output_len for p in levels])), per_token, fixed, spread, source)
+
+    @property
+    def vary(self) -> float:
+        """Half the range of the fixed part over the phase's levels (ms)."""
+        values = [a for _, a in self.fixed]
+        return (max(values) - min(values)) / 2.0
+
+    def fixed_at(self, batch: float) -> float:
+        """A forward's fixed part (ms) served at ``batch``: the levels' readings joined in log batch,
+        the nearest one beyond them."""
+        pts = self.fixed
+        if batch <= pts[0][0]:
+            return pts[0][1]
+        if batch >= pts[-1][0]:
+            return pts[-1][1]
+        xs = [math.log(b) for b, _ in pts]
+        return float(np.interp(math.log(batch), xs, [a for _, a in pts]))
+
+    def step(self, step_ms: float, batch: float, chunk: int, input_len: float, output_len: float
+             ) -> tuple[float, float, float, str]:
+        """The served step (ms per output token of each request) at ``batch`` once the chunk is
+        ``chunk``, from the phase's ``step_ms`` there: (step, down, up, source), ``down``/``up`` the
+        relative spread on throughput from how prompts pack and the per-token price's spread."""
+        alone = batch <= 1
+        _b_lo, base, _b_hi = forwards(input_len, self.chunk, alone=alone)
+        lo, point, hi = forwards(input_len, chunk, alone=alone)
+        fixed = self.fixed_at(batch)
+        per = batch / max(output_len, 1.0)
+
+        def at(f: float, fixed_ms: float) -> float:
+            return max(step_ms + per * (f - base) * fixed_ms, 0.05 * step_ms)
+
+        new = at(point, fixed)
+        # the per-token price's spread moves what each level's prefill leaves for the fixed part, and the
+        # fixed part served moves with the load, which a chunk change moves too: half its range over the
+        # phase's levels (on one H100, launches of 1,024-token prompts under other chunks left it 0.3x-1.4x of
+        # what their baseline read at 256, at the per-token price of data/examples/h100-sglang-chunk-long)
+        shift = input_len * self.per_token_ms * self.spread / max(base, 1e-9) + self.vary
+        slowest = max(at(hi, fixed), at(hi, fixed + shift), at(hi, max(fixed - shift, 0.0)))
+        fastest = min(at(lo, fixed), at(lo, fixed + shift), at(lo, max(fixed - shift, 0.0)))
+        down, up = max(slowest / new - 1.0, 0.0), max(new / fastest - 1.0, 0.0)
+        source = (f"the prefill chunk {self.chunk:,} -> {chunk:,}: {point:.2g} forwards a request where the phase "
+                  f"took {base:.2g} ({lo:.2g}-{hi:.2g} as prompts pack), each {fixed:.1f} ms of fixed cost served at "
+                  f"batch {batch:g} (what the phase's prefill time per request leaves beside "
+                  f"{self.per_token_ms * 1000:.1f} us a token from {self.source})")
+        return new, down, up, source
+
+
+def read_prefill(frame: pd.DataFrame | None) -> tuple[float, float, float, str] | None:
+    """The benchmark's prefill forwards (``prefill_ms`` of ``step-profile.csv`` at ``batch`` x
+    ``input_len`` tokens) as (ms per token, fixed ms, relative misfit, source); None with fewer than
+    two token counts or a slope that is not positive."""
+    if frame is None or frame.empty or not {"batch", "prefill_ms", "input_len"} <= set(frame.columns):
+        return None
+    tokens = pd.to_numeric(frame["batch"], errors="coerce") * pd.to_numeric(frame["input_len"], errors="coerce")
+    ms = pd.to_numeric(frame["prefill_ms"], errors="coerce")
+    ok = tokens.notna() & ms.notna() & (tokens > 0) & (ms > 0)
+    x, y = tokens[ok].to_numpy(float), ms[ok].to_numpy(float)
+    if len(np.unique(x)) < 2:
+        return None
+    intercept, slope = nnls(np.column_stack([np.ones_like(x), x]), y, 1.0 / y)
+    if slope <= 0:
+        return None
+    fit = intercept + slope * x
+    spread = max(float(np.max(np.abs(fit / y - 1.0))), MIN_SPREAD)
+    source = str(frame["source"].dropna().iloc[0]) if "source" in frame and frame["source"].notna().any() else "the step benchmark"
+    return float(slope), float(intercept), spread, source
