@@ -674,6 +674,8 @@ class PerfModel:
         u = 1000.0 * batch / thr
         service = o * u
         ttft_s = self.ttft_fixed_ms + self.ttft_per_token_ms * batch * wl.input_len
+        if self.prefill is not None and bounds.prefill_chunk and bounds.prefill_chunk != self.prefill.chunk:
+            ttft_s *= self.prefill.ratio(batch, bounds.prefill_chunk, wl.input_len)  # the prompts' own forwards
         tpot = max(u - ttft_s / o, 0.5 * u) if o > 1 else None
         wait = service * max(c / batch - 1.0, 0.0)
         ttft = wait + ttft_s
@@ -708,6 +710,10 @@ class PerfModel:
         if self.client_starved and missing is None:
             return (f"the baseline again with its client on cores of its own (GLM5_CPUS=split) or on a quieter host, "
                     f"or {level}: the phase's client was starved of CPU at every level, so its host, not the engine, set every level's pace"), as_level
+        packing = self.prefill.packing_text(bounds.prefill_chunk, wl.input_len) if self.prefill else ""
+        covered = self.curve.beyond(batch) <= 1.1 or bool(self.profile and self.profile.covers(batch, eager))
+        if packing and missing is None and covered:  # the step is the phase's own; the prompts a forward carries are not
+            return f"{level}: {packing}", as_level
         graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
         if missing == "eager":
             what = "what an eager step costs on this deployment (every step of this phase replayed a CUDA graph)"
@@ -793,6 +799,8 @@ class PerfModel:
             parts.append("front end: " + self.frontend.describe())
         if self.profile is not None:
             parts.append(self.profile.describe())
+        if self.prefill is not None:
+            parts.append(self.prefill.describe())
         if self.starved_levels:
             parts.append(f"the client was starved of CPU at {'every level' if self.host_paced else 'levels'} "
                          f"{', '.join(map(str, self.starved_levels))}, so its host, not the engine alone, paced "

@@ -69,6 +69,7 @@ def test_the_chunk_change_is_forecast_from_the_baseline_and_its_prefill_benchmar
     model = PerfModel.fit_phase(EXAMPLE / "baseline")
     # the benchmark's two prefill forwards (2,048 and 8,192 tokens: 21.5 and 68.9 ms) price a token
     assert model.prefill is not None and model.prefill.chunk == 512
+    assert "prefill: forwards of up to 512 tokens, 7.7 us a token" in model.describe()
     assert model.prefill.per_token_ms == pytest.approx((68.89 - 21.53) / 6144, rel=1e-3)
     # what each level's prefill leaves for a forward's fixed part falls as the load rises (overlapped)
     fixed = [a for _, a in model.prefill.fixed]
@@ -85,9 +86,24 @@ def test_the_chunk_change_is_forecast_from_the_baseline_and_its_prefill_benchmar
     if chunk == 2048:
         assert all(f.given for f in out)
     else:  # above the prompt, how many prompts a forward carries is not in the evidence: the band spans it
+        for f in out:
+            if not f.given:  # and a level withheld for it names that, not the step the phase already ran
+                assert "how many prompts of 2,048 tokens one prefill forward carries under a chunk of 8,192 " \
+                       "(1 to 4" in f.needs, f.needs
+                assert f.measurement["kind"] == "level" and "bench_one_batch" not in f.needs
         assert out[0].given and all(f.high_tok_s - f.low_tok_s > o.high_tok_s - o.low_tok_s
                                     for f, o in zip(out[1:], model.forecast({"chunked_prefill_size": 2048},
                                                                              CHUNK_LEVELS)[1:], strict=True))
+
+
+def test_the_wait_for_a_first_token_falls_with_the_forwards_a_prompt_takes():
+    model = PerfModel.fit_phase(EXAMPLE / "baseline")
+    ttft = pd.read_csv(EXAMPLE / "chunk-2k" / "sweep.csv").set_index("concurrency")["mean_ttft_ms"]
+    for f, same in zip(model.forecast({"chunked_prefill_size": 2048}, CHUNK_LEVELS), model.forecast({}, CHUNK_LEVELS),
+                       strict=True):
+        assert f.ttft_ms < 0.7 * same.ttft_ms  # four forwards a prompt become one
+        if f.concurrency >= 16:  # where others' prefills are the wait (measured 0.52-0.55 of the baseline's)
+            assert f.ttft_ms == pytest.approx(ttft[f.concurrency], rel=0.25), (f.concurrency, f.ttft_ms)
 
 
 def test_without_the_benchmark_the_chunk_change_is_withheld_naming_it(tmp_path):
