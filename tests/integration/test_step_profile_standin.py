@@ -6,6 +6,8 @@ because no step of the baseline ran eagerly, and says which measurement would se
 engine's offline step benchmark with graphs off. ``stepbench.settle_forecast`` takes it (the
 stand-in's ``bench_one_batch``, a subprocess that prints SGLang's format and says it is the
 stand-in), the model reads it beside the phase, and the forecast is given; the fix is then measured.
+The same holds for a prefill chunk raised under long prompts: the phase alone cannot split a prefill
+forward's cost into its fixed part and its tokens, the benchmark's forwards of two sizes do.
 
 The stand-in's benchmark and its server run the same step formula, so how close the forecast comes
 here checks the plumbing (the benchmark's command, its output read, the profile read against the
@@ -55,3 +57,35 @@ def test_a_step_profile_settles_the_graphs_off_forecast_before_the_fix_is_launch
     # a second call finds the profile and launches nothing more
     _, _, again = stepbench.settle_forecast(tmp_path, "baseline", STORY, [1024])
     assert again is None
+
+
+@pytest.mark.timeout(600)
+def test_a_step_profile_prices_a_prefill_chunk_change_before_it_is_launched(tmp_path):
+    # long prompts under a narrow chunk: four prefill forwards a prompt, a fixed cost each
+    base = ServerConfig.load("glm5-baseline").with_changes(chunked_prefill_size=256)
+    wide = {"chunked_prefill_size": 1024}
+    load = {**WORKLOAD, "input_len": 1024, "output_len": 128}
+    phase.measure_phase(base, tmp_path, "baseline", backend="sim", ready_timeout=120, concurrencies=[1, 8],
+                        duration=12.0, **load)
+    blind = PerfModel.fit_phase(tmp_path / "baseline").forecast(wide, [1, 8])
+    assert not any(f.given for f in blind)
+    assert all(f.measurement == {"kind": "step_profile", "batches": [1, 4], "graphs_off": None} for f in blind)
+    assert all(f.needs.startswith("the fixed cost of one prefill forward") for f in blind), blind[0].needs
+
+    model, forecasts, taken = stepbench.settle_forecast(tmp_path, "baseline", wide, [1, 8])
+    assert taken is not None and model.prefill is not None, model.describe()
+    profile = pd.read_csv(taken)
+    assert profile["prefill_ms"].notna().sum() >= 2 and {1, 4, 8} <= set(profile["batch"])
+    assert all(f.given for f in forecasts), [f.needs for f in forecasts]
+    assert all(any("prefill chunk 256 -> 1,024" in s for s in f.sources) for f in forecasts)
+    # fewer forwards a prompt: more than the phase's own step gives, and a shorter wait for the first token
+    for f, same in zip(forecasts, model.forecast({}, [1, 8]), strict=True):
+        assert f.predicted_tok_s > same.predicted_tok_s and f.ttft_ms < same.ttft_ms
+
+    phase.measure_phase(base.with_changes(**wide), tmp_path, "fix", backend="sim", ready_timeout=120,
+                        concurrencies=[1, 8], duration=12.0, **load)
+    frame = prediction.record_prediction(tmp_path, wide).set_index("concurrency")
+    for f in forecasts:
+        row = frame.loc[f.concurrency]
+        assert row["predicted"] == pytest.approx(f.predicted_tok_s) and bool(row["given"])
+        assert bool(row["inside_band"]), (row, model.describe())

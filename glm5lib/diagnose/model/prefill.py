@@ -5,14 +5,15 @@ tokens. A forward costs a fixed part (launches, scheduling: a few ms on an H100)
 token, so a request whose prompt is longer than the chunk pays the fixed part once per chunk, and
 prompts shorter than a chunk share one forward when several wait. A served level's time per output
 token, ``u`` (the batch over the level's throughput), is the decode step ``d`` (timed by the
-engine's decode lines at the level's batch) plus the batch's prefills spread over its output:
-``u = d + N x P / O``, so each level states its own prefill time per request ``P``.
+engine's decode lines at the level's batch) for all but the first of a request's ``O`` tokens, which
+its prefill makes, plus the batch's prefills spread over its output: ``u = d x (O - 1) / O + N x P / O``,
+so each level states its own prefill time per request ``P``.
 
 ``P`` is ``F x a + I x b``: ``F`` forwards of fixed part ``a`` and ``I`` prompt tokens of ``b`` ms
 each. One chunk size cannot tell ``a`` from ``b``; the engine's offline benchmark, whose prefill
 forwards carry prompts of several sizes (``prefill_ms`` of ``step-profile.csv`` at two batches or
 more), times ``b``. Each level's ``a`` is then what its ``P`` leaves: served under load it is
-smaller than offline (on one H100 it fell from 6.5 ms at one request to 3.2 ms at 256, where the
+smaller than offline (on one H100 it fell from 7.2 ms at one request to 3.3 ms at 256, where the
 offline forward's fixed part was 5.7 ms), and a change of chunk moves ``F`` alone:
 ``u' = u + N x (F' - F) x a / O``.
 
@@ -82,7 +83,9 @@ class PrefillForwards:
         for p in levels:
             if not p.line_step_ms or p.running < 1 or p.output_len < 1:
                 continue
-            prefill = max(p.u_ms - p.line_step_ms, 0.0) * p.output_len / p.running
+            # the prefill forward makes a request's first token: O - 1 decode steps follow it
+            decode = p.line_step_ms * (p.output_len - 1) / p.output_len
+            prefill = max(p.u_ms - decode, 0.0) * p.output_len / p.running
             _lo, f, _hi = forwards(p.input_len, chunk, alone=p.concurrency <= 1)
             fixed.append((float(p.running), max(prefill - p.input_len * per_token, 0.0) / f))
         if not fixed:
@@ -93,9 +96,10 @@ class PrefillForwards:
 
     @property
     def vary(self) -> float:
-        """Half the range of the fixed part over the phase's levels (ms)."""
+        """Half the range of the fixed part over the phase's levels, relative to their mean."""
         values = [a for _, a in self.fixed]
-        return (max(values) - min(values)) / 2.0
+        mean = sum(values) / len(values)
+        return (max(values) - min(values)) / 2.0 / mean if mean > 0 else 0.0
 
     def fixed_at(self, batch: float) -> float:
         """A forward's fixed part (ms) served at ``batch``: the levels' readings joined in log batch,
@@ -124,10 +128,10 @@ class PrefillForwards:
 
         new = at(point, fixed)
         # the per-token price's spread moves what each level's prefill leaves for the fixed part, and the
-        # fixed part served moves with the load, which a chunk change moves too: half its range over the
-        # phase's levels (on one H100, launches of 1,024-token prompts under other chunks left it 0.3x-1.4x of
-        # what their baseline read at 256, at the per-token price of data/examples/h100-sglang-chunk-long)
-        shift = input_len * self.per_token_ms * self.spread / max(base, 1e-9) + self.vary
+        # fixed part served moves with the load, which a chunk change moves too: by half its range over the
+        # phase's levels, relative to their mean (on one H100 the 2,048 chunk's own levels read it 0.7x-1.2x
+        # of what the 512 chunk's read at the same batch: data/examples/h100-sglang-chunk-long)
+        shift = input_len * self.per_token_ms * self.spread / max(base, 1e-9) + fixed * self.vary
         slowest = max(at(hi, fixed), at(hi, fixed + shift), at(hi, max(fixed - shift, 0.0)))
         fastest = min(at(lo, fixed), at(lo, fixed + shift), at(lo, max(fixed - shift, 0.0)))
         down, up = max(slowest / new - 1.0, 0.0), max(new / fastest - 1.0, 0.0)
