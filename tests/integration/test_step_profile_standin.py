@@ -23,6 +23,7 @@ import pytest
 from glm5lib import phase, rundir, stepbench
 from glm5lib.diagnose import prediction
 from glm5lib.diagnose.model import PerfModel
+from glm5lib.diagnose.model.prefill import read_prefill
 from glm5lib.engines.sglang.config import ServerConfig
 
 pytestmark = [pytest.mark.slow]
@@ -61,10 +62,11 @@ def test_a_step_profile_settles_the_graphs_off_forecast_before_the_fix_is_launch
 
 @pytest.mark.timeout(600)
 def test_a_step_profile_prices_a_prefill_chunk_change_before_it_is_launched(tmp_path):
-    # long prompts under a narrow chunk: four prefill forwards a prompt, a fixed cost each
+    # long prompts under a narrow chunk: four prefill forwards a prompt, a fixed cost each; outputs shorter
+    # than the decode lines' interval (40 steps), so every line spans a prefill and reads slower than the step
     base = ServerConfig.load("glm5-baseline").with_changes(chunked_prefill_size=256)
     wide = {"chunked_prefill_size": 1024}
-    load = {**WORKLOAD, "input_len": 1024, "output_len": 128}
+    load = {**WORKLOAD, "input_len": 1024, "output_len": 32}
     phase.measure_phase(base, tmp_path, "baseline", backend="sim", ready_timeout=120, concurrencies=[1, 8],
                         duration=12.0, **load)
     blind = PerfModel.fit_phase(tmp_path / "baseline").forecast(wide, [1, 8])
@@ -75,6 +77,10 @@ def test_a_step_profile_prices_a_prefill_chunk_change_before_it_is_launched(tmp_
     model, forecasts, taken = stepbench.settle_forecast(tmp_path, "baseline", wide, [1, 8])
     assert taken is not None and model.prefill is not None, model.describe()
     profile = pd.read_csv(taken)
+    # a request alone: what its four forwards took, less its tokens, is the stand-in's own fixed part a
+    # forward (the benchmark's), read through the offline decode step, not the lines' slower one
+    _per_token, offline_fixed, _spread, _source = read_prefill(profile)
+    assert model.prefill.fixed_at(1) == pytest.approx(offline_fixed, rel=0.3), model.prefill.describe()
     assert profile["prefill_ms"].notna().sum() >= 2 and {1, 4, 8} <= set(profile["batch"])
     assert all(f.given for f in forecasts), [f.needs for f in forecasts]
     assert all(any("prefill chunk 256 -> 1,024" in s for s in f.sources) for f in forecasts)

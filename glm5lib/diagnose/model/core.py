@@ -329,7 +329,7 @@ class PerfModel:
                                    "could not be scaled to the served step and is not used")
         if not bounds.mixed_steps and adapter.capabilities.logs_prefill_lines:
             model.prefill = PrefillForwards.fit(points, bounds.prefill_chunk,
-                                                read_prefill(ev.step_profile if ev is not None else None))
+                                                read_prefill(ev.step_profile if ev is not None else None), profile)
         model.eager = model._eager_overhead(points, ev)
         model.fit_error = curve.fit_error
         model.seen = {

@@ -71,20 +71,25 @@ class PrefillForwards:
     source: str
 
     @classmethod
-    def fit(cls, levels: Sequence[Any], chunk: int | None, rows: tuple[float, float, float, str] | None
-            ) -> PrefillForwards | None:
+    def fit(cls, levels: Sequence[Any], chunk: int | None, rows: tuple[float, float, float, str] | None,
+            offline: Any = None) -> PrefillForwards | None:
         """From the phase's ``levels`` (``running``, ``u_ms``, ``line_step_ms``, ``input_len``,
-        ``output_len``, ``concurrency``), its ``chunk`` and the benchmark's reading ``rows`` (from
-        :func:`read_prefill`). None where either is missing or no level has a decode line."""
+        ``output_len``, ``concurrency``, ``eager``), its ``chunk`` and the benchmark's reading ``rows``
+        (from :func:`read_prefill`). None where either is missing or no level has a decode step.
+        ``offline`` (a step profile) times the decode step alone where it covers a level's batch: a
+        decode line's interval that spans a prefill reads slower than the step (outputs shorter than
+        the lines' interval, or prefills spread between every few steps), never faster, so the
+        shorter of the two is the step."""
         if not chunk or rows is None:
             return None
         per_token, _fixed_offline, spread, source = rows
         fixed = []
         for p in levels:
-            if not p.line_step_ms or p.running < 1 or p.output_len < 1:
+            steps = [s for s in (p.line_step_ms, offline.raw(p.running, p.eager) if offline is not None else None) if s]
+            if not steps or p.running < 1 or p.output_len < 1:
                 continue
             # the prefill forward makes a request's first token: O - 1 decode steps follow it
-            decode = p.line_step_ms * (p.output_len - 1) / p.output_len
+            decode = min(steps) * (p.output_len - 1) / p.output_len
             prefill = max(p.u_ms - decode, 0.0) * p.output_len / p.running
             _lo, f, _hi = forwards(p.input_len, chunk, alone=p.concurrency <= 1)
             fixed.append((float(p.running), max(prefill - p.input_len * per_token, 0.0) / f))

@@ -77,3 +77,23 @@ def test_a_benchmark_taken_settles_the_withheld_levels(tmp_path):
     profile.write_text(kept)
     given = PerfModel.fit_phase(tmp_path / "baseline").forecast({"chunked_prefill_size": 2048}, CHUNK_LEVELS)
     assert all(f.given and f.needs == "" for f in given)
+
+
+def test_a_decode_line_slowed_by_prefills_gives_way_to_the_offline_step():
+    from types import SimpleNamespace
+
+    from glm5lib.diagnose.model.prefill import PrefillForwards
+
+    # one request alone, 32 output tokens, four 256-token forwards of 12 ms + 10.24 ms: the served time per
+    # token is (89 + 31 x 51.5) / 32; the decode lines, each spanning a prefill, read 53.9 ms a step
+    u = (4 * (12.0 + 256 * 0.04) + 31 * 51.5) / 32
+    level = SimpleNamespace(running=1.0, u_ms=u, line_step_ms=53.9, input_len=1024.0, output_len=32.0,
+                            concurrency=1, eager=False)
+    price = (0.04, 12.0, 0.05, "bench")
+    offline = SimpleNamespace(raw=lambda batch, eager: 51.5)
+    assert PrefillForwards.fit([level], 256, price, offline).fixed_at(1) == pytest.approx(12.0, rel=1e-6)
+    # read off the lines alone the forwards look nearly free
+    assert PrefillForwards.fit([level], 256, price).fixed_at(1) < 2.0
+    # a profile that does not cover the batch leaves the lines' step
+    blind = SimpleNamespace(raw=lambda batch, eager: None)
+    assert PrefillForwards.fit([level], 256, price, blind).fixed_at(1) < 2.0
