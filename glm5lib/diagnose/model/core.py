@@ -84,13 +84,10 @@ RESERVE_FLOOR = 0.1
 POOL_FULL = 0.85
 # A prefill batch with at least this share of the per-step budget took the whole of it (the rules' and the watch's).
 PREFILL_FULL = 0.9
-# Why a change of the prefill chunk or budget is not forecast on an engine whose prefill runs in forwards
-# of its own (SGLang without --enable-mixed-chunk) until the engine's benchmark has timed prefill forwards
-# of two sizes: each forward costs a fixed part beside its tokens, a prompt longer than the chunk takes
-# one forward per chunk and shorter ones share one, and one chunk size cannot tell the two parts apart
-# (:mod:`.prefill` prices a chunk change once it can). On one H100, 1,024-token prompts with the chunk
-# raised from 256 to 8,192 gave +6% at 1 and +109% at 256 concurrent requests where the step left alone
-# said +0-20% (data/examples/h100-sglang-chunk).
+# Why a prefill chunk's change is not forecast where prefill runs in forwards of its own (SGLang without
+# --enable-mixed-chunk) until a benchmark times forwards of two sizes (:mod:`.prefill` then prices it): on
+# one H100, 1,024-token prompts with the chunk raised from 256 to 8,192 gave +6% at 1 and +109% at 256
+# concurrent requests where the step left alone said +0-20% (data/examples/h100-sglang-chunk).
 PREFILL_FORWARDS = ("this engine prefills in forwards of their own, a fixed cost each beside their tokens, and "
                     "how many a request takes (one per chunk of a longer prompt, a share of one for shorter "
                     "ones) is folded into the steps fitted on this phase: the fixed part of a forward is not "
@@ -327,7 +324,7 @@ class PerfModel:
             if model.profile is None:
                 model.notes.append(f"{profile.describe()}: no level of the phase ran a batch it covers, so it "
                                    "could not be scaled to the served step and is not used")
-        if not bounds.mixed_steps and adapter.capabilities.logs_prefill_lines:
+        if _prefills_apart(bounds, adapter):
             model.prefill = PrefillForwards.fit(points, bounds.prefill_chunk,
                                                 read_prefill(ev.step_profile if ev is not None else None), profile)
         model.eager = model._eager_overhead(points, ev)
@@ -424,7 +421,7 @@ class PerfModel:
         server's processes shared their cores at every level, a step beyond the batches the phase
         ran widens by the front end's share of it (:data:`SHARED_BEYOND_PER_DOUBLING`)."""
         out = self._engine_step(batch, bounds, wl)
-        if self.prefill is not None and bounds.prefill_chunk and bounds.prefill_chunk != self.prefill.chunk:
+        if self._chunk_changed(bounds):
             step, down, up, source = self.prefill.step(out["step_ms"], batch, bounds.prefill_chunk, wl.input_len,
                                                        wl.output_len)
             out.update(step_ms=step, down=out["down"] + down, up=out["up"] + up, sources=[*out["sources"], source])
@@ -662,7 +659,7 @@ class PerfModel:
         w_up = _rss(up, *extra)
         low, high = thr * (1 - w_down), thr * (1 + w_up)
         _lo_b, _hi_b = self.seen["batch"]
-        extrapolated = self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, step["eager"]))
+        extrapolated = self._extrapolated(batch, step["eager"])
         missing = step["missing"]
         # a phase whose client was starved at every level shows no engine alone to forecast from, at any
         # band (of the four levels given from such recorded vLLM phases whose batch held, one held its band)
@@ -674,7 +671,7 @@ class PerfModel:
         u = 1000.0 * batch / thr
         service = o * u
         ttft_s = self.ttft_fixed_ms + self.ttft_per_token_ms * batch * wl.input_len
-        if self.prefill is not None and bounds.prefill_chunk and bounds.prefill_chunk != self.prefill.chunk:
+        if self._chunk_changed(bounds):
             ttft_s *= self.prefill.ratio(batch, bounds.prefill_chunk, wl.input_len)  # the prompts' own forwards
         tpot = max(u - ttft_s / o, 0.5 * u) if o > 1 else None
         wait = service * max(c / batch - 1.0, 0.0)
@@ -711,8 +708,7 @@ class PerfModel:
             return (f"the baseline again with its client on cores of its own (GLM5_CPUS=split) or on a quieter host, "
                     f"or {level}: the phase's client was starved of CPU at every level, so its host, not the engine, set every level's pace"), as_level
         packing = self.prefill.packing_text(bounds.prefill_chunk, wl.input_len) if self.prefill else ""
-        covered = self.curve.beyond(batch) <= 1.1 or bool(self.profile and self.profile.covers(batch, eager))
-        if packing and missing is None and covered:  # the step is the phase's own; the prompts a forward carries are not
+        if packing and missing is None and not self._extrapolated(batch, eager):  # the step is the phase's own
             return f"{level}: {packing}", as_level
         graphs_off = True if missing == "eager" else (False if missing == "graphs" else None)
         if missing == "eager":
@@ -726,9 +722,8 @@ class PerfModel:
             # the level measures the front end and the engine together; the benchmark, the engine alone
             text = (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
                     "what this phase ran")
-            beyond = self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, eager))
             bench = (self.benchmark_text([batch], wl, graphs_off=graphs_off, changes=changes)
-                     if missing is not None or beyond else "")
+                     if missing is not None or self._extrapolated(batch, eager) else "")
             if bench:
                 text += f"; nor is {what} in the evidence ({bench} measures the engine alone)"
             return text, as_level
@@ -746,10 +741,19 @@ class PerfModel:
         return (f"{what}: {bench}, or {level}",
                 {"kind": "step_profile", "batches": [max(1, round(batch))], "graphs_off": graphs_off})
 
+    def _extrapolated(self, batch: float, eager: bool) -> bool:
+        """The step at ``batch`` is read off the curve beyond the phase's batches, with no profile covering it."""
+        return self.curve.beyond(batch) > 1.1 and not (self.profile and self.profile.covers(batch, eager))
+
+    def _chunk_changed(self, bounds: Bounds) -> bool:
+        """``bounds`` set a prefill chunk other than the phase's, and the model prices the forwards."""
+        return self.prefill is not None and bool(bounds.prefill_chunk) and bounds.prefill_chunk != self.prefill.chunk
+
     def _prices_prefill_with_profile(self) -> bool:
-        """A profile with prefill forwards of two sizes would price a chunk change: the phase's chunk is
-        known and its levels have decode lines (what each level's prefill took is read beside them)."""
-        return bool(self.bounds.prefill_chunk and not self.bounds.mixed_steps and any(p.line_step_ms for p in self.levels))
+        """A profile with prefill forwards of two sizes would price a chunk change (:meth:`_fit`'s
+        condition for the term): the phase's chunk is known and its engine prefills in forwards of its own."""
+        adapter = self._adapter or engines.get(self.engine, default=engines.COMMAND)
+        return bool(self.bounds.prefill_chunk and _prefills_apart(self.bounds, adapter))
 
     def benchmark_text(self, batches: Sequence[float], wl: RequestShape | None = None, *, graphs_off: bool | None = None,
                        changes: Mapping[str, Any] | None = None) -> str:
@@ -877,6 +881,11 @@ def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:
         graphs=graphs_on, graph_max_batch=ceiling if graphs_on else None, graph_sizes=sizes,
         workers=workers, stream_interval=_int(lim.stream_interval) or 1,
     ), graphs_apply
+
+
+def _prefills_apart(bounds: Bounds, adapter: Any) -> bool:
+    """The engine prefills in forwards of its own, between decode steps, and logs them (SGLang)."""
+    return not bounds.mixed_steps and adapter.capabilities.logs_prefill_lines
 
 
 def _points_of(ev: Any, bounds: Bounds, adapter: Any) -> list[LevelPoint]:

@@ -35,12 +35,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from glm5lib.diagnose.model.profile import MIN_SPREAD
 from glm5lib.stepmodel import nnls
 
 __all__ = ["PrefillForwards", "forwards", "read_prefill"]
-
-# The least spread of the per-token part the benchmark times (a forward's run-to-run scatter).
-MIN_SPREAD = 0.05
 
 
 def forwards(input_len: float, chunk: float, *, alone: bool) -> tuple[float, float, float]:
@@ -63,8 +61,6 @@ class PrefillForwards:
     fixed part each level's own prefill time leaves, as (batch, ms) sorted by batch."""
 
     chunk: int
-    input_len: float
-    output_len: float
     per_token_ms: float
     fixed: list[tuple[float, float]]
     spread: float
@@ -96,8 +92,7 @@ class PrefillForwards:
         if not fixed:
             return None
         fixed.sort()
-        return cls(int(chunk), float(np.median([p.input_len for p in levels])),
-                   float(np.median([p.output_len for p in levels])), per_token, fixed, spread, source)
+        return cls(int(chunk), per_token, fixed, spread, source)
 
     @property
     def vary(self) -> float:
@@ -117,14 +112,17 @@ class PrefillForwards:
         xs = [math.log(b) for b, _ in pts]
         return float(np.interp(math.log(batch), xs, [a for _, a in pts]))
 
+    def _counts(self, batch: float, chunk: int, input_len: float) -> tuple[float, tuple[float, float, float]]:
+        """Forwards a request took under the phase's chunk, and (fewest, point, most) under ``chunk``."""
+        alone = batch <= 1
+        return forwards(input_len, self.chunk, alone=alone)[1], forwards(input_len, chunk, alone=alone)
+
     def step(self, step_ms: float, batch: float, chunk: int, input_len: float, output_len: float
              ) -> tuple[float, float, float, str]:
         """The served step (ms per output token of each request) at ``batch`` once the chunk is
         ``chunk``, from the phase's ``step_ms`` there: (step, down, up, source), ``down``/``up`` the
         relative spread on throughput from how prompts pack and the per-token price's spread."""
-        alone = batch <= 1
-        _b_lo, base, _b_hi = forwards(input_len, self.chunk, alone=alone)
-        lo, point, hi = forwards(input_len, chunk, alone=alone)
+        base, (lo, point, hi) = self._counts(batch, chunk, input_len)
         fixed = self.fixed_at(batch)
         per = batch / max(output_len, 1.0)
 
@@ -150,9 +148,7 @@ class PrefillForwards:
         """A request's prefill time under ``chunk`` over the phase's, at ``batch``: what the wait for a
         first token scales by where prefills are what it waits for (on one H100, chunk 512 -> 2,048 under
         2,048-token prompts: 0.55-0.66 at 16-256, measured 0.52-0.55)."""
-        alone = batch <= 1
-        _lo, base, _hi = forwards(input_len, self.chunk, alone=alone)
-        _lo, point, _hi = forwards(input_len, chunk, alone=alone)
+        base, (_lo, point, _hi) = self._counts(batch, chunk, input_len)
         fixed, tokens = self.fixed_at(batch), input_len * self.per_token_ms
         return (point * fixed + tokens) / max(base * fixed + tokens, 1e-9)
 
