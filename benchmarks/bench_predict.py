@@ -24,8 +24,9 @@ steps its notebooks benchmarked (``h100-sglang-cap16``); real SGLang 0.5.16 on o
 set by hand, raised from 16,384 to 262,144 and to 65,536 tokens, and its admission reserve lowered
 (``h200-sglang-kv``); real SGLang 0.5.16 on one H100 whose prefill chunk of 256 tokens was raised to 512,
 1,024 and 8,192 under 1,024-token prompts (``h100-sglang-chunk``), and of 512 raised to 2,048 and 8,192 under
-2,048-token prompts (``h100-sglang-chunk-long``): each forecast from its baseline and SGLang's benchmark of
-prefill forwards of two sizes (``baseline/step-profile.csv``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+2,048-token prompts (``h100-sglang-chunk-long``), and of 512 raised to 2,048, 4,096 and 8,192 under 4,096-token
+prompts and 64-token outputs (``h100-sglang-chunk-4k``, forecast on the GPU host before each launch): each
+forecast from its baseline and SGLang's benchmark of prefill forwards of two sizes (``baseline/step-profile.csv``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
@@ -95,6 +96,12 @@ SHIPPED = [
      EXAMPLES / "h100-sglang-chunk-long", {"chunked_prefill_size": 2048}, "chunk-2k"),
     ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 8,192 (2,048-token prompts)",
      EXAMPLES / "h100-sglang-chunk-long", {"chunked_prefill_size": 8192}, "chunk-8k"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 2,048 (4,096-token prompts, 64-token outputs)",
+     EXAMPLES / "h100-sglang-chunk-4k", {"chunked_prefill_size": 2048}, "chunk-2k"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 4,096 (4,096-token prompts, 64-token outputs)",
+     EXAMPLES / "h100-sglang-chunk-4k", {"chunked_prefill_size": 4096}, "chunk-4k"),
+    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 8,192 (4,096-token prompts, 64-token outputs)",
+     EXAMPLES / "h100-sglang-chunk-4k", {"chunked_prefill_size": 8192}, "chunk-8k"),
 ]
 
 

@@ -14,7 +14,8 @@ The plan (SGLang's own argument names; the baseline is the capped config of ``--
    requests, the diff against the K2 reference).
 2. ``predict``: ``glm5 predict`` from the baseline alone, before anything is changed, for the cap
    raised with CUDA graphs kept and for the seed's full fix (graphs and the radix cache off); with
-   ``--settle``, the step profile the first of them asks for is taken first (one offline launch).
+   ``--settle``, the step profile the first of them asks for is taken first (one offline launch), and
+   a ``phase:NAME`` step takes the one its change asks for before forecasting it.
 3. ``fix``: notebook 04 with the cap raised to 1,024, graphs kept (phase ``fix``).
 4. ``fix-graphs-off``: notebook 04 with the seed's full fix (phase ``fix-graphs-off``).
 5. ``next``: notebook 05 on ``fix``, then the report.
@@ -139,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="the changes of a step phase:NAME (forecast from the baseline, then notebook 04 as phase NAME); "
                          "or {NAME: changes, ...} for several phase steps")
     ap.add_argument("--settle", action="store_true",
-                    help="in the predict step, take the engine's step profile the raised cap's forecast asks for "
+                    help="in the predict and phase:NAME steps, take the engine's step profile the forecast asks for "
                          "(glm5lib.stepbench.settle_forecast, one offline launch) before forecasting")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -187,6 +188,17 @@ def main(argv: list[str] | None = None) -> int:
         (run / "baseline" / rundir.forecast_record(name)).write_text(done.stdout or json.dumps({"error": done.stderr[-4000:]}))
         print(done.stdout[-3000:] or done.stderr[-3000:])
 
+    def settle(changes: dict) -> None:
+        """The step profile the forecast of ``changes`` asks for, taken before forecasting (one offline launch)."""
+        plan.need(1, 0)
+        began = time.monotonic()
+        settled = stepbench.settle_forecast(run, "baseline", changes, levels, take=True)
+        print(f"step profile for {changes}: {settled.note}")
+        if settled.profile is not None:
+            plan.state["launches"].append({"step": "step-profile", "changes": changes,
+                                           "seconds": round(time.monotonic() - began, 1)})
+            plan.save()
+
     goal = tune.Goal.parse([args.slo])
     load = tune.Workload(args.target, args.input_len, args.output_len, args.grid_duration, warmup=4,
                          sweep_options={"range_ratio": args.range_ratio} if args.range_ratio < 1 else {})
@@ -216,14 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 notebooks([1, 2, 3], 1)
             elif step == "predict":
                 if args.settle:
-                    plan.need(1, 0)
-                    began = time.monotonic()
-                    settled = stepbench.settle_forecast(run, "baseline", kept, levels, take=True)
-                    print(f"step profile for the raised cap: {settled.note}")
-                    if settled.profile is not None:
-                        plan.state["launches"].append({"step": "step-profile", "changes": kept,
-                                                       "seconds": round(time.monotonic() - began, 1)})
-                        plan.save()
+                    settle(kept)
                 predict(kept, "graphs-kept")
                 predict(seed_fix, "seed-fix")
             elif step == "predict-next":
@@ -266,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                     if name not in changes:
                         raise SystemExit(f"--phase-changes names {', '.join(changes)}, not {name!r}")
                     changes = changes[name]
+                if args.settle:
+                    settle(changes)
                 predict(changes, name)
                 notebooks([4], 1, FIX_CHANGES=changes, PHASE=name)
             else:

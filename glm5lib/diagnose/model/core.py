@@ -720,10 +720,8 @@ class PerfModel:
             what = f"the step at batch {batch:g} (this phase ran {lo:g}-{hi:g})"
         if by.startswith("frontend:"):
             # the level measures the front end and the engine together; the benchmark, the engine alone
-            text = (f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond "
-                    "what this phase ran")
-            bench = (self.benchmark_text([batch], wl, graphs_off=graphs_off, changes=changes)
-                     if missing is not None or self._extrapolated(batch, eager) else "")
+            text = f"{level}: the {by.split(':', 1)[1]} front end's cost at {batch:g} running streams is beyond what this phase ran"
+            bench = self.benchmark_text([batch], wl, graphs_off=graphs_off, changes=changes) if missing is not None or self._extrapolated(batch, eager) else ""
             if bench:
                 text += f"; nor is {what} in the evidence ({bench} measures the engine alone)"
             return text, as_level
@@ -733,6 +731,11 @@ class PerfModel:
                 return (f"{level}: the step profile covers batch {batch:g}, but the server's processes shared every "
                         f"core they may run on, and how its front end's work contends with a step beyond the "
                         f"{hi:.0f} running this phase ran is not in the evidence"), as_level
+            if batch <= hi * 1.05:  # the phase's own batches: the band is what the change's term moves
+                why = (f"a prefill forward's fixed part, read at {min(a for _, a in self.prefill.fixed):.1f}-"
+                       f"{max(a for _, a in self.prefill.fixed):.1f} ms over the phase's levels,"
+                       if self._chunk_changed(bounds) else f"the phase's own spread at batch {batch:g}")
+                return f"{level}: {why} moves the forecast beyond +/-{MAX_BAND:.0%}", as_level
             return (f"{level}: the step profile covers batch {batch:g}, but what each request adds to a served "
                     f"step was read at batches {lo:g}-{hi:g} only"), as_level
         bench = self.benchmark_text([batch], wl, graphs_off=graphs_off, changes=changes)
