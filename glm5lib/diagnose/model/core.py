@@ -386,11 +386,8 @@ class PerfModel:
         free = [p for p in levels if p.concurrency <= 1.05 * p.running and p.ttft_ms is not None]
         rows = [(p.running * p.input_len, float(p.ttft_ms)) for p in free]
         if not rows:
-            for p in levels:
-                if p.tpot_ms is None or p.output_len < 2:
-                    continue
-                service = p.output_len * p.u_ms
-                rows.append((p.running * p.input_len, max(service - (p.output_len - 1) * p.tpot_ms, 0.0)))
+            rows = [(p.running * p.input_len, max(p.output_len * p.u_ms - (p.output_len - 1) * p.tpot_ms, 0.0))
+                    for p in levels if p.tpot_ms is not None and p.output_len >= 2]
         if not rows:
             return
         x = np.array([[1.0, r[0]] for r in rows])
