@@ -27,7 +27,8 @@ forwards at 16 concurrent requests and more).
 Checked before the launches on a workload the term was not built from (4,096-token prompts, 64-token
 outputs, chunk 512 raised to 2,048, 4,096 and 8,192 on one H100: data/examples/h100-sglang-chunk-4k):
 the 4 levels given held their band (-10% to +5%); the other 8 were withheld, their bands past +/-30%
-where the fixed part read 0-3.8 ms over the levels, their points -15% to +17% off.
+(the fixed part read 0-3.8 ms over the levels, a batch beyond the phase's, packing), their points
+-15% to +17% off.
 """
 
 from __future__ import annotations
