@@ -86,22 +86,14 @@ SHIPPED = [
      {"max_total_tokens": 65536}, "pool-64k"),
     ("real SGLang 0.5.16 on 1x H200, KV-bound, --schedule-conservativeness 1.0 -> 0.3", EXAMPLES / "h200-sglang-kv",
      {"schedule_conservativeness": 0.3}, "glm5-fix"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 8,192 (1,024-token prompts)",
-     EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 8192}, "chunk-8k"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 1,024 (1,024-token prompts)",
-     EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 1024}, "chunk-1k"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 256 -> 512 (1,024-token prompts)",
-     EXAMPLES / "h100-sglang-chunk", {"chunked_prefill_size": 512}, "chunk-512"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 2,048 (2,048-token prompts)",
-     EXAMPLES / "h100-sglang-chunk-long", {"chunked_prefill_size": 2048}, "chunk-2k"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 8,192 (2,048-token prompts)",
-     EXAMPLES / "h100-sglang-chunk-long", {"chunked_prefill_size": 8192}, "chunk-8k"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 2,048 (4,096-token prompts, 64-token outputs)",
-     EXAMPLES / "h100-sglang-chunk-4k", {"chunked_prefill_size": 2048}, "chunk-2k"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 4,096 (4,096-token prompts, 64-token outputs)",
-     EXAMPLES / "h100-sglang-chunk-4k", {"chunked_prefill_size": 4096}, "chunk-4k"),
-    ("real SGLang 0.5.16 on 1x H100, prefill chunk 512 -> 8,192 (4,096-token prompts, 64-token outputs)",
-     EXAMPLES / "h100-sglang-chunk-4k", {"chunked_prefill_size": 8192}, "chunk-8k"),
+    *[(f"real SGLang 0.5.16 on 1x H100, prefill chunk {base} -> {chunk:,} ({prompts})", EXAMPLES / run,
+       {"chunked_prefill_size": chunk}, phase)
+      for run, base, prompts, phases in [
+          ("h100-sglang-chunk", 256, "1,024-token prompts", {8192: "chunk-8k", 1024: "chunk-1k", 512: "chunk-512"}),
+          ("h100-sglang-chunk-long", 512, "2,048-token prompts", {2048: "chunk-2k", 8192: "chunk-8k"}),
+          ("h100-sglang-chunk-4k", 512, "4,096-token prompts, 64-token outputs",
+           {2048: "chunk-2k", 4096: "chunk-4k", 8192: "chunk-8k"})]
+      for chunk, phase in phases.items()],
 ]
 
 
