@@ -24,8 +24,17 @@ workbook: setup
 lint: setup
 	$(BIN)/ruff check .
 
+# Two runs: the tests that may share the machine, on $(WORKERS) workers (pytest-xdist; a module's tests stay
+# on one worker, so its servers start once), then those marked solo one at a time with the machine to
+# themselves (real engines on CPU read against their own timings, every core kept busy on purpose). Both
+# runs always run; make fails if either did. The second run's exit 5 (no solo test among ARGS' paths) is
+# not a failure; the first run's still is.
+WORKERS ?= 2
 test: setup lint
-	$(BIN)/python -m pytest $(ARGS)
+	@rc=0; \
+	$(BIN)/python -m pytest -m "not solo" -n $(WORKERS) --dist loadfile $(ARGS) || rc=$$?; \
+	$(BIN)/python -m pytest -m solo $(ARGS) || [ $$? -eq 5 ] || rc=1; \
+	exit $$rc
 
 # the edit loop: the unit tests (tests/unit, which start no process and no server)
 test-quick: setup lint

@@ -17,7 +17,7 @@ from glm5lib import engines, logs
 from glm5lib.engines import transformers as et
 from glm5lib.errors import ServerLaunchError
 
-pytestmark = [pytest.mark.slow]
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 TINY_MODEL = r'''
 import random, sys
