@@ -40,14 +40,14 @@ def nvidia_gpu_reason() -> str | None:
 
 # tests that time a real engine on CPU, or keep every core busy on purpose, run with the machine to
 # themselves: `make test` runs the others on two workers first, then these (``-m solo``) one at a time
-_SOLO = ("vllm", "under_load", "solo")
+_IMPLY_SOLO = ("vllm", "under_load")
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the marker
 def pytest_collection_modifyitems(config, items):
     reason = None
     for item in items:
-        if any(item.get_closest_marker(m) for m in _SOLO):
+        if any(item.get_closest_marker(m) for m in _IMPLY_SOLO):
             item.add_marker(pytest.mark.solo)
         if "gpu" in item.keywords:
             if reason is None:

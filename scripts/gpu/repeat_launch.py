@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
                             concurrencies=levels, input_len=args.input_len, output_len=args.output_len,
                             duration=args.duration, warmup=4, progress=False)
         print(f"{name}: {time.monotonic() - began:.0f} s", flush=True)
-    frames = {n: pd.read_csv(run / n / "sweep.csv").set_index("concurrency")["output_throughput"]
-              for n in sorted(p.name for p in run.glob("launch-*") if (p / "sweep.csv").exists())}
+    measured = sorted((p for p in run.glob("launch-*") if (p / "sweep.csv").exists()),
+                      key=lambda p: int(p.name.split("-")[1]))  # launch-10 after launch-9
+    frames = {p.name: pd.read_csv(p / "sweep.csv").set_index("concurrency")["output_throughput"] for p in measured}
     table = pd.DataFrame(frames)
     table["spread"] = table.max(axis=1) / table.min(axis=1) - 1.0
     print(table.round(3).to_string())
