@@ -126,7 +126,18 @@ def _check_names(changes: dict[str, Any], engine: str) -> None:
     roles = {r.workers_field for r in adapter.capabilities.serving_roles if r.workers_field}
     for name in changes:
         key = str(name).lstrip("-").replace("-", "_")
-        found, _ = engines.limit_changes({name: changes[name]}, adapter)
+        value = changes[name]
+        found, _ = engines.limit_changes({name: value}, adapter)
+        unreadable = [limit for limit, got in found.items()
+                      if (got is None and value is not None)
+                      or (limit == "graphs_off" and isinstance(value, str)
+                          and value.strip().lower() not in ("true", "false", "1", "0", "yes", "no"))]
+        if unreadable:
+            limit = unreadable[0]
+            kind = "true or false" if limit == "graphs_off" else "a positive number"
+            raise UsageError(f"--set {name}={value!r}: {limit} takes {kind} "
+                             f"(e.g. --set {name}={'true' if limit == 'graphs_off' else 256}), or none to unset it",
+                             field="--set")
         if found or key in roles:
             continue
         close = difflib.get_close_matches(key, [*engines.LIMITS, *adapter.capabilities.fields.values(), *roles],

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from glm5lib import server as server_mod
+from glm5lib.configmeta import described_changes
 from glm5lib.engines.base import Lever
 from glm5lib.errors import ConfigError, ServerLaunchError
 from glm5lib.logs import parse_log
@@ -123,13 +124,15 @@ class FlagConfig:
         """A copy with ``fields`` set (the engine's names, or the aliases); ``None`` removes a field
         (back to the engine's default)."""
         args = dict(self._args)
+        named: dict[str, Any] = {}
         for key, value in fields.items():
             field = self._field(key)
+            named[field] = value
             if value is None:
                 args.pop(field, None)
             else:
                 args[field] = value
-        return type(self)(args, env=self.env, meta=self.meta)
+        return type(self)(args, env=self.env, meta=described_changes(self.meta, self._args, named))
 
     def without(self, *fields: str) -> Any:
         return self.with_changes(**{f: None for f in fields})

@@ -55,6 +55,10 @@ def _row(level: pd.Series) -> str:
     steady = level.get("steady")
     if str(steady).lower() in ("true", "1", "1.0"):
         state = "steady"
+        window = _num(level.get("window_end")) - _num(level.get("window_start"))
+        whole = _num(level.get("end_time")) - _num(level.get("start_time"))
+        if window > 0 and whole > 0 and window < 0.5 * whole:  # NaN compares false: no window, no caveat
+            state += f", over the last {window:.1f} s of {whole:.1f} (the rest admitted the load)"
     elif str(steady).lower() in ("false", "0", "0.0"):
         why = _cell(level.get("steady_note")).removeprefix("not steady: ")
         state = f"**not steady**: {why}" if why else "**not steady**"

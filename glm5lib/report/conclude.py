@@ -27,8 +27,10 @@ not as an error.
 
 from __future__ import annotations
 
+import ast
 import datetime as _dt
 import logging
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -276,7 +278,7 @@ def _phase_summary(run: Path, phase: str, ev: Evidence | None = None) -> tuple[d
             best = sweep.loc[sweep["output_throughput"].idxmax()] if sweep["output_throughput"].notna().any() else None
             if best is not None:
                 summary["peak"] = {"concurrency": int(best["concurrency"]),
-                                   "output_throughput": float(best["output_throughput"])}
+                                   "output_throughput": float(best["output_throughput"]), **_window_of(best)}
         if "failed" in sweep.columns:
             summary["failed_requests"] = int(sweep["failed"].fillna(0).sum())
         if "cancelled" in sweep.columns:
@@ -353,6 +355,13 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
     verdict_ = row.get("given")
     given = str(verdict_).strip().lower() in ("true", "1", "1.0") if pd.notna(verdict_) else narrow
     after_tok_s = measured.get(str(concurrency))
+    # what the forecast itself was for: the changes it was asked about and those it has no term for
+    # (a findings forecast is the rule's remedy alone); the report names what it did not see
+    forecast_for = _literal(row.get("changes")) if source == "forecast" else None
+    unseen = [] if source != "forecast" or pd.isna(row.get("unseen_changes", float("nan"))) else [
+        m.group(1) for m in re.finditer(r"(?:^|; )([A-Za-z_][\w-]*)=", str(row["unseen_changes"]))]
+    same_level = top is not None and int(top["predicted_concurrency"]) == concurrency
+    asked = {"changes": sorted(forecast_for) if isinstance(forecast_for, Mapping) else None, "unseen": unseen or None}
     return clean({
         "source": source,
         "rule": None if top is None else top.get("rule"),
@@ -362,11 +371,41 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
         "high": high,
         "given": given,
         "wide": not narrow,
-        "before": None if top is None else top.get("measured_throughput"),
+        "before": top.get("measured_throughput") if same_level else None,
         "after": after_tok_s,
         "within": None if after_tok_s is None else bool(low <= after_tok_s <= high),
-        "text": None if top is None else top.get("prediction"),
+        "text": top.get("prediction") if source == "findings" else None,
+        **{k: v for k, v in asked.items() if v is not None},
     })
+
+
+def _literal(text: Any) -> Any:
+    """A ``changes`` cell as written (a dict's repr); None where it is empty or not one."""
+    if not isinstance(text, str) or not text.strip():
+        return None
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+
+
+def _window_of(level: Mapping[str, Any]) -> dict[str, float]:
+    """How much of a level its figures were read over: ``window_s`` of ``level_s`` seconds, from
+    ``ramp_s`` after its start, and the requests it ``completed`` ({} where the sweep did not record
+    its window)."""
+    try:
+        window = float(level["window_end"]) - float(level["window_start"])
+        whole = float(level["end_time"]) - float(level["start_time"])
+    except (KeyError, TypeError, ValueError):
+        return {}
+    if not (window > 0 and whole > 0):
+        return {}
+    out = {"window_s": round(window, 2), "level_s": round(whole, 2),
+           "ramp_s": round(float(level["window_start"]) - float(level["start_time"]), 2)}
+    done = pd.to_numeric(pd.Series([level.get("completed")]), errors="coerce").iloc[0]
+    if pd.notna(done):
+        out["completed"] = int(done)
+    return out
 
 
 def _band_given(predicted: float, low: float, high: float) -> bool:
@@ -461,9 +500,10 @@ def frames_and_summary(run_dir: str | Path, evidence: EvidenceCache | None = Non
             summary["prediction"] = prediction
     if before is not None:
         summary["story_level"] = _story_level(phases[before])
-    last = next((p for p in reversed(list(phases)) if phases[p].get("findings")), None)
-    if last is not None:
-        summary["next_bottleneck"] = {"phase": last, "findings": phases[last]["findings"][:5]}
+    # What binds once the fix is in: the *after* phase's own findings, never a later phase's that
+    # measured something else (a watched server, a tuner's candidate, the baseline again).
+    if after is not None and phases[after].get("findings"):
+        summary["next_bottleneck"] = {"phase": after, "findings": phases[after]["findings"][:5]}
     return clean(summary), frames
 
 

@@ -82,7 +82,25 @@ def _banner(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
             "",
         ]
         return lines
+    if not summary.get("throughput"):
+        return [*lines, "Nothing measured in this run folder yet: no phase finished a level.", ""]
     return [*lines, "Measured on a real server (no stand-in banner in the server logs).", ""]
+
+
+#: A peak read over less than this share of its level is quoted with how little it was read over.
+SHORT_WINDOW = 0.5
+
+
+def _short_window(peak: Mapping[str, Any]) -> str:
+    """The caveat on a peak read over a short part of its level (the rest admitted the load), '' otherwise."""
+    window, whole = peak.get("window_s"), peak.get("level_s")
+    if not window or not whole or window >= SHORT_WINDOW * whole:
+        return ""
+    done = peak.get("completed")
+    ramp = peak.get("ramp_s", whole - window)
+    return (f"; read over {window:.1f} s of its {whole:.1f} s level, the first {ramp:.1f} s "
+            "admitting the load" + ("; no request finished in it" if done == 0 else "")
+            + ", so a longer level would read the steady rate more surely")
 
 
 def _summary(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
@@ -97,7 +115,8 @@ def _summary(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
                  if value is not None and base["peak"]["concurrency"] != level else "")
         lines.append(
             f"- **{before.capitalize()}**: peak {fmt(base['peak']['output_throughput'])} tok/s at "
-            f"{fmt(base['peak']['concurrency'])} concurrent requests{extra} ({setting(base)})."
+            f"{fmt(base['peak']['concurrency'])} concurrent requests{extra} ({setting(base)})"
+            f"{_short_window(base['peak'])}."
         )
     cause = summary.get("leading_cause")
     if cause:
@@ -109,7 +128,7 @@ def _summary(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
     if fix and fix.get("peak"):
         lines.append(
             f"- **{after.capitalize()}**: peak {fmt(fix['peak']['output_throughput'])} tok/s at "
-            f"{fmt(fix['peak']['concurrency'])} concurrent requests ({setting(fix)})."
+            f"{fmt(fix['peak']['concurrency'])} concurrent requests ({setting(fix)}){_short_window(fix['peak'])}."
         )
     comparison = summary.get("comparison") or []
     best = max((r for r in comparison if r.get("gain")), key=lambda r: r["gain"], default=None)
@@ -249,10 +268,30 @@ def _prediction_lines(summary: Mapping[str, Any], changes: Mapping[str, Any]) ->
     else:
         where = "within" if prediction.get("within") else ("above" if measured > prediction["high"] else "below")
         line += f"; the {after} measured {measured:,.0f} tok/s there, {where} the predicted band."
-        if len(changes) > 1 and not prediction.get("within"):
-            line += (f" The {after} changed more than the remedy (" + ", ".join(f"`{k}`" for k in changes)
-                     + "), which the model does not see.")
+        if not prediction.get("within"):
+            line += _unseen_sentence(prediction, changes, after)
     return [line, ""]
+
+
+def _unseen_sentence(prediction: Mapping[str, Any], changes: Mapping[str, Any], after: str) -> str:
+    """Where a forecast missed: the changes of *after* it was not made for, and those it was made for
+    but has no term for (none: the miss is the model's own)."""
+    if prediction.get("source") == "forecast":
+        asked = set(prediction.get("changes") or changes)
+        outside = [k for k in changes if k not in asked]
+        unseen = list(prediction.get("unseen") or [])
+    elif len(changes) > 1:  # the rule's forecast is of its remedy alone
+        return (f" The {after} changed more than the remedy (" + ", ".join(f"`{k}`" for k in changes)
+                + "), which the model does not see.")
+    else:
+        return ""
+    parts = []
+    if outside:
+        parts.append(f"The {after} changed more than the forecast was made for ("
+                     + ", ".join(f"`{k}`" for k in outside) + ").")
+    if unseen:
+        parts.append("The forecast has no term for " + ", ".join(f"`{k}`" for k in unseen) + ".")
+    return "".join(" " + p for p in parts)
 
 
 def _before_after(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
@@ -274,7 +313,7 @@ def _next_bottleneck(summary: Mapping[str, Any], figures: Mapping[str, str]) -> 
     nb = summary.get("next_bottleneck")
     if not nb or not nb.get("findings"):
         return []
-    lines = ["## Next bottleneck", ""]
+    lines = ["## Next bottleneck", "", f"What the {nb['phase']} phase's own levels show once its change is in:", ""]
     for f in nb["findings"]:
         lines.append(f"- **{f.get('finding')}** ({f.get('confidence', 'n/a')}): {f.get('evidence', '')}"
                      + (f" Suggestion: {f['suggestion']}" if f.get("suggestion") else ""))

@@ -733,7 +733,12 @@ def _save_best(config: Any, run: Path, best: Mapping[str, Any] | None, lever: Le
         return path
     tuned = config.with_changes(**changes)
     base = getattr(config, "name", None) or "config"
-    description = (f"{base} with {lever.field}={changes.get(lever.field)}: the most "
+    # what the tuner started from, with whatever changes that configuration already carried (a fix
+    # phase's config keeps the baseline's name): the saved file must not pass for the baseline tuned
+    meta = getattr(config, "meta", None) or {}
+    start = meta.get("description") if isinstance(meta, Mapping) else None
+    description = (f"{base}" + (f" ({start})" if start else "") + f", tuned to {lever.field}="
+                   f"{changes.get(lever.field)}: the most "
                    f"{goal.objective.replace('_', ' ')} measured under {', '.join(map(str, goal.limits)) or 'goodput'}"
                    f" (phase {best['phase']})")
     try:

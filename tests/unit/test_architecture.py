@@ -33,7 +33,7 @@ MAX_LINES = 950
 # config and logs formats are shared with it, and nothing in the library imports it.
 LAYERS: list[tuple[str, ...]] = [
     ("glm5lib._version", "glm5lib.errors", "glm5lib.paths", "glm5lib.masking", "glm5lib.http",
-     "glm5lib.rundir", "glm5lib.stepmodel", "glm5lib.cpus", "glm5lib.lazy"),
+     "glm5lib.rundir", "glm5lib.stepmodel", "glm5lib.cpus", "glm5lib.lazy", "glm5lib.configmeta"),
     ("glm5lib.engines.sglang.config", "glm5lib.logs"),
     ("glm5lib.server", "glm5lib.loadgen", "glm5lib.telemetry"),
     ("glm5lib.engines",),

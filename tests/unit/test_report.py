@@ -184,6 +184,67 @@ def test_environment_flagged_stand_in_counts_too(tmp_path):
     assert "Nothing measured yet" in text
 
 
+def test_a_failed_run_that_measured_nothing_names_no_server(tmp_path):
+    (tmp_path / report.NOTEBOOKS_STATUS).write_text(json.dumps(
+        [{"name": "02-measure-baseline.ipynb", "status": "failed", "error": "ConfigError: OUTPUT_LEN -5"}]))
+    text = report.write_report(tmp_path).read_text()
+    assert "Measured on a real server" not in text and "Nothing measured in this run folder yet" in text
+
+
+def test_the_next_bottleneck_is_the_fixs_own_not_a_later_phases(run):
+    """A phase measured after the fix (a watched server still at the old cap, a tuner's candidate)
+    does not stand in for what binds once the fix is in."""
+    watch = _phase(run, "watch", {64: 870.0}, {"max_running_requests": 64}, STANDIN_INFO)
+    pd.DataFrame([{"finding": "concurrency cap", "evidence": "64 running", "suggestion": "raise it",
+                   "confidence": "high", "rule": "concurrency_cap"}]).to_csv(watch / rundir.FINDINGS, index=False)
+    summary = report.summarize(run)
+    assert summary["next_bottleneck"]["phase"] == "fix"
+    assert [f["rule"] for f in summary["next_bottleneck"]["findings"]] == ["gpu_underused"]
+    text = report.write_report(run).read_text()
+    assert "- **Next**: GPU under-used at the peak (fix phase)." in text
+    assert "What the fix phase's own levels show" in text
+
+
+def test_a_forecast_that_missed_names_only_what_it_was_not_made_for(run):
+    """The fix changed the cap and CUDA graphs. A forecast written for both that missed blames no
+    change; one written for the cap alone names graphs; one with no term for a change names it."""
+    def write(changes, unseen="", high=3400.0):
+        pd.DataFrame([{"concurrency": 1024, "predicted": 3000.0, "low": 2600.0, "high": high, "given": True,
+                       "changes": repr(changes), "unseen_changes": unseen}]
+                     ).to_csv(run / "fix" / rundir.PREDICTION_CSV, index=False)
+        return report.summarize(run), report.write_report(run).read_text()
+
+    both = {"max_running_requests": 1024, "disable_cuda_graph": True}
+    summary, text = write(both)
+    assert summary["prediction"]["changes"] == sorted(both) and summary["prediction"]["text"] is None
+    assert "above the predicted band." in text
+    assert "changed more than" not in text and "no term for" not in text and "does not see" not in text
+    _, text = write({"max_running_requests": 1024})
+    assert "The fix changed more than the forecast was made for (`disable_cuda_graph`)." in text
+    _, text = write(both, unseen="disable_cuda_graph=True: no eager step in the evidence; the prior")
+    assert "The forecast has no term for `disable_cuda_graph`." in text and "changed more than" not in text
+    _, text = write({"max_running_requests": 1024}, high=4000.0)  # within: nothing to explain
+    assert "within the predicted band." in text and "changed more than" not in text
+
+
+def test_a_peak_read_over_a_short_window_says_so_in_the_summary_and_the_quality_table(run):
+    """A level that spent most of its time admitting its load (1,024 prompts prefilled for 11 of 15 s)
+    is read over what is left: the headline and the level's quality row say how little that was."""
+    sweep = pd.read_csv(run / "fix" / rundir.SWEEP).assign(
+        start_time=100.0, end_time=115.3, window_start=[100.1, 102.7, 110.9],
+        window_end=[114.9, 114.9, 115.0], steady=True, completed=[1, 0, 0])
+    sweep.to_csv(run / "fix" / rundir.SWEEP, index=False)
+    summary = report.summarize(run)
+    assert summary["phases"]["fix"]["peak"] == {"concurrency": 1024, "output_throughput": 3740.0, "window_s": 4.1,
+                                                "level_s": 15.3, "ramp_s": 10.9, "completed": 0}
+    text = report.write_report(run).read_text()
+    assert ("peak 3,740 tok/s at 1,024 concurrent requests (max_running_requests = 1,024); read over 4.1 s of its "
+            "15.3 s level, the first 10.9 s admitting the load; no request finished in it") in text
+    assert "| steady, over the last 4.1 s of 15.3 (the rest admitted the load) |" in text
+    assert "| steady, over the last 12.2 s" not in text  # 256: most of its level, no caveat
+    assert "read over" not in text.split("**Baseline**")[1].split("\n")[0]  # no window recorded: none claimed
+
+
 def test_leading_cause_falls_back_to_the_top_ranked_diff(tmp_path):
     pd.DataFrame([
         {"field": "attention_backend", "current": "flashinfer", "reference": "triton", "impact": "medium", "rank": 2},

@@ -343,6 +343,11 @@ def test_glm5_predict_prints_json_and_refuses_a_misspelt_limit(tmp_path, capsys)
     assert f["running"] == 16 and f["binding_limit"] == "load" and "given" in f and "needs" in f
     assert main(["predict", str(run), "--phase", "baseline", "--set", "runing_cap=16", "--concurrency", "16"]) == 2
     assert "did you mean running_cap" in capsys.readouterr().err
+    # a value the limit cannot take is refused too, never forecast as if the limit were unset
+    for setting in ("running_cap=abc", "max_running_requests=-4", "graphs_off=maybe"):
+        assert main(["predict", str(run), "--phase", "baseline", "--set", setting, "--concurrency", "16"]) == 2
+        assert "takes " in capsys.readouterr().err, setting
+    assert main(["predict", str(run), "--phase", "baseline", "--set", "running_cap=none", "--concurrency", "16"]) == 0
 
 
 def test_a_server_that_shared_its_cores_with_its_front_end_widens_beyond_its_batches():

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from glm5lib.configmeta import described_changes
 from glm5lib.engines.sglang.config._flags import _unknown_field_error, field_for
 from glm5lib.engines.sglang.config._graphs import cuda_graphs_off
 from glm5lib.engines.sglang.config._releases import (
@@ -528,8 +529,9 @@ class SGLangConfig:
 
     def with_changes(self, **fields: Any) -> SGLangConfig:
         """A copy with ``fields`` set (validated); the original is unchanged."""
-        values = {**self._values, **_checked(self._cat, fields)}
-        meta = {k: v for k, v in self._meta.items() if k not in ("path",)}
+        checked = _checked(self._cat, fields)
+        values = {**self._values, **checked}
+        meta = described_changes({k: v for k, v in self._meta.items() if k not in ("path",)}, self._values, checked)
         return self._make(values, self._extras, meta, self._cat)
 
     def without(self, *fields: str) -> SGLangConfig:

@@ -630,3 +630,22 @@ def test_logs_summary_says_graphs_off_for_a_0_5_23_log_that_turns_them_off_per_p
     assert old["disable_cuda_graph"] is False  # graphs on, said the old way
     assert main(["logs", str(fixtures / "sglang-0.5.23-server-args.log")]) == 0
     assert "disable_cuda_graph = True" in capsys.readouterr().out
+
+
+def test_a_changed_copy_says_what_changed_since_its_description(tmp_path):
+    """A shipped config's description is of its own values ("about 880 tok/s" with the cap at 64);
+    a copy with other values keeps the name but its description names the changes, saved and loaded."""
+    from glm5lib.engines.vllm import VllmConfig
+
+    base = ServerConfig.load("glm5-baseline")
+    fixed = base.with_changes(max_running_requests=1024, disable_cuda_graph=True)
+    assert fixed.name == base.name
+    assert fixed.meta["description"] == (base.meta["description"]
+                                         + " (then changed: max_running_requests=1024, disable_cuda_graph=True)")
+    assert base.with_changes(max_running_requests=64).meta["description"] == base.meta["description"]  # its own value
+    assert ServerConfig.load(fixed.save(tmp_path / "fix.json")).meta["description"] == fixed.meta["description"]
+    vllm = VllmConfig.load("vllm-capped")
+    raised = vllm.with_changes(max_num_seqs=256, enforce_eager=None)  # unsetting what was never set: no change
+    assert raised.meta["description"] == vllm.meta["description"] + " (then changed: max_num_seqs=256)"
+    assert raised.with_changes(max_num_seqs=None).meta["description"] == raised.meta["description"] + \
+        " (then changed: max_num_seqs=unset)"
