@@ -65,7 +65,8 @@ WATCH_COLUMNS = [
     "request_throughput", "output_throughput", "mean_concurrency", "running_mean", "running_median", "queued_mean",
     "queued_max", "kv_max", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms", "mean_itl_ms",
     "median_itl_ms", "p90_itl_ms", "p99_itl_ms", "mean_tpot_ms", "median_tpot_ms", "mean_e2e_latency_ms",
-    "median_e2e_latency_ms", "p90_e2e_latency_ms", "p99_e2e_latency_ms", "start_time", "end_time", "window_start",
+    "median_e2e_latency_ms", "p90_e2e_latency_ms", "p99_e2e_latency_ms", "median_ttft_ms_bucket", "p99_ttft_ms_bucket",
+    "median_itl_ms_bucket", "median_e2e_latency_ms_bucket", "start_time", "end_time", "window_start",
     "window_end", "token_source", "scheduler_source", "host_cpus", "host_cpu_pct", "other_processes",
     "prefill_forwards", "prefill_full_share", "prefill_budget", "binding", "binding_text",
 ]
@@ -186,7 +187,8 @@ def _snapshot_sum(frame: pd.DataFrame, name: str, at: float) -> float:
 def histogram_window(frame: pd.DataFrame, family: str, t0: float, t1: float) -> dict[str, float]:
     """``count``, ``mean``, ``p50``, ``p90``, ``p99`` (the family's unit) of the observations between the
     snapshots nearest ``t0`` and ``t1``: the difference of the two cumulative histograms, each
-    quantile interpolated linearly within its bucket."""
+    quantile interpolated linearly within its bucket (as Prometheus's ``histogram_quantile``), whose
+    edges are ``p50_bucket``... (``(lo, inf)`` for the last): all a histogram knows of a quantile."""
     a, b = _histogram(frame, family, t0), _histogram(frame, family, t1)
     out = {"count": 0.0, "mean": math.nan, "p50": math.nan, "p90": math.nan, "p99": math.nan}
     if a.empty or b.empty:
@@ -211,6 +213,7 @@ def histogram_window(frame: pd.DataFrame, family: str, t0: float, t1: float) -> 
             out[key] = float(lo)
         else:
             out[key] = float(lo + (hi - lo) * ((rank - below) / inside if inside > 0 else 1.0))
+        out[key + "_bucket"] = (float(lo), float(hi))
     return out
 
 
@@ -314,6 +317,9 @@ def window_row(frame: pd.DataFrame, t0: float, t1: float, *, index: int, cap: in
         for key, name in (("mean", "mean"), ("p50", "median"), ("p90", "p90"), ("p99", "p99")):
             value = stats.get(key, math.nan)
             row[f"{name}_{prefix}_ms"] = 1000.0 * value if math.isfinite(value) else math.nan
+            if key + "_bucket" in stats:  # a quantile is known only to its bucket: its edges go beside it
+                lo, hi = stats[key + "_bucket"]
+                row[f"{name}_{prefix}_ms_bucket"] = f"{1000.0 * lo:g}-{1000.0 * hi:g}"
     row["mean_tpot_ms"], row["median_tpot_ms"] = row["mean_itl_ms"], row["median_itl_ms"]
     if processes:
         listed = sorted(processes.items(), key=lambda kv: -kv[1])

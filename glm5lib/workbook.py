@@ -13,19 +13,22 @@ records which notebooks ran and how each ended.
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import json
 import logging
 import math
+import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, NotebookFailedError
 from glm5lib.loadgen.settings import check_concurrencies
+from glm5lib.loadgen.sweep import HEADLESS_ENV
 from glm5lib.phase import (
     BACKENDS,
     load_command,
@@ -160,6 +163,20 @@ def check_parameters(params: Mapping[str, Any], paths: Sequence[Path]) -> None:
             check_concurrencies(value, name=f"{name} level", field=name)
 
 
+@contextlib.contextmanager
+def _headless_kernel() -> Iterator[None]:
+    """The kernels started meanwhile know they run with no front end (they inherit the environment)."""
+    before = os.environ.get(HEADLESS_ENV)
+    os.environ[HEADLESS_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(HEADLESS_ENV, None)
+        else:
+            os.environ[HEADLESS_ENV] = before
+
+
 def run_workbook(
     parameters: Mapping[str, Any] | None = None,
     *,
@@ -210,15 +227,16 @@ def run_workbook(
         status = [s for s in status if s.get("name") != path.name] + [entry]
         _save_status(out, status, on_status)
         try:
-            pm.execute_notebook(
-                str(path),
-                str(target),
-                parameters=params,
-                kernel_name=kernel_name,
-                cwd=str(path.parent),
-                progress_bar=progress,
-                report_mode=False,
-            )
+            with _headless_kernel():
+                pm.execute_notebook(
+                    str(path),
+                    str(target),
+                    parameters=params,
+                    kernel_name=kernel_name,
+                    cwd=str(path.parent),
+                    progress_bar=progress,
+                    report_mode=False,
+                )
         except PapermillExecutionError as exc:
             entry.update(status="failed", seconds=round(time.time() - started, 1), cell=exc.exec_count,
                          error=f"{exc.ename}: {_first_line(exc.evalue)}")

@@ -66,15 +66,30 @@ PREDICTION_COLUMNS = [
 ]
 
 
-def forecast_frame(forecasts: Sequence[Forecast]) -> pd.DataFrame:
-    """One row per forecast (the :meth:`Forecast.to_dict` fields; lists joined by '; ')."""
+def forecast_frame(forecasts: Sequence[Forecast], measured: str | Path | Evidence | None = None) -> pd.DataFrame:
+    """One row per forecast (the :meth:`Forecast.to_dict` fields; lists joined by '; ').
+
+    ``measured``: the phase the model was fitted on (its folder or evidence); where it measured a
+    forecast's level, ``measured_tok_s`` and ``measured_running`` (the median batch the level ran,
+    from the scheduler's figures) go beside the forecast: a level whose batch was still filling
+    when it ended measured less than the forecast for its full batch, and says so."""
     rows = []
     for f in forecasts:
         d = f.to_dict()
         for key in ("unseen_changes", "notes", "sources"):
             d[key] = "; ".join(d[key])
         rows.append(d)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if measured is None or frame.empty:
+        return frame
+    ev = measured if isinstance(measured, Evidence) else load_evidence(Path(measured))
+    if ev.sweep is None or ev.sweep.empty or "output_throughput" not in ev.sweep:
+        return frame
+    levels = ev.sweep[["concurrency", "output_throughput"]].rename(columns={"output_throughput": "measured_tok_s"})
+    table = ev.level_table()[["concurrency", "running_median"]].rename(columns={"running_median": "measured_running"})
+    levels = levels.merge(table, on="concurrency", how="left")
+    levels["concurrency"] = levels["concurrency"].astype(int)
+    return frame.merge(levels, on="concurrency", how="left")
 
 
 def hypothesis_changes(hypothesis: Mapping[str, Any]) -> dict[str, Any]:

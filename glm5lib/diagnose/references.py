@@ -15,6 +15,7 @@ is "CUDA graphs off" whichever flags said it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import logging
 from collections.abc import Mapping
@@ -72,7 +73,11 @@ def find_phase(run_dir: Path, phase: str | None) -> Path:
     if phase is not None:
         p = run_dir / phase
         if not _is_phase(p):
-            raise DiagnosisError(f"{p} holds none of {', '.join(_PHASE_FILES)}")
+            phases = sorted(q.name for q in run_dir.iterdir() if q.is_dir() and _is_phase(q)) if run_dir.is_dir() else []
+            close = difflib.get_close_matches(phase, phases, n=1)
+            raise DiagnosisError(f"{p} holds none of {', '.join(_PHASE_FILES)}; "
+                                 + (f"did you mean {close[0]!r}? " if close else "")
+                                 + f"phases in {run_dir}: {', '.join(phases) or 'none'}")
         return p
     if _is_phase(run_dir):
         return run_dir

@@ -27,6 +27,7 @@ import gc
 import inspect
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -51,9 +52,12 @@ from glm5lib.loadgen.sink import RecordSink, RowSink
 from glm5lib.loadgen.strategy import LevelClock, strategy_for
 from glm5lib.loadgen.workload import RequestSpec, load_prompts
 
-__all__ = ["client_limited", "load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
+__all__ = ["HEADLESS_ENV", "client_limited", "load_requests", "load_sweep", "run_sweep", "run_sweep_async"]
 
 log = logging.getLogger(__name__)
+
+#: set in a notebook kernel's environment when the notebooks run headless: no progress bars there
+HEADLESS_ENV = "GLM5_HEADLESS"
 
 # Seconds between progress-bar refreshes and between "progress" callbacks. Each refresh of a
 # notebook bar is a message to the front end; faster updates flood long cells (and nbval).
@@ -584,7 +588,9 @@ class _Sweep:
                 "input_len": self.settings.input_len, "output_len": self.settings.output_len}
 
     def _bar(self, conc: int, rate: float, n: int) -> Any:
-        if not self.progress:
+        # a notebook run headless (papermill) has no front end to draw a bar's widget: the saved
+        # notebook would keep each bar's first frame ("0/12 s") for good; the level lines say it all
+        if not self.progress or os.environ.get(HEADLESS_ENV):
             return None
         # tqdm.auto looks for ipywidgets (a notebook front end) when imported: only with bars
         from tqdm.auto import tqdm

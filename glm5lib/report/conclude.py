@@ -57,7 +57,7 @@ _PHASE_ORDER = (BEFORE, AFTER)
 _LEVEL_COLUMNS = (
     "concurrency", "completed", "cancelled", "failed", "output_throughput", "total_throughput",
     "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms",
-    "median_e2e_latency_ms", "client_bound",
+    "median_e2e_latency_ms", "client_bound", "median_ttft_ms_bucket", "median_e2e_latency_ms_bucket",
 )
 
 

@@ -206,6 +206,12 @@ def _phase(phase: str, data: Mapping[str, Any]) -> Lines:
                 f"Requests cut at deadline: {data['cut_at_deadline']:,} (still streaming when their "
                 "level's time was up). Their TTFT counts, and their TPOT up to the last token "
                 "received; end-to-end latency needs a finished request.", ""]
+    buckets = [(lv["concurrency"], lv.get("median_ttft_ms_bucket"), lv.get("median_e2e_latency_ms_bucket"))
+               for lv in data.get("levels") or [] if lv.get("median_ttft_ms_bucket")]
+    if buckets:
+        lines += ["Latencies here are read off the server's /metrics histograms: a quantile is known only to the "
+                  "bucket it falls in, and the figure above is interpolated inside it (median TTFT, E2E ms: "
+                  + "; ".join(f"{fmt(c)} concurrent: {t}, {e or 'n/a'}" for c, t, e in buckets) + ").", ""]
     note = (data.get("metrics") or {}).get("note")
     if note:
         lines += [f"Note: {note}.", ""]

@@ -12,6 +12,7 @@ end-to-end latency each meet the per-request limits (``ttft:500 tpot:50 e2el:200
 
 from __future__ import annotations
 
+import difflib
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,7 +88,10 @@ def parse_limit(text: str) -> Limit:
                           field="slo", valid=list(LIMIT_METRICS))
     metric, _, raw = match.groups()
     if metric not in LIMIT_METRICS:
-        raise ConfigError(f"--slo {text!r}: {metric!r} is not a latency metric a sweep measures",
+        close = difflib.get_close_matches(metric, LIMIT_METRICS, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]}<={raw}? " if close else ""
+        raise ConfigError(f"--slo {text!r}: {metric!r} is not a latency metric a sweep measures; {hint}"
+                          f"the metrics: {', '.join(LIMIT_METRICS)} (each METRIC<=MS)",
                           field="slo", valid=list(LIMIT_METRICS))
     try:
         value = float(raw)

@@ -84,6 +84,9 @@ def test_watching_the_stand_in_names_its_cap_without_sending_a_request(tmp_path)
     swept = diagnose.diagnose(tmp_path / "run", phase="sweep", write=False)
     assert watched.iloc[0]["rule"] == swept.iloc[0]["rule"] == "concurrency_cap", (watched, swept)
     assert "at concurrency 256" in watched.iloc[0]["evidence"]
+    # a TTFT read off the server's histogram is quoted with the bucket it lies in, never as a measurement
+    assert windows["median_ttft_ms_bucket"].str.fullmatch(r"[\d.]+-[\d.inf]+").all(), windows["median_ttft_ms_bucket"]
+    assert "interpolated inside the server histogram's" in watched.iloc[0]["evidence"], watched.iloc[0]["evidence"]
 
 
 def test_a_server_without_metrics_or_that_serves_no_model_is_refused_first(tmp_path):

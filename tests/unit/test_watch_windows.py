@@ -51,6 +51,8 @@ def test_a_histograms_window_is_the_difference_of_its_two_snapshots():
     # 50 of the 100 fall by 0.1 + 0.4 x 50/60 = 0.433 s; 90 by the end of the (0.5, 1.0] bucket
     assert h["p50"] == pytest.approx(0.1 + 0.4 * 50 / 60) and h["p90"] == pytest.approx(1.0)
     assert h["p99"] == pytest.approx(1.0 + 4.0 * 9 / 10)
+    # all a histogram knows of a quantile is its bucket: the edges go beside the interpolated figure
+    assert (h["p50_bucket"], h["p90_bucket"], h["p99_bucket"]) == ((0.1, 0.5), (0.5, 1.0), (1.0, 5.0))
 
 
 def test_a_window_reads_the_offered_load_throughput_and_the_cap_that_binds():
@@ -59,7 +61,7 @@ def test_a_window_reads_the_offered_load_throughput_and_the_cap_that_binds():
     assert row["concurrency"] == 256 and row["running_median"] == 64 and row["queued_mean"] == 192
     assert row["output_throughput"] == pytest.approx(880) and row["total_output_tokens"] == pytest.approx(880 * 30)
     assert row["completed"] == pytest.approx(30) and row["mode"] == "watch"
-    assert 1000 < row["median_ttft_ms"] < 5000
+    assert 1000 < row["median_ttft_ms"] < 5000 and row["median_ttft_ms_bucket"] == "1000-5000"
     assert row["binding"] == "running_cap" and "64 running, 192 queued, KV 2%" in row["binding_text"]
     assert "the running cap (64)" in row["binding_text"]
 

@@ -138,6 +138,21 @@ def _pinned_evidence(ev: Evidence, d: pd.DataFrame, s: pd.DataFrame, pin: _Pinne
     return parts
 
 
+def _bucket_of(level: pd.Series, column: str) -> str:
+    """Where a figure was read off a histogram (a watched server's /metrics), the bucket it lies in:
+    the interpolated value within it is no measurement."""
+    bucket = level.get(column + "_bucket")
+    if not isinstance(bucket, str) or "-" not in bucket:
+        return ""
+    lo, _, hi = bucket.partition("-")
+    try:
+        low, high = float(lo), float(hi)
+    except ValueError:
+        return ""
+    edge = f"{_num(low)} ms or more" if high == float("inf") else f"{_num(low)}-{_num(high)} ms"
+    return f" (interpolated inside the server histogram's {edge} bucket)"
+
+
 def _plateau_evidence(s: pd.DataFrame, cap: int) -> tuple[list[str], float]:
     """What the sweep says from the last level at or below the cap to the highest above it
     (throughput flat, TTFT growing), and how much that adds to the finding's confidence."""
@@ -152,7 +167,8 @@ def _plateau_evidence(s: pd.DataFrame, cap: int) -> tuple[list[str], float]:
     ttft_col = "median_ttft_ms" if "median_ttft_ms" in s else "mean_ttft_ms"
     if lo is None:
         if ttft_col in s:
-            return [f"median TTFT at concurrency {int(hi['concurrency'])} was {_num(float(hi[ttft_col]))} ms"], 0.0
+            return [f"median TTFT at concurrency {int(hi['concurrency'])} was {_num(float(hi[ttft_col]))} ms"
+                    + _bucket_of(hi, ttft_col)], 0.0
         return [], 0.0
     t0, t1 = float(lo["output_throughput"]), float(hi["output_throughput"])
     sentence = (
@@ -224,7 +240,8 @@ def _graph_ceiling_change(ev: Evidence, raised: int | None) -> tuple[dict[str, i
         changes["graph_max_batch"] = raised
         return changes, (
             f"; with graphs kept, also {remedy('cover_batch_with_graphs', ev.engine, release=ev.release, value=raised)}: "
-            f"the engine captures decode graphs only up to {ceiling}, and a batch above that runs eagerly"
+            f"with the cap raised, the engine captures decode graphs only up to {ceiling} (its graph ceiling; "
+            "today's capture stops lower where the cap does), and a batch above that runs eagerly"
         )
     return changes, ""
 

@@ -305,6 +305,17 @@ def test_record_prediction_writes_given_and_what_would_settle_the_rest(tmp_path)
 
 
 
+def test_a_forecast_frame_sets_what_the_phase_measured_beside_each_level_it_ran(tmp_path):
+    run = _run(tmp_path)
+    model = pm.PerfModel.fit_phase(run / "baseline")
+    frame = prediction.forecast_frame(model.forecast({"running_cap": 64}, [4, 32, 64]), measured=run / "baseline")
+    got = pd.read_csv(run / "baseline" / "sweep.csv").set_index("concurrency")["output_throughput"]
+    rows = frame.set_index("concurrency")
+    assert rows.loc[4, "measured_tok_s"] == got[4] and rows.loc[64, "measured_tok_s"] == got[64]
+    assert pd.isna(rows.loc[32, "measured_tok_s"]) and "measured_running" in frame
+    assert "measured_tok_s" not in prediction.forecast_frame(model.forecast({}, [4]))  # none asked: none added
+
+
 def test_a_fix_phase_with_a_table_cut_short_is_still_recorded(tmp_path):
     """A requests.jsonl cut short in the measured phase costs only what is read from it (whether each
     level held its batch), not the record of what was measured; a sweep that cannot be read says so."""

@@ -227,3 +227,19 @@ def test_an_explicit_capacity_far_below_the_other_side_is_a_cap_signature():
     assert not _cap_signature("max_running_requests", 64, 1024, False)  # chosen automatically
     assert not _cap_signature("max_running_requests", 512, 1024, True)
     assert not _cap_signature("log_level", 1, 1024, True)  # not a capacity limit
+
+
+def test_a_misspelt_phase_is_refused_with_the_phases_the_run_holds(tmp_path):
+    import pytest
+
+    from glm5lib.diagnose.references import find_phase
+    from glm5lib.errors import DiagnosisError
+
+    for name in ("baseline", "fix"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "sweep.csv").write_text("concurrency\n1\n")
+    with pytest.raises(DiagnosisError, match=r"did you mean 'baseline'\? phases in .*: baseline, fix$"):
+        find_phase(tmp_path, "basline")
+    with pytest.raises(DiagnosisError, match=r"phases in .*: baseline, fix$") as refused:
+        find_phase(tmp_path, "tune-9")
+    assert "did you mean" not in str(refused.value)

@@ -89,3 +89,14 @@ def test_the_tuner_takes_a_phases_configuration_from_its_evidence(tmp_path, monk
     (folder / rundir.CONFIG).write_text("{not json")
     with pytest.raises(ConfigError, match=rundir.CONFIG):
         tune.config_of(tmp_path, "fix", "glm5-fix")
+
+
+def test_a_misspelt_limit_metric_is_refused_with_the_spelling_that_parses():
+    import pytest
+
+    from glm5lib import tune
+    from glm5lib.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"did you mean median_tpot_ms<=250\? the metrics: median_ttft_ms, ") as refused:
+        tune.Goal.parse(["median_tpot<250"])
+    assert refused.value.field == "slo" and "p99_e2e_latency_ms" in refused.value.valid
