@@ -46,9 +46,32 @@ def _notebook_figure(run: Path, phases: list[str], name: str) -> Path | None:
     return path
 
 
+def _workload(frame: dict) -> tuple | None:
+    """A phase's (prompt, output) tokens per request, as its sweep recorded them (None: not recorded)."""
+    sweep = frame.get("sweep")
+    if sweep is None or not {"input_len", "output_len"} <= set(sweep.columns) or sweep.empty:
+        return None
+    return tuple(sorted({(int(i), int(o)) for i, o in sweep[["input_len", "output_len"]].dropna().to_numpy()}))
+
+
+def _same_workload(frames: dict[str, dict]) -> dict[str, dict]:
+    """The phases measured with the first phase's workload: throughput and power against concurrency
+    mean nothing side by side across prompt and output lengths (a tuner's short candidates, a watched
+    server's own traffic); those left out are logged."""
+    first = next(iter(frames), None)
+    if first is None:
+        return frames
+    shape = _workload(frames[first])
+    kept = {p: f for p, f in frames.items() if _workload(f) == shape}
+    if len(kept) < len(frames):
+        log.info("figures: %s left out (another workload than %s's)", ", ".join(sorted(set(frames) - set(kept))), first)
+    return kept
+
+
 def draw_figures(run: Path, frames: dict[str, dict]) -> dict[str, str]:
     """Draw (or find the notebooks' drawing of) each figure of the run: ``{name: relative path}``."""
     made: dict[str, str] = {}
+    frames = _same_workload(frames)
     sweeps = {p: f["sweep"] for p, f in frames.items()
               if f.get("sweep") is not None and "output_throughput" in f["sweep"].columns}
     attempts = []

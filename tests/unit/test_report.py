@@ -473,6 +473,24 @@ def test_the_report_references_a_figure_a_notebook_drew_instead_of_drawing_it_tw
     assert saved["figures"]["throughput"] == "figures/throughput.png"
 
 
+def test_figures_set_side_by_side_only_phases_of_the_first_phases_workload(run, monkeypatch):
+    """A tuner's candidates measured with 128-token prompts and 32-token outputs do not go on the same
+    throughput axes as the baseline and the fix (256 and 128)."""
+    from glm5lib import plots
+
+    for phase in ("baseline", "fix"):
+        pd.read_csv(run / phase / rundir.SWEEP).assign(input_len=256, output_len=128).to_csv(
+            run / phase / rundir.SWEEP, index=False)
+    tune = _phase(run, "tune-1", {256: 1900.0, 1024: 3750.0}, {"max_running_requests": 512})
+    pd.read_csv(tune / rundir.SWEEP).assign(input_len=128, output_len=32).to_csv(tune / rundir.SWEEP, index=False)
+    drawn = []
+    real = plots.throughput_vs_concurrency
+    monkeypatch.setattr(plots, "throughput_vs_concurrency", lambda sweeps, **kw: drawn.append(sorted(sweeps))
+                        or real(sweeps, **kw))
+    report.write_report(run)
+    assert drawn == [["baseline", "fix"]]
+
+
 # -- report.html, contributed sections, the quoted level, the hypothesis from Finding.covers ------
 def _html_numbers(text: str) -> set[str]:
     import re
