@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from glm5lib.masking import mask_value
+
 __all__ = ["described_changes"]
 
 
@@ -16,5 +18,6 @@ def described_changes(meta: Mapping[str, Any], before: Mapping[str, Any], change
     changed = {k: v for k, v in changes.items() if before.get(k) != v}
     if not changed or not meta.get("description"):
         return dict(meta)
-    said = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in changed.items())
+    # the description is written wherever the config is (config.json of every phase): secrets masked
+    said = ", ".join(f"{k}={'unset' if v is None else mask_value(k, v)}" for k, v in changed.items())
     return {**meta, "description": f"{meta['description']} (then changed: {said})"}

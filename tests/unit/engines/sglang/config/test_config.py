@@ -644,6 +644,8 @@ def test_a_changed_copy_says_what_changed_since_its_description(tmp_path):
                                          + " (then changed: max_running_requests=1024, disable_cuda_graph=True)")
     assert base.with_changes(max_running_requests=64).meta["description"] == base.meta["description"]  # its own value
     assert ServerConfig.load(fixed.save(tmp_path / "fix.json")).meta["description"] == fixed.meta["description"]
+    keyed = base.with_changes(api_key="sk-very-secret")
+    assert keyed.meta["description"].endswith("(then changed: api_key=***)") and "sk-very" not in str(keyed.meta)
     vllm = VllmConfig.load("vllm-capped")
     raised = vllm.with_changes(max_num_seqs=256, enforce_eager=None)  # unsetting what was never set: no change
     assert raised.meta["description"] == vllm.meta["description"] + " (then changed: max_num_seqs=256)"
