@@ -25,7 +25,8 @@ set by hand, raised from 16,384 to 262,144 and to 65,536 tokens, and its admissi
 (``h200-sglang-kv``); real SGLang 0.5.16 on one H100 whose prefill chunk of 256 tokens was raised to 512,
 1,024 and 8,192 under 1,024-token prompts (``h100-sglang-chunk``), and of 512 raised to 2,048 and 8,192 under
 2,048-token prompts (``h100-sglang-chunk-long``), and of 512 raised to 2,048, 4,096 and 8,192 under 4,096-token
-prompts and 64-token outputs (``h100-sglang-chunk-4k``, forecast on the GPU host before each launch): each
+prompts and 64-token outputs (``h100-sglang-chunk-4k``, forecast on the GPU host before each launch), and
+of 1,024 raised to 4,096 under 3,072-token prompts and 128-token outputs (``h100-sglang-chunk-3k``, the same): each
 forecast from its baseline and SGLang's benchmark of prefill forwards of two sizes (``baseline/step-profile.csv``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
@@ -92,7 +93,8 @@ SHIPPED = [
           ("h100-sglang-chunk", 256, "1,024-token prompts", {8192: "chunk-8k", 1024: "chunk-1k", 512: "chunk-512"}),
           ("h100-sglang-chunk-long", 512, "2,048-token prompts", {2048: "chunk-2k", 8192: "chunk-8k"}),
           ("h100-sglang-chunk-4k", 512, "4,096-token prompts, 64-token outputs",
-           {2048: "chunk-2k", 4096: "chunk-4k", 8192: "chunk-8k"})]
+           {2048: "chunk-2k", 4096: "chunk-4k", 8192: "chunk-8k"}),
+          ("h100-sglang-chunk-3k", 1024, "3,072-token prompts, 128-token outputs", {4096: "chunk-4k"})]
       for chunk, phase in phases.items()],
 ]
 
