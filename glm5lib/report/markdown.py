@@ -276,6 +276,10 @@ def _prediction_lines(summary: Mapping[str, Any], changes: Mapping[str, Any]) ->
         line += f"; the {after} measured {measured:,.0f} tok/s there, {where} the predicted band."
         if not prediction.get("within"):
             line += _unseen_sentence(prediction, changes, after)
+            peak = (summary.get("phases", {}).get(after) or {}).get("peak") or {}
+            if peak.get("concurrency") == c and _short_window(peak):
+                line += (f" That level was read over {peak['window_s']:.1f} s of its {peak['level_s']:.1f} s, so its "
+                         "figure is not surely the steady rate the forecast is of.")
     return [line, ""]
 
 

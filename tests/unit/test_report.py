@@ -243,6 +243,12 @@ def test_a_peak_read_over_a_short_window_says_so_in_the_summary_and_the_quality_
     assert "| steady, over the last 4.1 s of 15.3 (the rest admitted the load) |" in text
     assert "| steady, over the last 12.2 s" not in text  # 256: most of its level, no caveat
     assert "read over" not in text.split("**Baseline**")[1].split("\n")[0]  # no window recorded: none claimed
+    pd.DataFrame([{"concurrency": 1024, "predicted": 3000.0, "low": 2600.0, "high": 3400.0, "given": True,
+                   "changes": repr({"max_running_requests": 1024, "disable_cuda_graph": True})}]
+                 ).to_csv(run / "fix" / rundir.PREDICTION_CSV, index=False)
+    text = report.write_report(run).read_text()
+    assert ("above the predicted band. That level was read over 4.1 s of its 15.3 s, so its figure is not surely "
+            "the steady rate the forecast is of.") in text
 
 
 def test_leading_cause_falls_back_to_the_top_ranked_diff(tmp_path):
