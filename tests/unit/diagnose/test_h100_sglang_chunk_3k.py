@@ -6,12 +6,9 @@ time (``chunk-4k-again``, cut after three levels), the first measure of how far 
 
 from __future__ import annotations
 
-import json
-
 import pytest
-from recorded import EXAMPLES, measured
+from recorded import EXAMPLES, assert_recorded_forecast, leading_finding, measured
 
-from glm5lib import diagnose as dg
 from glm5lib.diagnose.model import MAX_BAND, PerfModel
 
 EXAMPLE = EXAMPLES / "h100-sglang-chunk-3k"
@@ -25,20 +22,12 @@ def model() -> PerfModel:
 
 
 def test_the_prefill_budget_leads_and_names_the_chunk():
-    findings = dg.diagnose(EXAMPLE, reference="k2-thinking", phase="baseline", write=False)
-    first = findings.iloc[0]
-    assert first["rule"] == "prefill_budget", findings[["rule", "score"]].to_string()
+    first = leading_finding(EXAMPLE, "prefill_budget")
     assert "took the whole budget of 1,024 tokens" in first["evidence"]
 
 
 def test_the_forecast_written_before_the_launch_is_what_the_model_gives_from_the_files(model):
-    recorded = json.loads((EXAMPLE / "baseline" / "forecast-chunk-4k.json").read_text())
-    now = model.forecast(CHANGE, LEVELS)
-    assert [r["concurrency"] for r in recorded] == LEVELS
-    for r, f in zip(recorded, now, strict=True):
-        assert r["given"] == f.given
-        assert f.predicted_tok_s == pytest.approx(r["predicted_tok_s"], rel=1e-6)
-        assert (f.low_tok_s, f.high_tok_s) == pytest.approx((r["low_tok_s"], r["high_tok_s"]), rel=1e-6)
+    assert_recorded_forecast(model, EXAMPLE / "baseline" / "forecast-chunk-4k.json", CHANGE, LEVELS)
 
 
 def test_every_level_is_forecast_and_holds_its_band(model):

@@ -10,9 +10,8 @@ import shutil
 
 import pandas as pd
 import pytest
-from recorded import EXAMPLES, measured
+from recorded import EXAMPLES, assert_recorded_forecast, leading_finding, measured
 
-from glm5lib import diagnose as dg
 from glm5lib.diagnose.model import MAX_BAND, PerfModel
 
 EXAMPLE = EXAMPLES / "h100-sglang-chunk-4k"
@@ -26,22 +25,15 @@ def model() -> PerfModel:
 
 
 def test_the_prefill_budget_leads_on_a_workload_the_rule_was_not_built_from():
-    findings = dg.diagnose(EXAMPLE, reference="k2-thinking", phase="baseline", write=False)
-    first = findings.iloc[0]
-    assert first["rule"] == "prefill_budget", findings[["rule", "score"]].to_string()
+    first = leading_finding(EXAMPLE, "prefill_budget")
     assert "took the whole budget of 512 tokens" in first["evidence"]
     assert json.loads(first["remedy"]) == {"chunked_prefill_size": 8192}
 
 
 @pytest.mark.parametrize("phase,chunk", PHASES)
 def test_the_forecast_written_before_the_launch_is_what_the_model_gives_from_the_files(model, phase, chunk):
-    recorded = json.loads((EXAMPLE / "baseline" / f"forecast-{phase}.json").read_text())
-    now = model.forecast({"chunked_prefill_size": chunk}, LEVELS)
-    assert [r["concurrency"] for r in recorded] == LEVELS
-    for r, f in zip(recorded, now, strict=True):
-        assert r["given"] == f.given
-        assert f.predicted_tok_s == pytest.approx(r["predicted_tok_s"], rel=1e-6)
-        assert (f.low_tok_s, f.high_tok_s) == pytest.approx((r["low_tok_s"], r["high_tok_s"]), rel=1e-6)
+    assert_recorded_forecast(model, EXAMPLE / "baseline" / f"forecast-{phase}.json", {"chunked_prefill_size": chunk},
+                             LEVELS)
 
 
 @pytest.mark.parametrize("phase,chunk", PHASES)
