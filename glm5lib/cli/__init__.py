@@ -23,6 +23,7 @@ from the command line.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import logging
 import os
@@ -84,9 +85,40 @@ def _add_verbose(parser: argparse.ArgumentParser) -> None:
             _add_verbose(child)
 
 
+def _options_under(parser: argparse.ArgumentParser, command: str | None) -> list[str]:
+    """Every option string of ``command``'s parser and the sub-commands below it (all, without one)."""
+    found: list[str] = []
+    todo = [parser]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            todo = [action.choices[command]]
+    while todo:
+        p = todo.pop()
+        for action in p._actions:
+            found += [o for o in action.option_strings if o.startswith("--")]
+            if isinstance(action, argparse._SubParsersAction):
+                todo += list(dict.fromkeys(action.choices.values()))
+    return sorted(set(found))
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, args: argparse.Namespace, extras: list[str]) -> None:
+    """argparse's "unrecognized arguments", with the option meant where one is close (``--run-dri``)."""
+    known = _options_under(parser, getattr(args, "command", None))
+    hints = []
+    for token in extras:
+        name = token.split("=", 1)[0]
+        if name.startswith("--"):
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+            if close:
+                hints.append(f"{name}: did you mean {close[0]}?")
+    parser.error(f"unrecognized arguments: {' '.join(extras)}" + ("; " + "; ".join(hints) if hints else ""))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        _refuse_unknown(parser, args, extras)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
