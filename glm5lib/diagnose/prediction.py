@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import logging
 import math
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,9 @@ __all__ = [
     "record_prediction",
     "refit_shift",
     "section_markdown",
+    "unseen_fields",
     "write_forecast",
+    "written_changes",
 ]
 
 log = logging.getLogger(__name__)
@@ -318,8 +321,27 @@ def refit_shift(
 def _changes_of(frame: pd.DataFrame) -> dict[str, Any]:
     if "changes" not in frame or frame.empty:
         return {}
-    value = ast.literal_eval(str(frame["changes"].iloc[0]))
+    return written_changes(frame["changes"].iloc[0])
+
+
+def written_changes(cell: Any) -> dict[str, Any]:
+    """A ``prediction.csv`` ``changes`` cell (the dict's repr it was written as) read back; {} where
+    empty; a ValueError where it is not a dict's repr."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)) or not str(cell).strip():
+        return {}
+    try:
+        value = ast.literal_eval(str(cell))
+    except SyntaxError as exc:
+        raise ValueError(f"changes {str(cell)[:80]!r} is not a dict: {exc}") from None
     return dict(value) if isinstance(value, Mapping) else {}
+
+
+def unseen_fields(cell: Any) -> list[str]:
+    """The fields a ``prediction.csv`` ``unseen_changes`` cell names (each note written as
+    ``field=value: why``, joined by '; ')."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return []
+    return [m.group(1) for m in re.finditer(r"(?:^|; )([A-Za-z_][\w-]*)=", str(cell))]
 
 
 

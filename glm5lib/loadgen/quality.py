@@ -22,11 +22,14 @@ from glm5lib.errors import ConfigError, DiagnosisError
 if TYPE_CHECKING:
     from glm5lib.diagnose.evidence import EvidenceCache
 
-__all__ = ["section_markdown"]
+__all__ = ["SHORT_WINDOW", "level_window", "section_markdown"]
 
 TITLE = "## Measurement quality"
 # Prompts further than this from the asked length are marked in the table.
 _PROMPT_TOLERANCE = 0.1
+#: A level read over less than this share of its length is quoted with how little it was read over
+#: (the rest admitted the load: its figure may not be the steady rate).
+SHORT_WINDOW = 0.5
 
 
 def _num(value: Any) -> float:
@@ -46,6 +49,17 @@ def _cell(text: Any) -> str:
     return "" if text is None or (isinstance(text, float) and math.isnan(text)) else str(text).replace("|", "/")
 
 
+def level_window(level: Any) -> dict[str, float]:
+    """How much of a sweep level its figures were read over: ``window_s`` of its ``level_s`` seconds,
+    from ``ramp_s`` after its start ({} where the sweep recorded no window)."""
+    start, end = _num(level.get("start_time")), _num(level.get("end_time"))
+    w0, w1 = _num(level.get("window_start")), _num(level.get("window_end"))
+    window, whole = w1 - w0, end - start
+    if not (window > 0 and whole > 0):  # NaN compares false: no window recorded
+        return {}
+    return {"window_s": round(window, 2), "level_s": round(whole, 2), "ramp_s": round(w0 - start, 2)}
+
+
 def _row(level: pd.Series) -> str:
     asked, served, ratio = _num(level.get("input_len")), level.get("mean_prompt_tokens"), _num(
         level.get("prompt_length_ratio"))
@@ -55,10 +69,9 @@ def _row(level: pd.Series) -> str:
     steady = level.get("steady")
     if str(steady).lower() in ("true", "1", "1.0"):
         state = "steady"
-        window = _num(level.get("window_end")) - _num(level.get("window_start"))
-        whole = _num(level.get("end_time")) - _num(level.get("start_time"))
-        if window > 0 and whole > 0 and window < 0.5 * whole:  # NaN compares false: no window, no caveat
-            state += f", over the last {window:.1f} s of {whole:.1f} (the rest admitted the load)"
+        read = level_window(level)
+        if read and read["window_s"] < SHORT_WINDOW * read["level_s"]:
+            state += f", over the last {read['window_s']:.1f} s of {read['level_s']:.1f} (the rest admitted the load)"
     elif str(steady).lower() in ("false", "0", "0.0"):
         why = _cell(level.get("steady_note")).removeprefix("not steady: ")
         state = f"**not steady**: {why}" if why else "**not steady**"

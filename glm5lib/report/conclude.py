@@ -27,10 +27,8 @@ not as an error.
 
 from __future__ import annotations
 
-import ast
 import datetime as _dt
 import logging
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -40,8 +38,10 @@ import pandas as pd
 from glm5lib import engines, rundir
 from glm5lib.diagnose.evidence import Evidence, EvidenceCache, command_flags
 from glm5lib.diagnose.model import MAX_BAND
+from glm5lib.diagnose.prediction import unseen_fields, written_changes
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.levels import per_level
+from glm5lib.loadgen.quality import level_window
 from glm5lib.report._files import clean, fmt, read_csv, read_json
 
 __all__ = ["frames_and_summary", "list_phases", "phase_roles", "reading", "summarize", "verdict"]
@@ -357,11 +357,14 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
     after_tok_s = measured.get(str(concurrency))
     # what the forecast itself was for: the changes it was asked about and those it has no term for
     # (a findings forecast is the rule's remedy alone); the report names what it did not see
-    forecast_for = _literal(row.get("changes")) if source == "forecast" else None
-    unseen = [] if source != "forecast" or pd.isna(row.get("unseen_changes", float("nan"))) else [
-        m.group(1) for m in re.finditer(r"(?:^|; )([A-Za-z_][\w-]*)=", str(row["unseen_changes"]))]
+    asked: dict[str, Any] = {}
+    if source == "forecast":
+        try:
+            asked["changes"] = sorted(written_changes(row.get("changes"))) or None
+        except ValueError as exc:
+            log.warning("%s: %s", after, exc)
+        asked["unseen"] = unseen_fields(row.get("unseen_changes")) or None
     same_level = top is not None and int(top["predicted_concurrency"]) == concurrency
-    asked = {"changes": sorted(forecast_for) if isinstance(forecast_for, Mapping) else None, "unseen": unseen or None}
     return clean({
         "source": source,
         "rule": None if top is None else top.get("rule"),
@@ -379,29 +382,13 @@ def _prediction(run: Path, before: str, after: str, measured: Mapping[str, Any])
     })
 
 
-def _literal(text: Any) -> Any:
-    """A ``changes`` cell as written (a dict's repr); None where it is empty or not one."""
-    if not isinstance(text, str) or not text.strip():
-        return None
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return None
-
-
 def _window_of(level: Mapping[str, Any]) -> dict[str, float]:
-    """How much of a level its figures were read over: ``window_s`` of ``level_s`` seconds, from
-    ``ramp_s`` after its start, and the requests it ``completed`` ({} where the sweep did not record
+    """How much of a level its figures were read over (:func:`level_window`: ``window_s``,
+    ``level_s``, ``ramp_s``), and the requests it ``completed`` ({} where the sweep did not record
     its window)."""
-    try:
-        window = float(level["window_end"]) - float(level["window_start"])
-        whole = float(level["end_time"]) - float(level["start_time"])
-    except (KeyError, TypeError, ValueError):
+    out: dict[str, float] = dict(level_window(level))
+    if not out:
         return {}
-    if not (window > 0 and whole > 0):
-        return {}
-    out = {"window_s": round(window, 2), "level_s": round(whole, 2),
-           "ramp_s": round(float(level["window_start"]) - float(level["start_time"]), 2)}
     done = pd.to_numeric(pd.Series([level.get("completed")]), errors="coerce").iloc[0]
     if pd.notna(done):
         out["completed"] = int(done)

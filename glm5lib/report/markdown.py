@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from glm5lib import rundir
+from glm5lib.loadgen.quality import SHORT_WINDOW
 from glm5lib.report._files import fmt
 from glm5lib.report.conclude import AFTER, BEFORE, verdict
 from glm5lib.report.figures import TITLES
@@ -85,10 +86,6 @@ def _banner(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
     if not summary.get("throughput"):
         return [*lines, "Nothing measured in this run folder yet: no phase finished a level.", ""]
     return [*lines, "Measured on a real server (no stand-in banner in the server logs).", ""]
-
-
-#: A peak read over less than this share of its level is quoted with how little it was read over.
-SHORT_WINDOW = 0.5
 
 
 def _short_window(peak: Mapping[str, Any]) -> str:
