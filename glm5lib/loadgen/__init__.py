@@ -9,7 +9,7 @@ shared aiohttp session and returns one row per level with SGLang bench_serving's
 from __future__ import annotations
 
 from glm5lib.loadgen.client import API_PATHS, RequestRecord
-from glm5lib.loadgen.metrics import SWEEP_COLUMNS, level_stats, steady_window
+from glm5lib.loadgen.metrics import SUB_CYCLE, SWEEP_COLUMNS, level_stats, steady_window
 from glm5lib.loadgen.settings import SweepSettings
 from glm5lib.loadgen.sweep import (
     client_limited,
@@ -22,6 +22,7 @@ from glm5lib.loadgen.workload import RequestSpec, load_prompts, make_workload
 
 __all__ = [
     "API_PATHS",
+    "SUB_CYCLE",
     "SWEEP_COLUMNS",
     "RequestRecord",
     "RequestSpec",

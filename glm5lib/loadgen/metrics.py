@@ -29,7 +29,7 @@ import numpy as np
 
 from glm5lib.loadgen.client import RequestRecord
 
-__all__ = ["SWEEP_COLUMNS", "Records", "error_summary", "level_stats", "steady_window"]
+__all__ = ["SUB_CYCLE", "SWEEP_COLUMNS", "Records", "error_summary", "level_stats", "steady_window"]
 
 #: A level's records: a list, or a callable that gives them again (in the same order) each call.
 Records = Sequence[RequestRecord] | Callable[[], Iterable[RequestRecord]]
@@ -92,6 +92,14 @@ SWEEP_COLUMNS = [
 #: in which no token arrived, measures nothing: the level is reported whole, marked not steady.
 MIN_WINDOW_SHARE = 0.1
 MIN_WINDOW_S = 1.0
+
+#: What a window note says of a closed-loop window in which the streaming count never fell and
+#: came back to its level at the start: it holds the decode of the requests streaming then, not
+#: the prefill of the ones that follow them, and reads above the rate the loop sustains.
+SUB_CYCLE = "less than one cycle of the load (decode without the prefill that follows it)"
+#: How far under its level at the window's start the streaming count may stay and still count as
+#: back at it (a share of that level): the point in the load's cycle where the window ends.
+CYCLE_SLACK = 0.05
 
 _NAN = float("nan")
 _OK, _ERROR, _CANCELLED = 0, 1, 2
@@ -166,20 +174,46 @@ def _streaming_peak(cols: _Columns) -> tuple[float | None, int]:
 
     A request streams from its first token to its end (finished, failed or cancelled).
     """
+    # At equal times an end is counted before a start, so a hand-over is not a peak.
+    times, count = _streaming_events(cols)
+    if not times.size:
+        return None, 0
+    at = int(np.argmax(count))
+    if count[at] <= 0:
+        return None, 0
+    return float(times[at]), int(count[at])
+
+
+def _streaming_events(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
+    """(event times, requests streaming just after each), ends before first tokens at equal times."""
     first, end = cols.np["first_token"], cols.np["end"]
     streamed = ~np.isnan(first)
     ends = end[streamed & ~np.isnan(end)]
     times = np.concatenate([first[streamed], ends])
-    if not times.size:
-        return None, 0
     steps = np.concatenate([np.ones(int(streamed.sum()), np.int64), -np.ones(ends.size, np.int64)])
-    # At equal times an end is counted before a start, so a hand-over is not a peak.
     order = np.lexsort((steps, times))
-    count = np.cumsum(steps[order])
-    at = int(np.argmax(count))
-    if count[at] <= 0:
+    return times[order], np.cumsum(steps[order])
+
+
+def _phase_end(cols: _Columns, ws: float, we: float) -> tuple[float | None, int]:
+    """The last time in ``(ws, we]`` at which the streaming count climbed back to what it was at ``ws``.
+
+    A closed loop of like requests moves in cycles: the requests streaming at the window's start
+    finish, their successors wait for their prefill, then stream in turn. A window from one point
+    of that cycle to another point of it counts the decode of every cycle but not every prefill
+    (or the reverse), and its rate depends on where the level's deadline fell. Ended where the
+    count regains its level at the start, the window spans whole cycles. Returns that time (None:
+    it never did, the window holds less than one cycle) and the count.
+    """
+    times, count = _streaming_events(cols)
+    at_start = int(np.searchsorted(times, ws, side="right"))
+    if at_start == 0:
         return None, 0
-    return float(times[order][at]), int(count[at])
+    level = int(count[at_start - 1])
+    near = level - int(CYCLE_SLACK * level)  # a stray early finisher does not hide a cycle
+    after = np.arange(at_start, np.searchsorted(times, we, side="right"))
+    climbs = after[(count[after] >= near) & (count[after - 1] < near)]
+    return (float(times[climbs[-1]]) if climbs.size else None), level
 
 
 def _chunk_pass(again: Callable[[], Iterable[RequestRecord]], windows: list[tuple[float, float]],
@@ -251,6 +285,12 @@ def _window(
             we, why_end = level_end, "end of level"
         why_end += ", drain dropped"
     we = min(we, level_end)
+    if closed and not unsteady:
+        back, streaming = _phase_end(cols, ws, we)
+        if back is None:
+            why_end += f"; {SUB_CYCLE}: {streaming} streamed at its start"
+        elif back < we:
+            we, why_end = back, f"{why_end}; moved back to where {streaming} streamed again, as at its start"
     # Tokens arrive in steps (one per decode iteration, for every stream at once), so the window
     # runs from one arrival (the ramp-up's last first token) to the last arrival before its end:
     # N steps counted over N step intervals, not over a fraction more. No token arrived between
@@ -298,8 +338,11 @@ def steady_window(
     End: where the level was cut at its deadline and in-flight requests were cancelled, the
     deadline (the load was still established up to it); otherwise the start of the drain, the
     moment the last request was issued (from then on the in-flight count only falls), or the
-    first completion when that is later (nothing had left before it); the end is then moved
-    back to the last token arrival at or before it, and tokens are counted over ``(start,
+    first completion when that is later (nothing had left before it). In a closed loop the end
+    is then moved back to the last moment the count of requests streaming climbed back to its
+    level at the start (within :data:`CYCLE_SLACK`), so the window spans whole cycles of the
+    load, prefills and decodes alike (where it never did, the note says the window holds less
+    than one cycle: :data:`SUB_CYCLE`); then back to the last token arrival at or before it, and tokens are counted over ``(start,
     end]``, so a short window spans whole decode steps. When this leaves no window, the whole
     level is used and the note says so.
     """

@@ -18,6 +18,7 @@ import pandas as pd
 
 from glm5lib import rundir
 from glm5lib.errors import ConfigError, DiagnosisError
+from glm5lib.loadgen.metrics import SUB_CYCLE
 
 if TYPE_CHECKING:
     from glm5lib.diagnose.evidence import EvidenceCache
@@ -51,13 +52,18 @@ def _cell(text: Any) -> str:
 
 def level_window(level: Any) -> dict[str, float]:
     """How much of a sweep level its figures were read over: ``window_s`` of its ``level_s`` seconds,
-    from ``ramp_s`` after its start ({} where the sweep recorded no window)."""
+    from ``ramp_s`` after its start, and ``sub_cycle`` 1.0 where that window held less than one
+    cycle of a closed loop (:data:`~glm5lib.loadgen.metrics.SUB_CYCLE`: its rate reads above the one
+    the loop sustains); {} where the sweep recorded no window."""
     start, end = _num(level.get("start_time")), _num(level.get("end_time"))
     w0, w1 = _num(level.get("window_start")), _num(level.get("window_end"))
     window, whole = w1 - w0, end - start
     if not (window > 0 and whole > 0):  # NaN compares false: no window recorded
         return {}
-    return {"window_s": round(window, 2), "level_s": round(whole, 2), "ramp_s": round(w0 - start, 2)}
+    out = {"window_s": round(window, 2), "level_s": round(whole, 2), "ramp_s": round(w0 - start, 2)}
+    if SUB_CYCLE in str(level.get("window_note") or ""):
+        out["sub_cycle"] = 1.0
+    return out
 
 
 def _row(level: pd.Series) -> str:
@@ -72,6 +78,9 @@ def _row(level: pd.Series) -> str:
         read = level_window(level)
         if read and read["window_s"] < SHORT_WINDOW * read["level_s"]:
             state += f", over the last {read['window_s']:.1f} s of {read['level_s']:.1f} (the rest admitted the load)"
+        if read.get("sub_cycle"):
+            state += (", **less than one cycle** of the load (decode without the prefill that follows it: "
+                      "above the rate the loop sustains)")
     elif str(steady).lower() in ("false", "0", "0.0"):
         why = _cell(level.get("steady_note")).removeprefix("not steady: ")
         state = f"**not steady**: {why}" if why else "**not steady**"

@@ -91,13 +91,19 @@ def _banner(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
 def _short_window(peak: Mapping[str, Any]) -> str:
     """The caveat on a peak read over a short part of its level (the rest admitted the load), '' otherwise."""
     window, whole = peak.get("window_s"), peak.get("level_s")
-    if not window or not whole or window >= SHORT_WINDOW * whole:
+    if not window or not whole:
         return ""
-    done = peak.get("completed")
-    ramp = peak.get("ramp_s", whole - window)
-    return (f"; read over {window:.1f} s of its {whole:.1f} s level, the first {ramp:.1f} s "
-            "admitting the load" + ("; no request finished in it" if done == 0 else "")
-            + ", so a longer level would read the steady rate more surely")
+    parts = []
+    if window < SHORT_WINDOW * whole:
+        done = peak.get("completed")
+        parts.append(f"read over {window:.1f} s of its {whole:.1f} s level, the first "
+                     f"{peak.get('ramp_s', whole - window):.1f} s admitting the load"
+                     + ("; no request finished in it" if done == 0 else ""))
+    if peak.get("sub_cycle"):
+        parts.append("its window held less than one cycle of the load (the decode of the requests streaming at "
+                     "its start, not the prefill of the ones after them), so it reads above the rate the loop sustains")
+    return "".join(f"; {p}" for p in parts) + ("; a longer level would read the steady rate more surely" if parts
+                                                  else "")
 
 
 def _summary(summary: Mapping[str, Any], figures: Mapping[str, str]) -> Lines:
@@ -274,7 +280,10 @@ def _prediction_lines(summary: Mapping[str, Any], changes: Mapping[str, Any]) ->
         if not prediction.get("within"):
             line += _unseen_sentence(prediction, changes, after)
             peak = (summary.get("phases", {}).get(after) or {}).get("peak") or {}
-            if peak.get("concurrency") == c and _short_window(peak):
+            if peak.get("concurrency") == c and peak.get("sub_cycle"):
+                line += (" That level's window held less than one cycle of its load (decode without the prefill "
+                         "that follows it), so its figure reads above the steady rate the forecast is of.")
+            elif peak.get("concurrency") == c and _short_window(peak):
                 line += (f" That level was read over {peak['window_s']:.1f} s of its {peak['level_s']:.1f} s, so its "
                          "figure is not surely the steady rate the forecast is of.")
     return [line, ""]

@@ -676,6 +676,54 @@ if __name__ == "__main__":  # pragma: no cover
         _serve(int(sys.argv[2]), die)
 
 
+def _cohorts(deadline, clients=8, prefill=1.0, tokens=20, step=0.1):
+    """A closed loop of like requests as real SGLang ran it (h100-sglang-cap-chunk): every client's
+    request waits ``prefill`` s for its first token, streams ``tokens`` at ``step`` s, and its
+    successor is issued as it ends, so the loop moves in cycles; the level is cut at ``deadline``."""
+    from glm5lib.loadgen import RequestRecord
+
+    recs, t0, index = [], 0.0, 0
+    while t0 < deadline:
+        times = [t0 + prefill + k * step for k in range(tokens)]
+        for _ in range(clients):
+            kept = [t for t in times if t < deadline]
+            done = len(kept) == tokens
+            r = RequestRecord(level=clients, index=index, start=t0, status="ok" if done else "cancelled",
+                              prompt_tokens=100, chunk_times=kept, chunk_tokens=list(range(1, len(kept) + 1)),
+                              first_token=kept[0] if kept else None, output_tokens=len(kept) or None,
+                              end=times[-1] if done else deadline + 0.001, token_source="chunk")
+            recs.append(r)
+            index += 1
+        t0 = times[-1]
+    return recs
+
+
+@pytest.mark.parametrize("deadline", [9.0, 9.7, 10.4, 11.1, 11.8])
+def test_a_cycling_closed_loop_reads_the_rate_it_sustains_wherever_its_deadline_falls(deadline):
+    from glm5lib.loadgen import SUB_CYCLE, level_stats
+
+    # Each cycle: 1 s of prefill, then 20 tokens over 1.9 s: 8 x 20 tokens every 2.9 s.
+    recs = _cohorts(deadline)
+    row = level_stats(recs, concurrency=8, last_issue=max(r.start for r in recs), deadline=deadline)
+    sustained = 8 * 20 / 2.9
+    assert row["output_throughput"] == pytest.approx(sustained, rel=0.01), row["window_note"]
+    assert "moved back to where 8 streamed again" in row["window_note"] and SUB_CYCLE not in row["window_note"]
+    # The window spans whole cycles: from the first cohort's first tokens to a later cohort's.
+    cycles = (row["window_end"] - row["window_start"]) / 2.9
+    assert row["window_start"] == 1.0 and cycles == pytest.approx(round(cycles)) and cycles >= 2
+
+
+def test_a_closed_loop_window_of_less_than_one_cycle_says_so():
+    from glm5lib.loadgen import SUB_CYCLE, level_stats
+
+    recs = _cohorts(2.5)  # cut during the first cohort's decode: no successor ever streamed
+    row = level_stats(recs, concurrency=8, last_issue=0.0, deadline=2.5)
+    assert row["steady"] and SUB_CYCLE in row["window_note"] and "8 streamed at its start" in row["window_note"]
+    assert row["output_throughput"] == pytest.approx(8 / 0.1, rel=0.01)  # the decode rate, above the loop's
+    # an open loop has no cycle to match: its window is left as it was
+    assert SUB_CYCLE not in level_stats(recs, concurrency=8, last_issue=0.0, deadline=2.5, closed=False)["window_note"]
+
+
 def test_duration_bound_level_shorter_than_a_request_measures_the_steady_rate(tmp_path):
     """A level cut at its deadline before any request finished still measures decode speed.
 

@@ -116,6 +116,14 @@ def _exact_window(records, concurrency, last_issue, deadline, closed):
         ends_at = [t for t in (last_issue, done[0] if done else None) if t is not None]
         we = max(ends_at) if ends_at else level_end
     we = min(we, level_end)
+    if closed:  # back to the last time the streaming count climbed back to (95% of) its level at ws
+        level = sum(step for t, step in events if t <= ws)
+        near, count, back = level - int(0.05 * level), level, None
+        for t, step in events:
+            if ws < t <= we and count < near <= count + step:
+                back = t
+            count += step if t > ws else 0
+        we = back if back is not None else we
     arrivals = [t for r in records for t in r.chunk_times if ws < t <= we]
     if arrivals:
         we = max(arrivals)

@@ -251,6 +251,31 @@ def test_a_peak_read_over_a_short_window_says_so_in_the_summary_and_the_quality_
             "the steady rate the forecast is of.") in text
 
 
+def test_a_peak_read_over_less_than_one_cycle_of_its_load_says_it_reads_high(run):
+    """A closed loop cut before any request that streamed at the window's start was replaced: its
+    window holds decode without the next prefill, which the headline, the quality row and the
+    forecast line say (its window is most of the level, so no short-window caveat)."""
+    from glm5lib.loadgen import SUB_CYCLE
+
+    sweep = pd.read_csv(run / "fix" / rundir.SWEEP).assign(
+        start_time=100.0, end_time=115.3, window_start=[100.1, 101.0, 102.0], window_end=[114.9, 114.9, 115.0],
+        steady=True, completed=[1, 0, 0],
+        window_note=["steady", "steady", f"steady 13.0 s of 15.3 (deadline, 1024 in flight cancelled; {SUB_CYCLE})"])
+    sweep.to_csv(run / "fix" / rundir.SWEEP, index=False)
+    summary = report.summarize(run)
+    assert summary["phases"]["fix"]["peak"]["sub_cycle"] == 1.0
+    pd.DataFrame([{"concurrency": 1024, "predicted": 3000.0, "low": 2600.0, "high": 3400.0, "given": True,
+                   "changes": repr({"max_running_requests": 1024, "disable_cuda_graph": True})}]
+                 ).to_csv(run / "fix" / rundir.PREDICTION_CSV, index=False)
+    text = report.write_report(run).read_text()
+    headline = text.split("peak 3,740 tok/s at 1,024 concurrent requests")[1].split("\n")[0]
+    assert "; its window held less than one cycle of the load (the decode" in headline and "read over" not in headline
+    assert headline.endswith("; a longer level would read the steady rate more surely.")
+    assert "| steady, **less than one cycle** of the load (decode without the prefill that follows it" in text
+    assert "That level's window held less than one cycle of its load" in text and "was read over" not in text
+    assert text.count("less than one cycle") == 3  # the 256 level (a whole cycle) carries none
+
+
 def test_leading_cause_falls_back_to_the_top_ranked_diff(tmp_path):
     pd.DataFrame([
         {"field": "attention_backend", "current": "flashinfer", "reference": "triton", "impact": "medium", "rank": 2},
