@@ -20,6 +20,7 @@ needs no request's record in memory at once.
 from __future__ import annotations
 
 import bisect
+import math
 from array import array
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -203,7 +204,9 @@ def _phase_end(cols: _Columns, ws: float, we: float) -> tuple[float | None, int]
     of that cycle to another point of it counts the decode of every cycle but not every prefill
     (or the reverse), and its rate depends on where the level's deadline fell. Ended where the
     count regains its level at the start, the window spans whole cycles. Returns that time (None:
-    it never did, the window holds less than one cycle) and the count.
+    it never did, the window holds less than one cycle) and the count; ``(None, 0)`` where the count
+    at the start was under its peak (requests had finished before the last of the first streamed:
+    the loop does not move in step, and a window's end falls at no particular point of a cycle).
     """
     times, count = _streaming_events(cols)
     at_start = int(np.searchsorted(times, ws, side="right"))
@@ -211,6 +214,9 @@ def _phase_end(cols: _Columns, ws: float, we: float) -> tuple[float | None, int]
         return None, 0
     level = int(count[at_start - 1])
     near = level - int(CYCLE_SLACK * level)  # a stray early finisher does not hide a cycle
+    peak = int(count.max())
+    if level < peak - int(CYCLE_SLACK * peak):
+        return None, 0
     after = np.arange(at_start, np.searchsorted(times, we, side="right"))
     climbs = after[(count[after] >= near) & (count[after - 1] < near)]
     return (float(times[climbs[-1]]) if climbs.size else None), level
@@ -287,9 +293,11 @@ def _window(
     we = min(we, level_end)
     if closed and not unsteady:
         back, streaming = _phase_end(cols, ws, we)
-        if back is None:
+        ok = (cols.code == _OK) & has_end
+        cycle = float(np.median(c["end"][ok] - c["start"][ok])) if ok.any() else math.inf
+        if back is None and streaming:
             why_end += f"; {SUB_CYCLE}: {streaming} streamed at its start"
-        elif back < we:
+        elif back is not None and 0 < we - back <= cycle:  # further back is a lull, not a point of a cycle
             we, why_end = back, f"{why_end}; moved back to where {streaming} streamed again, as at its start"
     # Tokens arrive in steps (one per decode iteration, for every stream at once), so the window
     # runs from one arrival (the ramp-up's last first token) to the last arrival before its end:
@@ -341,7 +349,8 @@ def steady_window(
     first completion when that is later (nothing had left before it). In a closed loop the end
     is then moved back to the last moment the count of requests streaming climbed back to its
     level at the start (within :data:`CYCLE_SLACK`), so the window spans whole cycles of the
-    load, prefills and decodes alike (where it never did, the note says the window holds less
+    load, prefills and decodes alike (by at most a finished request's median latency: a longer
+    spell under that level is a lull of the server, not a point of a cycle) (where it never did, the note says the window holds less
     than one cycle: :data:`SUB_CYCLE`); then back to the last token arrival at or before it, and tokens are counted over ``(start,
     end]``, so a short window spans whole decode steps. When this leaves no window, the whole
     level is used and the note says so.

@@ -676,15 +676,17 @@ if __name__ == "__main__":  # pragma: no cover
         _serve(int(sys.argv[2]), die)
 
 
-def _cohorts(deadline, clients=8, prefill=1.0, tokens=20, step=0.1):
+def _cohorts(deadline, clients=8, prefill=1.0, tokens=20, step=0.1, stall=None):
     """A closed loop of like requests as real SGLang ran it (h100-sglang-cap-chunk): every client's
     request waits ``prefill`` s for its first token, streams ``tokens`` at ``step`` s, and its
-    successor is issued as it ends, so the loop moves in cycles; the level is cut at ``deadline``."""
+    successor is issued as it ends, so the loop moves in cycles; the level is cut at ``deadline``. From
+    ``stall`` s on, a cohort's prefill takes five times as long (the server lulls)."""
     from glm5lib.loadgen import RequestRecord
 
     recs, t0, index = [], 0.0, 0
     while t0 < deadline:
-        times = [t0 + prefill + k * step for k in range(tokens)]
+        wait = prefill * (5 if stall is not None and t0 >= stall else 1)
+        times = [t0 + wait + k * step for k in range(tokens)]
         for _ in range(clients):
             kept = [t for t in times if t < deadline]
             done = len(kept) == tokens
@@ -711,6 +713,17 @@ def test_a_cycling_closed_loop_reads_the_rate_it_sustains_wherever_its_deadline_
     # The window spans whole cycles: from the first cohort's first tokens to a later cohort's.
     cycles = (row["window_end"] - row["window_start"]) / 2.9
     assert row["window_start"] == 1.0 and cycles == pytest.approx(round(cycles)) and cycles >= 2
+
+
+def test_a_lull_longer_than_a_request_is_not_taken_for_a_point_of_the_cycle():
+    from glm5lib.loadgen import level_stats
+
+    # cycles of 2.9 s until the cohort issued at 5.8 s waits 5 s for its first tokens: the count stays
+    # at 0 for 5 s, longer than any request took, so the window keeps its end at the deadline
+    recs = _cohorts(10.5, stall=5.0)
+    row = level_stats(recs, concurrency=8, last_issue=max(r.start for r in recs), deadline=10.5)
+    assert "moved back" not in row["window_note"] and row["window_end"] == pytest.approx(5.8)  # its last token
+    assert level_stats(_cohorts(10.5), concurrency=8, last_issue=8.7, deadline=10.5)["window_end"] == pytest.approx(9.7)
 
 
 def test_a_closed_loop_window_of_less_than_one_cycle_says_so():

@@ -119,11 +119,16 @@ def _exact_window(records, concurrency, last_issue, deadline, closed):
     if closed:  # back to the last time the streaming count climbed back to (95% of) its level at ws
         level = sum(step for t, step in events if t <= ws)
         near, count, back = level - int(0.05 * level), level, None
+        running = [sum(step for _, step in events[:k + 1]) for k in range(len(events))]
+        if level < max(running) - int(0.05 * max(running)):  # under its peak at the start: not in step
+            near = None
         for t, step in events:
-            if ws < t <= we and count < near <= count + step:
+            if near is not None and ws < t <= we and count < near <= count + step:
                 back = t
             count += step if t > ws else 0
-        we = back if back is not None else we
+        ok = [r.end - r.start for r in records if r.status == "ok" and r.end is not None]
+        cycle = float(np.median(ok)) if ok else float("inf")
+        we = back if back is not None and 0 < we - back <= cycle else we
     arrivals = [t for r in records for t in r.chunk_times if ws < t <= we]
     if arrivals:
         we = max(arrivals)
