@@ -27,7 +27,10 @@ set by hand, raised from 16,384 to 262,144 and to 65,536 tokens, and its admissi
 2,048-token prompts (``h100-sglang-chunk-long``), and of 512 raised to 2,048, 4,096 and 8,192 under 4,096-token
 prompts and 64-token outputs (``h100-sglang-chunk-4k``, forecast on the GPU host before each launch), and
 of 1,024 raised to 4,096 under 3,072-token prompts and 128-token outputs (``h100-sglang-chunk-3k``, the same): each
-forecast from its baseline and SGLang's benchmark of prefill forwards of two sizes (``baseline/step-profile.csv``); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
+forecast from its baseline and SGLang's benchmark of prefill forwards of two sizes (``baseline/step-profile.csv``);
+a cap of 32 raised to 256 under a 512-token chunk, alone and with the chunk raised to 4,096, 2,048-token prompts
+(``h100-sglang-cap-chunk``; its measured figures are windows that ended mid-cycle, 6-18% above the cycle rate at
+64 and 128: its README); real vLLM 0.32 on CPU, ``--max-num-seqs 4 -> 256`` (``cpu-vllm``, the workbook's example,
 whose two launches ran 0.8x and 2x apart at the batches the change leaves alone);
 ``transformers serve`` on one H200, ``--cb-max-batch-tokens 64`` removed
 (``h200-transformers-serve``); recorded vLLM pairs under ``data/examples/predict-pairs/*`` (each with
@@ -96,6 +99,12 @@ SHIPPED = [
            {2048: "chunk-2k", 4096: "chunk-4k", 8192: "chunk-8k"}),
           ("h100-sglang-chunk-3k", 1024, "3,072-token prompts, 128-token outputs", {4096: "chunk-4k"})]
       for chunk, phase in phases.items()],
+    ("real SGLang 0.5.16 on 1x H100, cap 32 -> 256 under a 512-token chunk (2,048-token prompts; measured: windows "
+     "that ended mid-cycle, the cycle rate within 3% of the forecast: its README)",
+     EXAMPLES / "h100-sglang-cap-chunk", {"max_running_requests": 256}, "cap-256"),
+    ("real SGLang 0.5.16 on 1x H100, cap 32 -> 256 and chunk 512 -> 4,096 at once (2,048-token prompts; measured: "
+     "windows that ended mid-cycle, 6-16% above the cycle rate)",
+     EXAMPLES / "h100-sglang-cap-chunk", {"max_running_requests": 256, "chunked_prefill_size": 4096}, "both"),
 ]
 
 

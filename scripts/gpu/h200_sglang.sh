@@ -32,5 +32,8 @@ timeout $((LEFT + 15)) python3 scripts/gpu/run_sglang_h200.py --model "$MODEL" -
 code=${PIPESTATUS[0]}
 pkill -TERM -f "sglang.launch_server" 2>/dev/null; sleep 1; pkill -KILL -f "sglang.launch_server|sglang::" 2>/dev/null
 tar czf "$OUT_DIR/run.tar.gz" --exclude=requests.jsonl -C "$(dirname "$RUN")" "$(basename "$RUN")"
+# the request records apart (a level's window can be read again from them): over the size a call brings back,
+# this one file stays behind and the run's figures still come
+(cd "$(dirname "$RUN")" && find "$(basename "$RUN")" -name requests.jsonl -print0 | tar czf "$OUT_DIR/requests.tar.gz" --null -T -)
 ls -la "$OUT_DIR"
 exit "$code"
