@@ -33,7 +33,7 @@ from glm5lib.diagnose.model import PerfModel
 from glm5lib.errors import ConfigError, DiagnosisError, ServerLaunchError
 from glm5lib.logs.fatal import ERROR_KINDS, classify_fatal
 
-__all__ = ["PROFILE_COLUMNS", "Settled", "profile_batches", "settle_forecast", "take_step_profile"]
+__all__ = ["PROFILE_COLUMNS", "Settled", "profile_batches", "profile_wants", "settle_forecast", "take_step_profile"]
 
 log = logging.getLogger(__name__)
 
@@ -245,19 +245,35 @@ class Settled:
         return iter((self.model, self.forecasts, self.profile))
 
 
+def profile_wants(model: PerfModel, forecasts: Sequence[Any], changes: Mapping[str, Any] | None = None,
+                  ) -> list[dict[str, Any]]:
+    """The step profiles that would settle ``forecasts`` of ``changes``: each level not forecast for
+    want of a step the engine's offline benchmark times, and each level forecast with its step read
+    off the phase's curve beyond the batches the phase ran (given, but a real H100's step at 4x its
+    largest batch read 28% slow there: ``data/examples/h100-sglang-cap-chunk``), where the engine has
+    a benchmark to time it; [] where none would."""
+    wants = [f.measurement for f in forecasts if not f.given and f.measurement.get("kind") == "step_profile"]
+    read_off = sorted({max(1, round(f.running)) for f in forecasts if f.given and f.extrapolated})
+    if read_off and model.benchmark_text(read_off, changes=changes):
+        wants.append({"kind": "step_profile", "batches": read_off, "graphs_off": None})
+    return wants
+
+
 def settle_forecast(run_dir: str | Path, phase: str, changes: Mapping[str, Any] | None, concurrency: Sequence[int], *,
                     take: bool = True, **options: Any) -> Settled:
     """The model of ``phase`` and its forecast of ``changes``; where levels are not forecast for want
-    of a step the engine's offline benchmark can time (a batch beyond the phase's, an eager step),
+    of a step the engine's offline benchmark can time (a batch beyond the phase's, an eager step), or
+    are forecast from a step read off the curve beyond the phase's batches (:func:`profile_wants`),
     and ``take``, one benchmark launch covering all of them is taken on ``phase`` and the forecast is
     made again with it. A benchmark that cannot run here leaves the forecast as it was and says why
     (``note``). ``options`` go to :func:`take_step_profile` (``timeout``, ``python``)."""
     path = Path(run_dir) / phase
     model = PerfModel.fit_phase(path)
     forecasts = model.forecast(changes, list(concurrency))
-    wants = [f.measurement for f in forecasts if not f.given and f.measurement.get("kind") == "step_profile"]
+    wants = profile_wants(model, forecasts, changes)
     if not wants:
-        return Settled(model, forecasts, None, "every level is forecast, or none would be settled by a step profile")
+        return Settled(model, forecasts, None, "every level is forecast from steps the evidence holds, or none "
+                                               "would be settled by a step profile")
     if not take:
         return Settled(model, forecasts, None, "a step profile would settle some levels; not taken (STEP_PROFILE)")
     batches = sorted({int(b) for w in wants for b in w.get("batches", [])})

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     def settle(changes: dict) -> None:
         """The step profile the forecast of ``changes`` asks for, taken before forecasting (one offline launch)."""
         asked = stepbench.settle_forecast(run, "baseline", changes, levels, take=False)
-        if not any(not f.given and f.measurement.get("kind") == "step_profile" for f in asked.forecasts):
+        if not stepbench.profile_wants(asked.model, asked.forecasts, changes):
             return
         plan.need(1, 0)
         began = time.monotonic()

@@ -7,6 +7,7 @@ requests, while the loop's cycle rate (clients x output tokens / mean latency) h
 from __future__ import annotations
 
 import json
+import shutil
 
 import pandas as pd
 import pytest
@@ -74,3 +75,23 @@ def test_the_forecast_of_both_holds_against_the_cycle_rate(model):
     for f in model.forecast(BOTH, LEVELS):
         assert f.given and f.low_tok_s <= rates[f.concurrency] <= f.high_tok_s, (f.concurrency, rates[f.concurrency])
         assert f.predicted_tok_s == pytest.approx(rates[f.concurrency], rel=0.10)
+
+
+def test_a_forecast_read_off_the_curve_asks_for_the_step_that_settled_it(tmp_path):
+    """The baseline as it stood when the cap's forecast was written (its benchmark at batch 4 only): the
+    given levels at 64 and 128 read their step off the curve, and settling the forecast asks for one
+    benchmark at those batches; with that benchmark's rows back, nothing more is asked."""
+    from glm5lib import stepbench
+
+    shutil.copytree(EXAMPLE / "baseline", tmp_path / "baseline")
+    profile = tmp_path / "baseline" / "step-profile.csv"
+    rows = pd.read_csv(profile)
+    rows[rows["batch"] == 4].to_csv(profile, index=False)
+    asked = stepbench.settle_forecast(tmp_path, "baseline", CAP, LEVELS, take=False)
+    assert all(f.given for f in asked.forecasts) and asked.profile is None
+    assert stepbench.profile_wants(asked.model, asked.forecasts, CAP) == [
+        {"kind": "step_profile", "batches": [64, 128], "graphs_off": None}]
+    assert "not taken" in asked.note
+    rows.to_csv(profile, index=False)
+    again = stepbench.settle_forecast(tmp_path, "baseline", CAP, LEVELS, take=False)
+    assert stepbench.profile_wants(again.model, again.forecasts, CAP) == [] and "not taken" not in again.note
