@@ -16,6 +16,7 @@ import math
 from array import array
 from dataclasses import dataclass
 
+from glm5lib.loadgen.metrics import CYCLE_SLACK
 from glm5lib.loadgen.settings import SweepSettings
 
 __all__ = [
@@ -58,6 +59,26 @@ def _drift(first: float, second: float) -> float:
     return 0.0 if top == 0 else abs(second - first) / top
 
 
+def _halves(samples: LevelSamples, start: int) -> tuple[int, int]:
+    """The samples that split the window after ``start`` in two, and the last one it runs to.
+
+    A closed loop of like requests moves in cycles (its streaming count falls as a cohort finishes
+    and climbs back as the next one's prefill ends); halves cut at other points of two cycles read
+    different rates from one steady loop. Where the count climbed back to its level at ``start``
+    (within :data:`~glm5lib.loadgen.metrics.CYCLE_SLACK`) at least twice, the window ends at the last
+    such climb and is split at the one nearest its middle; otherwise at its middle, to the last sample.
+    """
+    t, run, n = samples.t, samples.streaming, len(samples)
+    near = run[start] - math.floor(CYCLE_SLACK * run[start])
+    climbs = [i for i in range(start + 1, n) if run[i] >= near > run[i - 1]]
+    if len(climbs) >= 2:
+        end = climbs[-1]
+        middle = (t[start] + t[end]) / 2
+        return min(climbs[:-1], key=lambda i: abs(t[i] - middle)), end
+    mid_t = t[start] + (t[-1] - t[start]) / 2
+    return next(i for i in range(start, n) if t[i] >= mid_t), n - 1
+
+
 def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
     """Has a level whose planned duration is ``duration`` s reached a steady state? ``(yes, why)``.
 
@@ -65,7 +86,7 @@ def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
     the window from there to the last sample must span at least :data:`MIN_WINDOW_FRACTION` of
     the duration (1 s at least) and hold tokens; it is steady when the throughput and the mean
     streaming count of its two halves differ by at most :data:`FLAT_DRIFT` (the slope has
-    flattened). ``why`` says which test failed, with its figures, or what was steady.
+    flattened). A loop that moves in cycles is halved at the points of its cycles (:func:`_halves`). ``why`` says which test failed, with its figures, or what was steady.
     """
     n = len(samples)
     if n < 4:
@@ -80,16 +101,15 @@ def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
     if span < need:
         return False, (f"the running batch was still growing: {peak:.0f} streaming reached {span:.1f} s "
                        f"before the end, under the {need:.1f} s a steady window needs")
-    mid_t = t[start] + span / 2
-    mid = next(i for i in range(start, n) if t[i] >= mid_t)
-    if mid <= start or mid >= n - 1:
+    mid, end = _halves(samples, start)
+    if mid <= start or mid >= end:
         return False, "too few samples after the ramp-up"
     rate1 = (tok[mid] - tok[start]) / (t[mid] - t[start])
-    rate2 = (tok[-1] - tok[mid]) / (t[-1] - t[mid])
+    rate2 = (tok[end] - tok[mid]) / (t[end] - t[mid])
     if rate1 <= 0 and rate2 <= 0:
         return False, f"no tokens streamed in the {span:.1f} s after the ramp-up"
     run1 = sum(run[start:mid]) / (mid - start)
-    run2 = sum(run[mid:]) / (n - mid)
+    run2 = sum(run[mid:end + 1]) / (end + 1 - mid)
     d_rate, d_run = _drift(rate1, rate2), _drift(run1, run2)
     if d_rate > FLAT_DRIFT:
         return False, (f"throughput still {'rising' if rate2 > rate1 else 'falling'}: {rate1:,.0f} then "

@@ -45,6 +45,35 @@ def test_a_flat_level_is_steady_and_a_ramping_one_is_not_with_the_reason():
     assert steady_state(_samples([(0.0, 0.0, 1)]), 10.0) == (False, "only 1 samples of the level")
 
 
+def _cycling(until: float, prefill: float = 1.5, decode: float = 1.0, clients: int = 8, rate: float = 80.0,
+             slower_after: float | None = None):
+    """Samples of a closed loop of like requests: ``clients`` wait ``prefill`` s for their first token,
+    stream ``rate`` tok/s together for ``decode`` s, finish, and their successors start over (at half
+    the rate from ``slower_after`` s on)."""
+    rows, tokens, i = [], 0.0, 0
+    while 0.25 * i <= until:
+        t = 0.25 * i
+        streaming = clients if (t % (prefill + decode)) >= prefill else 0
+        rows.append((t, tokens, streaming))
+        slow = slower_after is not None and t >= slower_after
+        tokens += (rate / (2 if slow else 1)) * 0.25 if streaming else 0.0
+        i += 1
+    return _samples(rows)
+
+
+def test_a_loop_that_moves_in_cycles_is_steady_wherever_its_deadline_falls():
+    # 1.5 s of prefill, 1 s of decode: halves cut at the window's middle read 40-100% apart depending
+    # on which spells they hold; halves cut where the streaming count climbs back read one rate
+    for k in range(8):
+        until = 9.0 + 0.25 * k
+        steady, why = steady_state(_cycling(until), duration=8.0)
+        assert steady, (until, why)
+        assert "32 and 32 tok/s" in why, why  # 80 tok/s x 1 s of every 2.5 s
+    # a loop whose rate does fall from one cycle to the next is still not steady
+    steady, why = steady_state(_cycling(14.0, slower_after=7.5), duration=8.0)
+    assert not steady and "throughput still falling" in why, why
+
+
 def test_bounds_extend_an_unsteady_level_in_steps_up_to_the_bound():
     bounds = LevelBounds.for_level(SweepSettings(duration=8.0, steady_extend=1.0), 16)
     assert bounds.duration == 8.0 and bounds.longest == 16.0 and bounds.step() == 2.0
