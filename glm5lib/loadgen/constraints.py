@@ -59,8 +59,9 @@ def _drift(first: float, second: float) -> float:
     return 0.0 if top == 0 else abs(second - first) / top
 
 
-def _halves(samples: LevelSamples, start: int) -> tuple[int, int]:
-    """The samples that split the window after ``start`` in two, and the last one it runs to.
+def _halves(samples: LevelSamples, start: int) -> tuple[int, int, int]:
+    """The samples that split the window after ``start`` in two, the last one it runs to, and how many
+    times the streaming count climbed back to its level at ``start``.
 
     A closed loop of like requests moves in cycles (its streaming count falls as a cohort finishes
     and climbs back as the next one's prefill ends); halves cut at other points of two cycles read
@@ -74,9 +75,9 @@ def _halves(samples: LevelSamples, start: int) -> tuple[int, int]:
     if len(climbs) >= 2:
         end = climbs[-1]
         middle = (t[start] + t[end]) / 2
-        return min(climbs[:-1], key=lambda i: abs(t[i] - middle)), end
+        return min(climbs[:-1], key=lambda i: abs(t[i] - middle)), end, len(climbs)
     mid_t = t[start] + (t[-1] - t[start]) / 2
-    return next(i for i in range(start, n) if t[i] >= mid_t), n - 1
+    return next(i for i in range(start, n) if t[i] >= mid_t), n - 1, len(climbs)
 
 
 def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
@@ -86,7 +87,8 @@ def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
     the window from there to the last sample must span at least :data:`MIN_WINDOW_FRACTION` of
     the duration (1 s at least) and hold tokens; it is steady when the throughput and the mean
     streaming count of its two halves differ by at most :data:`FLAT_DRIFT` (the slope has
-    flattened). A loop that moves in cycles is halved at the points of its cycles (:func:`_halves`). ``why`` says which test failed, with its figures, or what was steady.
+    flattened). A loop that moves in cycles is halved at the points of its cycles (:func:`_halves`).
+    ``why`` says which test failed, with its figures, or what was steady.
     """
     n = len(samples)
     if n < 4:
@@ -101,7 +103,7 @@ def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
     if span < need:
         return False, (f"the running batch was still growing: {peak:.0f} streaming reached {span:.1f} s "
                        f"before the end, under the {need:.1f} s a steady window needs")
-    mid, end = _halves(samples, start)
+    mid, end, climbs = _halves(samples, start)
     if mid <= start or mid >= end:
         return False, "too few samples after the ramp-up"
     rate1 = (tok[mid] - tok[start]) / (t[mid] - t[start])
@@ -111,6 +113,10 @@ def steady_state(samples: LevelSamples, duration: float) -> tuple[bool, str]:
     run1 = sum(run[start:mid]) / (mid - start)
     run2 = sum(run[mid:end + 1]) / (end + 1 - mid)
     d_rate, d_run = _drift(rate1, rate2), _drift(run1, run2)
+    if d_rate > FLAT_DRIFT and climbs == 1:
+        return False, (f"one cycle of the loop since the ramp-up (its streaming count fell and climbed back once), "
+                       f"whose halves hold different spells: {rate1:,.0f} then {rate2:,.0f} tok/s over the last "
+                       f"{span:.1f} s; a second cycle would tell whether its rate is flat")
     if d_rate > FLAT_DRIFT:
         return False, (f"throughput still {'rising' if rate2 > rate1 else 'falling'}: {rate1:,.0f} then "
                        f"{rate2:,.0f} tok/s over the two halves of the last {span:.1f} s")

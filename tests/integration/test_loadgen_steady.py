@@ -72,6 +72,9 @@ def test_a_loop_that_moves_in_cycles_is_steady_wherever_its_deadline_falls():
     # a loop whose rate does fall from one cycle to the next is still not steady
     steady, why = steady_state(_cycling(14.0, slower_after=7.5), duration=8.0)
     assert not steady and "throughput still falling" in why, why
+    # one cycle since the ramp-up: its halves hold different spells, and the verdict says so
+    steady, why = steady_state(_cycling(4.5), duration=4.0)
+    assert not steady and why.startswith("one cycle of the loop since the ramp-up"), why
 
 
 def test_bounds_extend_an_unsteady_level_in_steps_up_to_the_bound():
