@@ -251,10 +251,12 @@ def profile_wants(model: PerfModel, forecasts: Sequence[Any], changes: Mapping[s
     want of a step the engine's offline benchmark times, and each level forecast with its step read
     off the phase's curve beyond the batches the phase ran (given, but a real H100's step at 4x its
     largest batch read 28% slow there: ``data/examples/h100-sglang-cap-chunk``), where the engine has
-    a benchmark to time it; [] where none would."""
+    a benchmark to time it; [] where none would. The read-off steps are left out where another level
+    asks for eager steps: the one launch times every batch one way, and theirs are the deployment's own."""
     wants = [f.measurement for f in forecasts if not f.given and f.measurement.get("kind") == "step_profile"]
     read_off = sorted({max(1, round(f.running)) for f in forecasts if f.given and f.extrapolated})
-    if read_off and model.benchmark_text(read_off, changes=changes):
+    eager = any(w.get("graphs_off") is True for w in wants)
+    if read_off and not eager and model.benchmark_text(read_off, changes=changes):
         wants.append({"kind": "step_profile", "batches": read_off, "graphs_off": None})
     return wants
 

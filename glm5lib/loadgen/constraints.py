@@ -16,7 +16,9 @@ import math
 from array import array
 from dataclasses import dataclass
 
-from glm5lib.loadgen.metrics import CYCLE_SLACK
+import numpy as np
+
+from glm5lib.loadgen.metrics import cycle_climbs
 from glm5lib.loadgen.settings import SweepSettings
 
 __all__ = [
@@ -66,12 +68,11 @@ def _halves(samples: LevelSamples, start: int) -> tuple[int, int, int]:
     A closed loop of like requests moves in cycles (its streaming count falls as a cohort finishes
     and climbs back as the next one's prefill ends); halves cut at other points of two cycles read
     different rates from one steady loop. Where the count climbed back to its level at ``start``
-    (within :data:`~glm5lib.loadgen.metrics.CYCLE_SLACK`) at least twice, the window ends at the last
+    (:func:`~glm5lib.loadgen.metrics.cycle_climbs`) at least twice, the window ends at the last
     such climb and is split at the one nearest its middle; otherwise at its middle, to the last sample.
     """
     t, run, n = samples.t, samples.streaming, len(samples)
-    near = run[start] - math.floor(CYCLE_SLACK * run[start])
-    climbs = [i for i in range(start + 1, n) if run[i] >= near > run[i - 1]]
+    climbs = [int(i) for i in cycle_climbs(np.frombuffer(run, dtype=float), run[start], start)]
     if len(climbs) >= 2:
         end = climbs[-1]
         middle = (t[start] + t[end]) / 2

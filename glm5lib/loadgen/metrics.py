@@ -30,7 +30,8 @@ import numpy as np
 
 from glm5lib.loadgen.client import RequestRecord
 
-__all__ = ["SUB_CYCLE", "SWEEP_COLUMNS", "Records", "error_summary", "level_stats", "steady_window"]
+__all__ = ["CYCLE_SLACK", "SUB_CYCLE", "SWEEP_COLUMNS", "Records", "cycle_climbs", "error_summary", "level_stats",
+           "steady_window"]
 
 #: A level's records: a list, or a callable that gives them again (in the same order) each call.
 Records = Sequence[RequestRecord] | Callable[[], Iterable[RequestRecord]]
@@ -170,23 +171,10 @@ def _token_steps(rec: RequestRecord) -> tuple[list[float], list[float]]:
     return times, [0.0] * len(times)
 
 
-def _streaming_peak(cols: _Columns) -> tuple[float | None, int]:
-    """(first time the number of streaming requests reached its peak, the peak).
-
-    A request streams from its first token to its end (finished, failed or cancelled).
-    """
-    # At equal times an end is counted before a start, so a hand-over is not a peak.
-    times, count = _streaming_events(cols)
-    if not times.size:
-        return None, 0
-    at = int(np.argmax(count))
-    if count[at] <= 0:
-        return None, 0
-    return float(times[at]), int(count[at])
-
-
 def _streaming_events(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
-    """(event times, requests streaming just after each), ends before first tokens at equal times."""
+    """(event times, requests streaming just after each). A request streams from its first token to
+    its end (finished, failed or cancelled); at equal times an end is counted before a start, so a
+    hand-over is not a peak."""
     first, end = cols.np["first_token"], cols.np["end"]
     streamed = ~np.isnan(first)
     ends = end[streamed & ~np.isnan(end)]
@@ -196,7 +184,28 @@ def _streaming_events(cols: _Columns) -> tuple[np.ndarray, np.ndarray]:
     return times[order], np.cumsum(steps[order])
 
 
-def _phase_end(cols: _Columns, ws: float, we: float) -> tuple[float | None, int]:
+def _streaming_peak(times: np.ndarray, count: np.ndarray) -> tuple[float | None, int]:
+    """(first time the number of streaming requests reached its peak, the peak), of
+    :func:`_streaming_events`."""
+    if not times.size:
+        return None, 0
+    at = int(np.argmax(count))
+    if count[at] <= 0:
+        return None, 0
+    return float(times[at]), int(count[at])
+
+
+def cycle_climbs(count: np.ndarray, level: float, start: int) -> np.ndarray:
+    """The indices after ``start`` at which a streaming count ``count`` climbed back to ``level``
+    (within :data:`CYCLE_SLACK`): the points of a closed loop's cycle where its level at ``start``
+    recurs. The window (:func:`steady_window`) and the live steady-state test
+    (:mod:`glm5lib.loadgen.constraints`) both end on them."""
+    near = level - math.floor(CYCLE_SLACK * level)  # a stray early finisher does not hide a cycle
+    after = np.arange(start + 1, count.size)
+    return after[(count[after] >= near) & (count[after - 1] < near)]
+
+
+def _phase_end(times: np.ndarray, count: np.ndarray, ws: float, we: float) -> tuple[float | None, int]:
     """The last time in ``(ws, we]`` at which the streaming count climbed back to what it was at ``ws``.
 
     A closed loop of like requests moves in cycles: the requests streaming at the window's start
@@ -208,17 +217,13 @@ def _phase_end(cols: _Columns, ws: float, we: float) -> tuple[float | None, int]
     at the start was under its peak (requests had finished before the last of the first streamed:
     the loop does not move in step, and a window's end falls at no particular point of a cycle).
     """
-    times, count = _streaming_events(cols)
     at_start = int(np.searchsorted(times, ws, side="right"))
     if at_start == 0:
         return None, 0
-    level = int(count[at_start - 1])
-    near = level - int(CYCLE_SLACK * level)  # a stray early finisher does not hide a cycle
-    peak = int(count.max())
-    if level < peak - int(CYCLE_SLACK * peak):
+    level, peak = int(count[at_start - 1]), int(count.max())
+    if level < peak - math.floor(CYCLE_SLACK * peak):
         return None, 0
-    after = np.arange(at_start, np.searchsorted(times, we, side="right"))
-    climbs = after[(count[after] >= near) & (count[after - 1] < near)]
+    climbs = cycle_climbs(count[:np.searchsorted(times, we, side="right")], level, at_start - 1)
     return (float(times[climbs[-1]]) if climbs.size else None), level
 
 
@@ -268,7 +273,8 @@ def _window(
     first = issued[~((cols.code[issued] == _ERROR) & np.isnan(c["first_token"][issued]))]
     if first.size and not np.isnan(c["first_token"][first]).any():
         candidates.append((float(c["first_token"][first].max()), f"all first {first.size} requests streaming"))
-    peak_at, peak = _streaming_peak(cols)
+    events = _streaming_events(cols)
+    peak_at, peak = _streaming_peak(*events)
     if peak_at is not None:
         candidates.append((peak_at, f"streaming count first at its peak of {peak}"))
     done = c["end"][(cols.code == _OK) & has_end]
@@ -292,7 +298,7 @@ def _window(
         why_end += ", drain dropped"
     we = min(we, level_end)
     if closed and not unsteady:
-        back, streaming = _phase_end(cols, ws, we)
+        back, streaming = _phase_end(*events, ws, we)
         ok = (cols.code == _OK) & has_end
         cycle = float(np.median(c["end"][ok] - c["start"][ok])) if ok.any() else math.inf
         if back is None and streaming:
@@ -348,10 +354,11 @@ def steady_window(
     moment the last request was issued (from then on the in-flight count only falls), or the
     first completion when that is later (nothing had left before it). In a closed loop the end
     is then moved back to the last moment the count of requests streaming climbed back to its
-    level at the start (within :data:`CYCLE_SLACK`), so the window spans whole cycles of the
-    load, prefills and decodes alike (by at most a finished request's median latency: a longer
-    spell under that level is a lull of the server, not a point of a cycle) (where it never did, the note says the window holds less
-    than one cycle: :data:`SUB_CYCLE`); then back to the last token arrival at or before it, and tokens are counted over ``(start,
+    level at the start (:func:`cycle_climbs`), so the window spans whole cycles of the load,
+    prefills and decodes alike; by at most a finished request's median latency (a longer spell
+    under that level is a lull of the server, not a point of a cycle). Where it never did, the
+    note says the window holds less than one cycle (:data:`SUB_CYCLE`). The end is then moved
+    back to the last token arrival at or before it, and tokens are counted over ``(start,
     end]``, so a short window spans whole decode steps. When this leaves no window, the whole
     level is used and the note says so.
     """

@@ -6,6 +6,7 @@ requests, while the loop's cycle rate (clients x output tokens / mean latency) h
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -92,6 +93,10 @@ def test_a_forecast_read_off_the_curve_asks_for_the_step_that_settled_it(tmp_pat
     assert stepbench.profile_wants(asked.model, asked.forecasts, CAP) == [
         {"kind": "step_profile", "batches": [64, 128], "graphs_off": None}]
     assert "not taken" in asked.note
+    # beside a level that asks for eager steps, the one launch times them eagerly: the read-off graph steps wait
+    eager = dataclasses.replace(asked.forecasts[-1], given=False,
+                                measurement={"kind": "step_profile", "batches": [512], "graphs_off": True})
+    assert stepbench.profile_wants(asked.model, [*asked.forecasts, eager], CAP) == [eager.measurement]
     rows.to_csv(profile, index=False)
     again = stepbench.settle_forecast(tmp_path, "baseline", CAP, LEVELS, take=False)
     assert stepbench.profile_wants(again.model, again.forecasts, CAP) == [] and "not taken" not in again.note
