@@ -19,7 +19,7 @@ The plan (SGLang's own argument names; the baseline is the capped config of ``--
 3. ``fix``: notebook 04 with the cap raised to 1,024, graphs kept (phase ``fix``).
 4. ``fix-graphs-off``: notebook 04 with the seed's full fix (phase ``fix-graphs-off``).
 5. ``next``: notebook 05 on ``fix``, then the report.
-6. ``grid``: the running cap over ``--grid`` at ``--target`` concurrent requests, one launch per
+6. ``grid``: the running cap (or ``--lever``) over ``--grid`` at ``--target`` concurrent requests, one launch per
    value, under ``--slo`` (phases ``grid/grid-N``, ``grid/tune.csv``).
 7. ``tune``: ``glm5lib.tune`` over the same lever, load and limit from the capped baseline, at
    most ``--max-launches`` launches, then the winner measured again (``tune/``).
@@ -140,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--range-ratio", type=float, default=0.5,
                     help="the grid's and the tuner's lengths drawn in [len x RATIO, len]: lengths that differ "
                          "break the cohorts a closed loop of equal requests forms (1: all equal)")
+    ap.add_argument("--lever", default="max_running_requests",
+                    help="the SGLang field the grid and the tuner move (FIELD or FIELD=LOW:HIGH, as glm5 tune --lever)")
     ap.add_argument("--slo", default="median_tpot_ms<=20")
     ap.add_argument("--max-launches", type=int, default=4)
     ap.add_argument("--steps", default="baseline,predict,fix,fix-graphs-off,next,grid,tune")
@@ -271,13 +273,13 @@ def main(argv: list[str] | None = None) -> int:
             elif step == "grid":
                 values = [int(v) for v in args.grid.split(",")]
                 result = tune.grid(base_cfg, run / "grid", goal, load, backend=args.backend,
-                                   levers=["max_running_requests"], values=values,
+                                   levers=[args.lever], values=values,
                                    measure=timed_measure(run / "grid"))
                 print(result.candidates.to_string())
             elif step == "tune":
                 # the baseline's cap is the first point when the capped baseline ran at this load
                 result = tune.tune(base_cfg, run / "tune", goal, load, backend=args.backend,
-                                   levers=["max_running_requests"], max_launches=args.max_launches,
+                                   levers=[args.lever], max_launches=args.max_launches,
                                    measure=timed_measure(run / "tune"))
                 data = result.to_dict()
                 if result.best is not None:
