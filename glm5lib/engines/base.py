@@ -146,8 +146,6 @@ class Capabilities:
     logs_graph_use: bool = False
     #: its word for sending running requests back to the queue when KV runs out
     requeue_word: str = "retraction"
-    #: its configuration is checked against a catalogue per release of the engine
-    has_releases: bool = False
     #: it logs only the arguments given and chooses some values itself at start-up
     #: (:meth:`EngineAdapter.automatic` works them out)
     resolves_automatic_values: bool = False
@@ -429,7 +427,8 @@ class EngineAdapter:
     log_engine: str | None = None
     #: the configuration class (None: the engine takes an argv template)
     config_type: type | None = None
-    #: name or path -> configuration; None where the engine takes no configuration
+    #: name or path -> configuration; None: the configuration class's own ``load`` (where it
+    #: has one), else the engine takes no configuration
     config_loader: Callable[[Any], Any] | None = None
     #: (request) -> the started server object
     launcher: Callable[[LaunchRequest], Any] | None = None
@@ -439,8 +438,6 @@ class EngineAdapter:
     lever_maker: Callable[[str | None], list[Lever]] | None = None
     #: (field, args, startup, environment) -> an AutomaticValue-like object or None
     automatic_resolver: Callable[..., Any] | None = None
-    #: release -> human description of its flag catalogue (releases it knows)
-    releases: Callable[[], list[str]] | None = None
     #: (server args) -> the release of the engine they fit (its catalogue's), None: not known
     release_reader: Callable[[Mapping[str, Any]], str | None] | None = None
     #: (server args) -> the defaults of the release they fit, for fields left unset
@@ -466,6 +463,10 @@ class EngineAdapter:
     #: the log adapter (a ``glm5lib.logs.engine.LogEngine``) of an engine defined outside glm5lib,
     #: registered with it (:func:`glm5lib.engines.register`); the bundled engines' are found by name
     log_reader: Any = None
+
+    def __post_init__(self) -> None:
+        if self.config_loader is None and callable(getattr(self.config_type, "load", None)):
+            object.__setattr__(self, "config_loader", self.config_type.load)
 
     def launch(self, request: LaunchRequest) -> Any:
         """Start this engine's server for ``request``; ConfigError when it cannot be launched."""

@@ -24,7 +24,6 @@ from glm5lib.engines.base import (
 )
 from glm5lib.engines.sglang.automatic import sglang_automatic
 from glm5lib.engines.sglang.config import (
-    BUNDLED_RELEASES,
     ServerConfig,
     catalogue,
     decode_graph_sizes,
@@ -83,7 +82,6 @@ CAPABILITIES = Capabilities(
                    "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
                    "enable_flashinfer_allreduce_fusion", "chunked_prefill_size", "mem_fraction_static", "page_size"),
     requeue_word="retraction",
-    has_releases=True,
     standin_backend="sim",  # SGLang needs GPUs: a config is rehearsed on the stand-in unless told otherwise
     serving_roles=SERVING_ROLES,
     metrics_flag="--enable-metrics",
@@ -175,10 +173,6 @@ def server_info_of(standin: bool):
     return identify
 
 
-def _releases() -> list[str]:
-    return list(BUNDLED_RELEASES)
-
-
 ADAPTER = EngineAdapter(
     name="sglang",
     title="SGLang",
@@ -187,10 +181,8 @@ ADAPTER = EngineAdapter(
     metrics=METRICS,
     log_engine="sglang",
     config_type=ServerConfig,
-    config_loader=ServerConfig.load,
     launcher=lambda request: launch_from_server_config("sglang", request),
     lever_maker=levers,
-    releases=_releases,
     program=PROGRAM,
     limits_hook=limits_hook,
     automatic_resolver=sglang_automatic,

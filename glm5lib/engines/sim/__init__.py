@@ -48,7 +48,6 @@ ADAPTER = dataclasses.replace(
     capabilities=CAPABILITIES,
     launcher=_launch,
     program=PROGRAM,
-    releases=None,
     step_benchmark=BENCHMARK,
     identify=server_info_of(standin=True),
 )
