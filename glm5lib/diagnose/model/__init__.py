@@ -15,6 +15,7 @@ and, where one was taken, the engine's offline step benchmark. Modules:
 * :mod:`.frontend`: the serving roles' CPU lines and ceilings;
 * :mod:`.profile`: the engine's offline step benchmark as evidence;
 * :mod:`.prefill`: a prefill chunk's change priced per forward (an engine whose prefill runs in forwards of its own);
+* :mod:`.ttft`: the wait for a first token beside the queue;
 * :mod:`.queries`: :func:`predict`, :func:`predict_remedy`, :func:`recommend_running_cap`.
 """
 

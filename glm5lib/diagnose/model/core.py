@@ -50,8 +50,9 @@ from glm5lib.diagnose.model.graphs import Eager, pad, recorded_prior
 from glm5lib.diagnose.model.levels import LevelPoint, as_float, level_points
 from glm5lib.diagnose.model.prefill import PrefillForwards, read_prefill
 from glm5lib.diagnose.model.profile import StepProfile, lines_profile, read_profile
+from glm5lib.diagnose.model.ttft import fit_ttft
 from glm5lib.errors import ConfigError, DiagnosisError
-from glm5lib.stepmodel import StepParams, nnls
+from glm5lib.stepmodel import StepParams
 
 __all__ = ["MAX_BAND", "Bounds", "Forecast", "PerfModel", "RequestShape", "StepParams"]
 
@@ -379,21 +380,17 @@ class PerfModel:
         return recorded_prior(ev) if ev is not None else None
 
     def _fit_latency(self) -> None:
-        """TTFT's own part (no queue): ``ttft_fixed + ttft_per_token * B * I``, fitted on the
-        measured TTFT of levels where nothing queued (a prompt waits for those admitted with
-        it); with none, on what the service time leaves beside the measured TPOT."""
+        """TTFT's own part (no queue): ``ttft_fixed + ttft_per_token * N * I`` (:mod:`.ttft`)."""
         levels = [p for p in self.levels if p.eager == self.eager_base] or self.levels
-        free = [p for p in levels if p.concurrency <= 1.05 * p.running and p.ttft_ms is not None]
-        rows = [(p.running * p.input_len, float(p.ttft_ms)) for p in free]
-        if not rows:
-            rows = [(p.running * p.input_len, max(p.output_len * p.u_ms - (p.output_len - 1) * p.tpot_ms, 0.0))
-                    for p in levels if p.tpot_ms is not None and p.output_len >= 2]
-        if not rows:
-            return
-        x = np.array([[1.0, r[0]] for r in rows])
-        y = np.array([r[1] for r in rows])
-        coef = nnls(x, y) if len({r[0] for r in rows}) >= 2 else np.array([float(np.median(y)), 0.0])
-        self.ttft_fixed_ms, self.ttft_per_token_ms = float(coef[0]), float(coef[1])
+        line = fit_ttft(levels, self._prefill_queued)
+        if line is not None:
+            self.ttft_fixed_ms, self.ttft_per_token_ms = line
+
+    def _prefill_queued(self, p: LevelPoint) -> bool:
+        """Level ``p`` ran fewer requests than it offered where only its load bound the batch: those
+        not running waited for their prefill, not for a place under a cap or in the pool."""
+        _, binding = self.running(p.concurrency, self.bounds, RequestShape(p.input_len, p.output_len))
+        return binding == "load" and p.concurrency > 1.05 * p.running
 
     # -- the engine step ----------------------------------------------------------------------------
     def _curve_step(self, batch: float, input_len: float, output_len: float, *, graph: bool,
