@@ -50,7 +50,7 @@ from glm5lib.diagnose.model.graphs import Eager, pad, recorded_prior
 from glm5lib.diagnose.model.levels import LevelPoint, as_float, level_points
 from glm5lib.diagnose.model.prefill import PrefillForwards, read_prefill
 from glm5lib.diagnose.model.profile import StepProfile, lines_profile, read_profile
-from glm5lib.diagnose.model.ttft import fit_ttft
+from glm5lib.diagnose.model.ttft import TtftLine, fit_ttft
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.stepmodel import StepParams
 
@@ -200,8 +200,7 @@ class PerfModel:
     frontend: FrontEnd = dataclasses.field(default_factory=FrontEnd)
     profile: StepProfile | None = None
     prefill: PrefillForwards | None = None  # the prefill priced per forward (a chunk change's term)
-    ttft_fixed_ms: float = 0.0
-    ttft_per_token_ms: float = 0.0
+    ttft_line: TtftLine = dataclasses.field(default_factory=TtftLine)
     levels: list[LevelPoint] = dataclasses.field(default_factory=list, repr=False)
     server_args: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
     config: Any = dataclasses.field(default=None, repr=False)  # the configuration the phase ran
@@ -382,9 +381,7 @@ class PerfModel:
     def _fit_latency(self) -> None:
         """TTFT's own part (no queue): ``ttft_fixed + ttft_per_token * N * I`` (:mod:`.ttft`)."""
         levels = [p for p in self.levels if p.eager == self.eager_base] or self.levels
-        line = fit_ttft(levels, self._prefill_queued)
-        if line is not None:
-            self.ttft_fixed_ms, self.ttft_per_token_ms = line
+        self.ttft_line = fit_ttft(levels, self._prefill_queued) or TtftLine()
 
     def _prefill_queued(self, p: LevelPoint) -> bool:
         """Level ``p`` ran fewer requests than it offered where only its load bound the batch: those
@@ -664,9 +661,10 @@ class PerfModel:
         o = max(wl.output_len, 1.0)
         u = 1000.0 * batch / thr
         service = o * u
-        ttft_s = self.ttft_fixed_ms + self.ttft_per_token_ms * batch * wl.input_len
+        ttft_s, ttft_top = self.ttft_line.at(batch * wl.input_len)
         if self._chunk_changed(bounds):
-            ttft_s *= self.prefill.ratio(batch, bounds.prefill_chunk, wl.input_len)  # the prompts' own forwards
+            ratio = self.prefill.ratio(batch, bounds.prefill_chunk, wl.input_len)  # the prompts' own forwards
+            ttft_s, ttft_top = ttft_s * ratio, ttft_top * ratio
         tpot = max(u - ttft_s / o, 0.5 * u) if o > 1 else None
         wait = service * max(c / batch - 1.0, 0.0)
         ttft = wait + ttft_s
@@ -674,7 +672,7 @@ class PerfModel:
         return Forecast(
             concurrency=int(c), predicted_tok_s=float(thr), low_tok_s=float(low), high_tok_s=float(high),
             ttft_ms=float(ttft), tpot_ms=None if tpot is None else float(tpot),
-            ttft_low_ms=float(ttft * (1 - rel_lo)), ttft_high_ms=float(ttft * (1 + rel_hi)),
+            ttft_low_ms=float(ttft * (1 - rel_lo)), ttft_high_ms=float((wait + ttft_top) * (1 + rel_hi)),
             tpot_low_ms=None if tpot is None else float(tpot * (1 - rel_lo)),
             tpot_high_ms=None if tpot is None else float(tpot * (1 + rel_hi)),
             running=float(batch), binding_limit=by, extrapolated=bool(extrapolated),
@@ -826,8 +824,8 @@ class PerfModel:
             "eager": None if self.eager is None else dataclasses.asdict(self.eager),
             "frontend": [dataclasses.asdict(r) for r in self.frontend.roles],
             "profile": None if self.profile is None else self.profile.describe(),
-            "ttft_fixed_ms": self.ttft_fixed_ms,
-            "ttft_per_token_ms": self.ttft_per_token_ms,
+            "ttft_fixed_ms": self.ttft_line.fixed_ms,
+            "ttft_per_token_ms": self.ttft_line.per_token_ms,
             "holdout_error": self.curve.holdout_error,
             "holdout_per_doubling": self.curve.holdout_per_doubling,
             "starved_levels": self.starved_levels,
