@@ -42,7 +42,8 @@ def register_cli(subparsers: Any) -> None:
     p.add_argument("--max-launches", type=int, default=4, help="launch budget (default 4)")
     p.add_argument("--lever", action="append", default=None, metavar="FIELD[=LOW:HIGH]",
                    help="the lever to move (default: chosen from the binding limit); a command engine's flag "
-                        "with its bounds, e.g. --lever=--max-batch=1:256")
+                        "with its bounds, e.g. --lever=--max-batch=1:256. Given more than once, the levers are "
+                        "searched in turn, each from the best the ones before found, sharing --max-launches")
     p.add_argument("--grid", action="store_true", help="measure the exhaustive grid over the same lever")
     p.add_argument("--grid-values", default=None, help="grid values, comma-separated (default: 8 over the range)")
     p.add_argument("--noise", type=float, default=0.03, help="relative noise of a measurement (default 0.03)")
@@ -146,7 +147,10 @@ def _handler(args: argparse.Namespace) -> int:
         result = tn.tune(config, run, goal, workload, backend=backend, max_launches=args.max_launches,
                          levers=args.lever, evidence_phase=args.phase if evidence is not None and
                          evidence.parent.resolve() == run.resolve() else None, noise=args.noise,
-                         margin=args.margin, **launch)
+                         margin=args.margin, **launch) if len(args.lever or []) < 2 else tn.tune_in_turn(
+            config, run, goal, workload, levers=args.lever, backend=backend, max_launches=args.max_launches,
+            evidence_phase=args.phase if evidence is not None and evidence.parent.resolve() == run.resolve() else None,
+            options=tn.SearchOptions(noise=args.noise, margin=args.margin), **launch)
     data = result.to_dict()
     if args.recheck and result.best is not None:
         data["recheck"] = tn.search.recheck(config, run, goal, workload, result, backend=backend, **launch)

@@ -5,7 +5,8 @@ From a measured phase or a config, a goal (:class:`Goal`: limits such as
 :func:`tune` measures a candidate (phase ``tune-N``), refits what it expects of the lever from
 the evidence (:mod:`glm5lib.tune.model`), and launches the value forecast to meet the limits
 with the most throughput, until nothing left can beat the best by more than the noise.
-:func:`grid` measures the exhaustive grid over the same lever; :class:`SearchOptions` holds how
+:func:`tune_in_turn` searches several levers one after the other, each from the best the ones before
+found (:mod:`glm5lib.tune.turns`); :func:`grid` measures the exhaustive grid over the same lever; :class:`SearchOptions` holds how
 both choose and judge candidates. ``tune.csv`` holds every
 candidate and why it was chosen; :func:`section_markdown` is the report's section and
 :func:`plot_tune` its throughput-against-latency figure.
@@ -29,6 +30,7 @@ from glm5lib.tune.search import (
     recheck,
     tune,
 )
+from glm5lib.tune.turns import tune_in_turn
 
 __all__ = [
     "LIMIT_METRICS",
@@ -55,4 +57,5 @@ __all__ = [
     "safe_bounds",
     "section_markdown",
     "tune",
+    "tune_in_turn",
 ]

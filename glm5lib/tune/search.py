@@ -32,12 +32,13 @@ from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.loadgen.settings import check_concurrencies
 from glm5lib.phase import measure_phase
 from glm5lib.tune.goal import Goal, goodput_of
-from glm5lib.tune.levers import Lever, engine_levers, lever_for, parse_lever, safe_bounds
+from glm5lib.tune.levers import Lever, engine_levers, parse_lever, safe_bounds
 from glm5lib.tune.model import Landscape, Point, perfmodel_forecaster
 from glm5lib.tune.phases import EvidenceCache
+from glm5lib.tune.propose import Proposal, binding_ratio, choose_lever, limit_room, propose
 
-__all__ = ["TUNE_COLUMNS", "SearchOptions", "TuneResult", "Workload", "config_of", "grid", "grid_values", "load_tune",
-           "recheck", "tune"]
+__all__ = ["TUNE_COLUMNS", "Measure", "SearchOptions", "TuneResult", "Workload", "config_of", "default_measure", "grid",
+           "grid_values", "load_tune", "recheck", "save_best", "tune"]
 
 log = logging.getLogger(__name__)
 
@@ -46,20 +47,6 @@ TUNE_COLUMNS = [
     "slo_met", "binding_limit", "binding_ratio", "running", "predicted_objective", "predicted_binding",
     "prediction_source", "reason",
 ]
-
-
-#: How far past its room a measured binding ratio may read and still count as having it (a
-#: level's figures are not more exact than this).
-ROOM_TOLERANCE = 0.01
-
-
-def _room(margin: float, noise: float) -> float:
-    """The largest binding ratio a measured candidate may have and still count as meeting the
-    limits with the margin's room: a measurement already shows where its level sits, so it needs
-    the margin less the noise any measurement carries (with the defaults, 3% and 3%, every
-    candidate that met the limits; on a host where one configuration's launches differ by 25%
-    and a level by 10%, 85% of the limit)."""
-    return 1.0 - max(margin - noise, 0.0) + ROOM_TOLERANCE
 
 
 @dataclass
@@ -271,8 +258,7 @@ def default_measure(config: Any, *, backend: str, run_dir: Path, workload: Workl
         folder = run_dir / phase
         if folder.exists():  # an interrupted candidate: measured again from the start
             shutil.rmtree(folder)
-        server = None
-        command_changes = None
+        server = command_changes = None
         if not engines.get(backend).capabilities.launches_from_config:
             # an argv template: a lever max_batch is the template's flag --max-batch
             command_changes = {f"--{name.replace('_', '-')}": value for name, value in changes.items()}
@@ -317,275 +303,6 @@ def _evaluate(folder: Path, goal: Goal, workload: Workload, phases: EvidenceCach
 
 
 # --------------------------------------------------------------------------------------------
-# choosing the lever and the next value
-# --------------------------------------------------------------------------------------------
-def _choose_lever(engine: str, levers: Sequence[Lever], goal: Goal) -> tuple[Lever, str]:
-    quantities = {lim.quantity for lim in goal.limits}
-    if quantities and quantities <= {"ttft"}:
-        lev = lever_for(engine, "prefill", levers)
-        if lev is not None:
-            return lev, (f"only time to first token is limited: the per-step token budget ({lev.field}) sets how "
-                         "long prompts wait behind each other")
-    lev = lever_for(engine, "running", levers) or (levers[0] if levers else None)
-    if lev is None:
-        raise ConfigError(f"engine {engine!r} has no lever to tune: name one with --lever FIELD=LOW:HIGH",
-                          field="lever")
-    limited = ", ".join(sorted(quantities)) or "goodput"
-    return lev, (f"{limited} limited: the running cap ({lev.field}) trades the batch's throughput against "
-                 "the time each step takes")
-
-
-def _ladder(lever: Lever, measured: Sequence[float] = ()) -> list[float]:
-    """The values a proposal is chosen from: every whole value of a narrow range, else 240 spread
-    geometrically (under 3% apart on 1..1024) plus the whole values next to each measured one."""
-    lo, hi = float(lever.low), float(lever.high)
-    if lever.kind == "int" and hi - lo <= 240:
-        return [float(v) for v in range(int(lo), int(hi) + 1)]
-    if lever.kind == "int":
-        near = {float(x + d) for x in measured for d in (-1, 1) if lo <= x + d <= hi}
-        return sorted({float(round(v)) for v in np.geomspace(lo, hi, 240)} | near)
-    return [round(float(v), 3) for v in np.linspace(lo, hi, 91)]
-
-
-def _probe(lever: Lever, taken: Sequence[float], ceiling: float, best: float | None) -> float | None:
-    """With one value of the lever measured, and it meeting the limits, the value twice as large
-    (the direction that buys throughput with latency), so the model's dependence on the lever
-    rests on two measurements before it may end the search; None otherwise."""
-    if best is None or len({float(t) for t in taken}) != 1:
-        return None
-    x = lever.clamp(min(float(lever.high), 2.0 * float(taken[0])))
-    return float(x) if float(taken[0]) < float(x) < ceiling else None
-
-
-def _bracket(lever: Lever, measured: Sequence[dict[str, Any]], ceiling: float, target: float,
-             room: float = 1.0 + ROOM_TOLERANCE) -> float | None:
-    """A running lever under per-step limits, with its limit crossed between the largest value
-    that met it (with a binding ratio of at most ``room``) and the smallest that broke it: the
-    value where the binding limit's ratio is ``target``; None where that is not clearly above the
-    value that met it (the bracket is closed) or where either ratio is not known.
-
-    The ratio is interpolated linearly between the two, or, where a third, smaller value met the
-    limits too, along the parabola through the three when it rises across the bracket: a step's
-    time grows faster than linearly with the batch near the top (the stand-in: 393 running at 70%
-    of a TPOT limit and 702 at 159% put the secant's 94% at 476, where 89% was measured; the
-    parabola through 64 as well puts it at 495, where 92% was)."""
-    met = [m for m in measured if m["slo_met"] and math.isfinite(float(m.get("binding_ratio", math.nan)))
-           and float(m["binding_ratio"]) <= room]
-    broke = [m for m in measured if m["x"] == ceiling and math.isfinite(float(m.get("binding_ratio", math.nan)))]
-    if not met or not broke or not math.isfinite(ceiling):
-        return None
-    low = max(met, key=lambda m: m["x"])
-    x_f, r_f = float(low["x"]), float(low["binding_ratio"])
-    r_b = max(float(m["binding_ratio"]) for m in broke)
-    if not (r_f < target < r_b) or ceiling <= x_f:
-        return None
-    x = x_f + (target - r_f) / (r_b - r_f) * (ceiling - x_f)
-    below = [m for m in met if float(m["x"]) < x_f and float(m["binding_ratio"]) < r_f]
-    if below:
-        third = max(below, key=lambda m: m["x"])
-        xs = np.array([float(third["x"]), x_f, float(ceiling)])
-        coef = np.polyfit(xs, [float(third["binding_ratio"]), r_f, r_b], 2)
-        slope = np.polyder(coef)
-        if np.polyval(slope, x_f) > 0 and np.polyval(slope, ceiling) > 0:  # rising across the bracket
-            roots = [float(r.real) for r in np.roots(coef - np.array([0.0, 0.0, target]))
-                     if abs(r.imag) < 1e-9 and x_f < r.real < ceiling]
-            if roots:
-                x = min(roots)
-    x = lever.clamp(x)
-    return float(x) if float(x) >= 1.03 * x_f and float(x) < ceiling else None
-
-
-@dataclass
-class _Proposal:
-    value: float | None
-    reason: str
-    predicted_objective: float = math.nan
-    predicted_binding: float = math.nan
-    source: str = ""
-
-
-@dataclass
-class _Bounds:
-    """What the measured candidates leave open on the lever, read once per proposal."""
-
-    room: float  # the binding ratio a measured candidate may have and still count as meeting the limits
-    best: float | None  # the most objective measured with that room
-    per_step: bool  # the running lever under per-step (TPOT, ITL) limits only
-    ceiling: float  # nothing above it can meet a per-step limit
-    floor: float  # below it the batch only shrinks (per-step limits)
-    taken: list[float]  # the values measured
-    need: float  # the binding ratio a forecast must leave
-    near_miss: bool  # the ceiling met the limits with a little less room than the margin asks
-
-
-def _bounds(lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], noise: float, margin: float) -> _Bounds:
-    # a candidate counts as meeting the limits when it met them with the margin's room (what the
-    # winner needs, _pick): one that met a limit with less room is no end to the search
-    room = _room(margin, noise)
-    feasible = [m for m in measured if m["slo_met"] and math.isfinite(m["objective"]) and _ratio(m) <= room]
-    best = max((m["objective"] for m in feasible), default=None)
-    # the running lever: a step's time (TPOT, ITL) only grows with the batch, so nothing above a
-    # value that broke such a limit (or left it less than the margin's room) can meet it, and below
-    # the best value that met every limit the batch only shrinks (TTFT and end-to-end latency can
-    # fall with a larger batch: queueing)
-    per_step = bool(lever.acts_on == "running" and goal.limits and all(lim.quantity in ("tpot", "itl")
-                                                                       for lim in goal.limits))
-    broken = [m["x"] for m in measured
-              if any(lim.quantity in ("tpot", "itl") and not lim.ratio(m) <= room for lim in goal.limits)]
-    ceiling = min(broken) if broken and lever.acts_on == "running" else math.inf
-    floor_ = max((m["x"] for m in feasible), default=-math.inf) if per_step else -math.inf
-    # A forecast must leave the margin (it carries the model's error as well as the noise). Next to
-    # a value measured to meet the limits with a little less room than the margin asks (a near
-    # miss: short of it by less than half the noise), the forecast is anchored on that measurement:
-    # it needs only the room a measurement needs, so the search steps back as far as the miss asks,
-    # not to where the margin would put an unmeasured value (real vLLM: 28 running met a TPOT limit
-    # at 91.3% against a room of 91%; asked for 80%, the secant from 64 sent the next launch to 13,
-    # with half the throughput). A value that met the limit with no room to speak of is no anchor.
-    need = 1.0 - margin
-    # (the ceiling is a value that left the limits less than the room: a near miss if it met them)
-    near_miss = per_step and any(m["x"] == ceiling and m["slo_met"] and math.isfinite(m["objective"])
-                                 and _ratio(m) <= min(room + noise / 2, 1.0) for m in measured)
-    if near_miss:
-        need = max(need, room - 2 * ROOM_TOLERANCE)
-    return _Bounds(room, best, per_step, ceiling, floor_, [m["x"] for m in measured], need, near_miss)
-
-
-def _open_values(land: Landscape, lever: Lever, goal: Goal, b: _Bounds, noise: float) -> tuple[list, list]:
-    """The untried values the bounds leave open: ``options`` the model forecasts, as (value,
-    forecast, worst ratio to a limit), and ``unsure`` ones it does not, as (value, forecast,
-    whether its band leaves it a chance to beat the best and meet the limits)."""
-    options, unsure = [], []
-    for x in _ladder(lever, b.taken):
-        if x >= b.ceiling or any(abs(x - t) <= max(0.03 * t, 0.5 if lever.kind == "int" else 0.0) for t in b.taken):
-            continue
-        if x < b.floor and b.best is not None:
-            continue  # below the best limit-meeting value of a growing landscape: less throughput
-        p = land.predict(x)
-        if not p.given:
-            lows = [p.metrics_low.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
-            could_meet = all(not math.isfinite(r) or r <= b.need for r in lows)
-            could_beat = b.best is None or not math.isfinite(p.objective_high) or p.objective_high > b.best * (1 + noise)
-            unsure.append((x, p, could_meet and could_beat))
-            continue
-        ratios = [p.metrics.get(lim.metric, math.nan) / lim.value for lim in goal.limits]
-        worst = max((r for r in ratios if math.isfinite(r)), default=0.0)
-        options.append((x, p, worst))
-    return options, unsure
-
-
-def _bracketed(lever: Lever, measured: Sequence[dict[str, Any]], b: _Bounds, noise: float, why: str) -> _Proposal | None:
-    """The forecast promises nothing, but the limit lies between two measured values far apart, and
-    up to it the batch only grows: measure where the limit is reached."""
-    target = b.need if b.near_miss else b.need - noise
-    inside = _bracket(lever, measured, b.ceiling, target, b.room) if b.per_step else None
-    if inside is None:
-        return None
-    return _Proposal(inside, f"{why}, but the limit is crossed between {lever.field}={max(b.floor, 0):g} and "
-                             f"{b.ceiling:g}: trying where it is interpolated to reach {target:.0%} of the limit",
-                     source="bracket")
-
-
-def _measure_unsure(unsure: Sequence[tuple], lever: Lever, goal: Goal, b: _Bounds, why: str) -> _Proposal | None:
-    """The model cannot say: measure the open value nearest the evidence, the measurement a
-    forecast that is not given names (a launch there), rather than guess."""
-    chances = [u for u in unsure if u[2] and math.isfinite(u[1].objective)]
-    if not chances:
-        return None
-    # the model's point ranks them though its band is too wide to act on: the most objective
-    # whose point meets the limits, else the one nearest the evidence
-    meets = [u for u in chances if all(not math.isfinite(u[1].metrics.get(lim.metric, math.nan))
-                                       or u[1].metrics[lim.metric] / lim.value <= b.need for lim in goal.limits)]
-    if meets:
-        x, p, _ = max(meets, key=lambda u: (u[1].objective, -u[0]))
-    else:
-        x, p, _ = min(chances, key=lambda u: min(abs(math.log(max(u[0], 1e-9) / max(t, 1e-9))) for t in b.taken))
-    needs = f" ({p.needs})" if p.needs else ""
-    return _Proposal(x, f"{why}; {lever.field}={lever.clamp(x)} is not forecast{needs}: measuring it, the value "
-                        "nearest the evidence whose band could beat the best and meet the limits",
-                     p.objective, math.nan, "measure")
-
-
-def _probe_proposal(probe: float, lever: Lever, forecast: str) -> _Proposal:
-    return _Proposal(probe, f"one value of {lever.field} measured, so how the limits move along it is the "
-                            f"model's prior, not evidence ({forecast}): measuring twice the value before trusting it",
-                     source="probe")
-
-
-def _from_forecasts(ok: Sequence[tuple], unsure: Sequence[tuple], lever: Lever, goal: Goal,
-                    measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> _Proposal:
-    """The most objective value forecast to meet every limit, unless it cannot beat the best
-    measured by more than the noise (then a measurement that could settle it, or the end)."""
-    x, p, worst = max(ok, key=lambda o: (o[1].objective, -o[0]))
-    if b.best is not None and p.objective <= b.best * (1.0 + noise):
-        short = f"no forecast beats the best measured ({b.best:,.0f}) by more than the noise"
-        picked = _measure_unsure(unsure, lever, goal, b, short)
-        if picked is not None:
-            return picked
-        probe = _probe(lever, b.taken, b.ceiling, b.best)
-        if probe is not None:
-            return _probe_proposal(probe, lever, f"its best forecast: {p.objective:,.0f} at {lever.clamp(x)}")
-        inside = _bracketed(lever, measured, b, noise, short)
-        if inside is not None:
-            return inside
-        return _Proposal(None, f"no candidate is forecast to beat the best measured ({b.best:,.0f}) by more than "
-                               f"the noise ({noise:.0%}): the best forecast is {p.objective:,.0f} at "
-                               f"{lever.field}={lever.clamp(x)}")
-    binding = goal.binding(p.metrics)
-    why = (f"{p.source} forecast: {p.objective:,.0f} {goal.objective.replace('_', ' ')} with "
-           f"{binding.metric} {p.metrics.get(binding.metric, math.nan):,.0f} ms against {binding.value:g}"
-           if binding else f"{p.source} forecast: {p.objective:,.0f}")
-    if b.near_miss:
-        why += (f"; {lever.field}={b.ceiling:g} met the limits with less room than the margin asks, so a value "
-                f"next to it needs a measurement's room ({b.need:.0%} of the limit)")
-    return _Proposal(x, f"the most {goal.objective.replace('_', ' ')} forecast to meet every limit ({why})",
-                     p.objective, worst, p.source)
-
-
-def _without_forecast(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever, goal: Goal,
-                      measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> _Proposal:
-    """No value is forecast to meet every limit: measure one the model cannot judge, probe, bracket,
-    halve, or try the value forecast closest to the limits."""
-    picked = _measure_unsure(unsure, lever, goal, b, "no value the model forecasts meets every limit" + (
-        f" better than the best measured ({b.best:,.0f})" if b.best is not None else ""))
-    if picked is not None:
-        return picked
-    if b.best is not None:
-        probe = _probe(lever, b.taken, b.ceiling, b.best)
-        if probe is not None:
-            return _probe_proposal(probe, lever, "it forecasts no larger value meeting them")
-        inside = _bracketed(lever, measured, b, noise, "no untried value is forecast to meet the limits")
-        if inside is not None:
-            return inside
-        return _Proposal(None, f"no untried value is forecast to meet the limits better than the best measured "
-                               f"({b.best:,.0f})")
-    taken = b.taken
-    if not options:
-        # no forecast at all (one batch size measured, no model): halve the smallest value tried
-        x = lever.clamp(max(float(lever.low), 0.5 * min(taken))) if taken else None
-        if x is not None and float(x) < min(taken) and not any(abs(float(x) - t) < 1e-9 for t in taken):
-            return _Proposal(float(x), f"no value meets the limits yet and nothing is forecast: halving "
-                                       f"{lever.field} to {x}", source="probe")
-        return _Proposal(None, "no value the evidence leaves open is forecast, and none could meet the limits "
-                               "within the model's bands")
-    x, p, worst = min(options, key=lambda o: (o[2], o[0]))
-    return _Proposal(x, f"no value is forecast to meet every limit yet: trying the one forecast closest "
-                        f"({p.source} forecast {worst:.2f}x the binding limit)", p.objective, worst, p.source)
-
-
-def _propose(land: Landscape, lever: Lever, goal: Goal, measured: Sequence[dict[str, Any]], *,
-             noise: float, margin: float) -> _Proposal:
-    """The next candidate of the lever, and why; its value is None where the search should stop."""
-    b = _bounds(lever, goal, measured, noise, margin)
-    options, unsure = _open_values(land, lever, goal, b, noise)
-    if not options and not unsure:
-        return _Proposal(None, "every value the evidence leaves open has been measured")
-    ok = [o for o in options if o[2] <= b.need and math.isfinite(o[1].objective)]
-    if ok:
-        return _from_forecasts(ok, unsure, lever, goal, measured, b, noise)
-    return _without_forecast(options, unsure, lever, goal, measured, b, noise)
-
-
-# --------------------------------------------------------------------------------------------
 # the two searches
 # --------------------------------------------------------------------------------------------
 def _setup(config: Any, backend: str, goal: Goal, workload: Workload, options: SearchOptions,
@@ -602,7 +319,7 @@ def _setup(config: Any, backend: str, goal: Goal, workload: Workload, options: S
     if not known and not chosen:
         raise ConfigError(f"a {engine} engine's levers are given as flags: --lever --max-batch=1:256",
                           field="lever")
-    lever, why = (chosen[0], "the lever named on the command line") if chosen else _choose_lever(engine, known, goal)
+    lever, why = (chosen[0], "the lever named on the command line") if chosen else choose_lever(engine, known, goal)
     if from_config:
         # a lever the config's engine or release lacks is refused here, before anything launches
         config.with_changes(**{lever.field: lever.clamp(lever.low)})
@@ -664,7 +381,7 @@ def _start_value(config: Any, lever: Lever, startup: Mapping[str, Any], engine: 
 
 
 def _record(run: Path, kind: str, step: int, phase: str, lever: Lever, changes: Mapping[str, Any],
-            measured: Mapping[str, Any], proposal: _Proposal | None, reason: str) -> dict[str, Any]:
+            measured: Mapping[str, Any], proposal: Proposal | None, reason: str) -> dict[str, Any]:
     row = {
         "kind": kind, "step": step, "phase": phase, "lever": lever.field, "value": changes.get(lever.field),
         "changes": json.dumps(dict(changes), sort_keys=True), **{k: v for k, v in measured.items() if k != "x"},
@@ -684,19 +401,14 @@ def _reuse(previous: pd.DataFrame, kind: str, phase: str, changes: Mapping[str, 
     return bool(not rows.empty and rows.iloc[-1]["changes"] == key)
 
 
-def _ratio(row: Mapping[str, Any]) -> float:
-    value = float(row.get("binding_ratio", 0.0))
-    return value if math.isfinite(value) else 0.0
-
-
 def _held(row: Mapping[str, Any]) -> bool:
     value = row.get("batch_held", True)  # tune.csv written before the column: counted
     return not (value is False or (isinstance(value, str) and value.lower() == "false"))
 
 
 def _pick(rows: Sequence[dict[str, Any]], noise: float, margin: float = 0.0) -> dict[str, Any] | None:
-    """The winner: the most objective measured under every limit with the room the margin asks
-    for (:func:`_room`); where no candidate has that room, the most objective measured under the
+    """The winner: the most objective measured under every limit with the room the margin asks for
+    (:func:`~glm5lib.tune.propose.limit_room`); where no candidate has that room, the most objective measured under the
     limits at all. A user who asks for a margin beyond the noise says one configuration's launches
     differ by that much on the host, so a candidate that met a limit with less room meets it again
     only by luck (real vLLM on two shared cores: 64 running met a 9 ms TPOT limit at 8.9 ms, then
@@ -708,11 +420,11 @@ def _pick(rows: Sequence[dict[str, Any]], noise: float, margin: float = 0.0) -> 
         return None
     # a level that never held the batch its load and cap allow is no winner while a steady one is
     feasible = [r for r in feasible if _held(r)] or feasible
-    feasible = [r for r in feasible if _ratio(r) <= _room(margin, noise)] or feasible
+    feasible = [r for r in feasible if binding_ratio(r) <= limit_room(margin, noise)] or feasible
     top = max(float(r["objective"]) for r in feasible)
     # within half the noise of the top, the one with the most room under its limits measures again
     near = [r for r in feasible if float(r["objective"]) >= top * (1.0 - noise / 2)]
-    best = min(near, key=lambda r: (_ratio(r), -float(r["objective"])))
+    best = min(near, key=lambda r: (binding_ratio(r), -float(r["objective"])))
     out = {k: best.get(k) for k in ("phase", "objective", "output_throughput", "goodput", "slo_met",
                                     "binding_limit", "binding_ratio", "running", "batch_held", "held_note")}
     out["changes"] = json.loads(best["changes"])
@@ -722,7 +434,8 @@ def _pick(rows: Sequence[dict[str, Any]], noise: float, margin: float = 0.0) -> 
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
 
 
-def _save_best(config: Any, run: Path, best: Mapping[str, Any] | None, lever: Lever, goal: Goal) -> Path | None:
+def save_best(config: Any, run: Path, best: Mapping[str, Any] | None, lever: Lever, goal: Goal) -> Path | None:
+    """``best``'s changes to ``config`` saved as the run's ``tune-best.json`` (None: no winner)."""
     if best is None:
         return None
     path = run / rundir.TUNE_BEST
@@ -817,7 +530,7 @@ def tune(config: Any, run_dir: str | Path, goal: Goal, workload: Workload, *, ba
     else:
         stopped = f"the budget of {max_launches} launches is spent"
     best = _pick(search.rows, opts.noise, opts.margin)
-    path = _save_best(config, run, best, lever, goal)
+    path = save_best(config, run, best, lever, goal)
     return TuneResult("tune", goal, lever, pd.DataFrame(search.rows), best, launches, stopped, path)
 
 
@@ -836,7 +549,7 @@ class _Search:
     measured: list[dict[str, Any]] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
 
-    def take(self, folder: Path, changes: Mapping[str, Any], step: int, kind: str, proposal: _Proposal | None,
+    def take(self, folder: Path, changes: Mapping[str, Any], step: int, kind: str, proposal: Proposal | None,
              reason: str) -> None:
         """Read one measured candidate into the landscape and ``tune.csv``."""
         result = _evaluate(folder, self.goal, self.workload, self.phases)
@@ -852,19 +565,17 @@ class _Search:
             self.measured.append(result)
         self.rows.append(_record(self.run, kind, step, folder.name, lever, changes, result, proposal, reason))
 
-    def first(self, start: float | None, why: str) -> _Proposal:
+    def first(self, start: float | None, why: str) -> Proposal:
         """The first candidate: the configuration as given, else the middle of the safe range."""
         lever = self.lever
         if start is not None:
-            return _Proposal(start, f"the configuration as given, to read which limit binds ({why})")
-        return _Proposal(float(np.sqrt(float(lever.low) * float(lever.high))), f"the middle of the safe range ({why})")
+            return Proposal(start, f"the configuration as given, to read which limit binds ({why})")
+        return Proposal(float(np.sqrt(float(lever.low) * float(lever.high))), f"the middle of the safe range ({why})")
 
-    def again(self, noise: float) -> _Proposal | None:
-        """A candidate that met the limits with more objective than every steady one, but whose batch
-        swung (figures not its steady ones), measured once more where launches remain: in a closed
-        loop of equal requests the batch forms cohorts by chance, and one launch's swing is no
-        verdict on the value (the stand-in's 511 running swung 16-511 in one launch, held 512 in
-        another)."""
+    def again(self, noise: float) -> Proposal | None:
+        """A candidate that met the limits with more objective than every steady one but whose batch
+        swung, measured once more: one launch's swing is no verdict (the stand-in's 511 running
+        swung 16-511 in one launch, held 512 in another)."""
         rows = [r for r in self.rows if r["slo_met"] and math.isfinite(float(r["objective"]))]
         steady = max((float(r["objective"]) for r in rows if _held(r)), default=0.0)
         tried: dict[str, int] = {}
@@ -878,11 +589,11 @@ class _Search:
         value = json.loads(best["changes"]).get(self.lever.field)
         if value is None:
             return None
-        return _Proposal(float(value), f"{best['phase']} met every limit with {float(best['objective']):,.0f} but its "
+        return Proposal(float(value), f"{best['phase']} met every limit with {float(best['objective']):,.0f} but its "
                                        f"batch swung: measured again, once, for its steady figures")
 
-    def propose(self) -> _Proposal:
-        return _propose(self.land, self.lever, self.goal, self.measured, noise=self.options.noise,
+    def propose(self) -> Proposal:
+        return propose(self.land, self.lever, self.goal, self.measured, noise=self.options.noise,
                         margin=self.options.margin)
 
 

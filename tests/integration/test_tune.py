@@ -160,7 +160,7 @@ def test_a_command_engines_lever_says_what_it_limits():
 
 def test_one_measured_value_is_not_enough_for_the_model_to_end_the_search():
     from glm5lib.tune.levers import parse_lever
-    from glm5lib.tune.search import _propose
+    from glm5lib.tune.propose import propose as _propose
 
     lever = parse_lever("--cb-max-batch-tokens=32:2048", [])
     goal = tune.Goal.parse(["median_tpot_ms<=120"])
@@ -275,3 +275,45 @@ def test_goodput_counts_the_requests_within_every_per_request_limit(standin):
     assert everyone == pytest.approx(len(done) / window)
     strict = tune.request_goodput(run / "tune-1", 1024, {"tpot_ms": float(tpot.median())})
     assert 0 < strict < everyone
+
+
+# -------------------------------------------------------------------------------- levers in turn
+def test_two_levers_in_turn_each_from_the_best_before_it_on_the_standin(tmp_path, capsys):
+    """``--lever`` twice: the prefill chunk first, from the configuration as given, then the cap from
+    the chunk's best (its phase copied in as ``start``, no launch), the launches shared."""
+    run = tmp_path / "turns"
+    cfg = tmp_path / "capped.json"
+    ServerConfig.load("glm5-baseline").with_changes(max_running_requests=32, chunked_prefill_size=512).save(cfg)
+    rc = main(["tune", "--backend", "sim", "--config", str(cfg), "--run-dir", str(run), "-c", "128",
+               "--input-len", "2048", "--output-len", "128", "--duration", "6", "--slo", "median_tpot_ms<=160",
+               "--lever", "chunked_prefill_size=512:8192", "--lever", "max_running_requests=8:128",
+               "--max-launches", "4", "--json", "--quiet"])
+    data = json.loads(capsys.readouterr().out)
+    assert rc == 0 and 2 <= data["launches"] <= 4
+    phases = [c["phase"] for c in data["candidates"]]
+    first = [p for p in phases if p.startswith("lever-1-chunked_prefill_size/")]
+    second = [p for p in phases if p.startswith("lever-2-max_running_requests/")]
+    assert first and second and phases == first + second
+    assert second[0] == "lever-2-max_running_requests/start"
+    launched = [p for p in phases if not p.endswith("/start")]
+    assert len(launched) == data["launches"]  # the start point is the chunk's best, read again
+    chunk_rows = [c for c in data["candidates"] if c["phase"] in first]
+    start = next(c for c in data["candidates"] if c["phase"] == second[0])
+    picked = next(c for c in chunk_rows if c["objective"] == start["objective"])  # the same phase, read again
+    assert picked["slo_met"] and json.loads(start["changes"]) == {**json.loads(picked["changes"]),
+                                                                  "max_running_requests": 32}
+    assert all("chunked_prefill_size" in json.loads(c["changes"]) for c in data["candidates"] if c["phase"] in second)
+    best = data["best"]
+    assert set(best["changes"]) == {"chunked_prefill_size", "max_running_requests"} and best["slo_met"]
+    assert best["objective"] >= max(c["objective"] for c in chunk_rows if c["slo_met"]) * 0.97
+    saved = ServerConfig.load(run / rundir.TUNE_BEST)
+    assert saved.get("chunked_prefill_size") == best["changes"]["chunked_prefill_size"]
+    assert saved.get("max_running_requests") == best["changes"]["max_running_requests"]
+    assert len(pd.read_csv(run / rundir.TUNE_CSV)) == len(phases)
+
+
+def test_levers_in_turn_refuse_a_budget_short_of_one_launch_each(tmp_path):
+    with pytest.raises(ConfigError, match="at least one per lever"):
+        tune.tune_in_turn(ServerConfig.load("glm5-baseline"), tmp_path, tune.Goal.parse([LIMIT]), _workload(),
+                          levers=["chunked_prefill_size", "max_running_requests"], max_launches=1)
+    assert not any(tmp_path.iterdir())

@@ -597,7 +597,7 @@ def test_the_check_for_engine_products_can_fail():
 SOLVER_CALLS = ("lstsq", "polyfit", "curve_fit", "least_squares", "lsq_linear", "minimize")
 SOLVER_ALLOWED = {
     ("glm5lib.stepmodel", "lstsq"): "the one solver itself (non-negative least squares by active set)",
-    ("glm5lib.tune.search", "polyfit"): "the parabola through three measured latency ratios where a tuning "
+    ("glm5lib.tune.propose", "polyfit"): "the parabola through three measured latency ratios where a tuning "
                                         "bracket crosses its limit: exact interpolation of measurements, no model",
 }
 

@@ -62,7 +62,7 @@ def _measured(x: float, objective: float, tpot: float, limit: float) -> dict:
 def test_a_wide_bracket_around_the_limit_is_narrowed_before_the_search_ends():
     from glm5lib import tune
     from glm5lib.tune.model import Landscape, Point
-    from glm5lib.tune.search import _propose
+    from glm5lib.tune.propose import propose as _propose
 
     lever = tune.parse_lever("max_running_requests=64:1024", tune.engine_levers("sim"))
     goal = tune.Goal.parse(["median_tpot_ms<=250"])
@@ -84,7 +84,7 @@ def test_a_wide_bracket_around_the_limit_is_narrowed_before_the_search_ends():
 def test_a_candidate_that_met_the_limit_without_the_margins_room_does_not_end_the_search():
     from glm5lib import tune
     from glm5lib.tune.model import Landscape, Point
-    from glm5lib.tune.search import _propose
+    from glm5lib.tune.propose import propose as _propose
 
     lever = tune.parse_lever("max_num_seqs=1:64", tune.engine_levers("vllm"))
     goal = tune.Goal.parse(["median_tpot_ms<=9"])
@@ -104,7 +104,7 @@ def test_a_candidate_that_met_the_limit_without_the_margins_room_does_not_end_th
 def _near_miss_proposal(ratio_at_28: float, noise: float = 0.1):
     from glm5lib import tune
     from glm5lib.tune.model import Landscape, Point
-    from glm5lib.tune.search import _propose
+    from glm5lib.tune.propose import propose as _propose
 
     lever = tune.parse_lever("max_num_seqs=1:64", tune.engine_levers("vllm"))
     limit = 10.57
