@@ -12,7 +12,8 @@ fix measured is set beside the measurement: error (predicted / measured - 1), th
 whether the forecast was given (band within +/-30%) and whether the measured level held its batch.
 The summary gives, per engine, the median and worst absolute error over the levels whose forecast
 was given and whose batch held, and how many were not forecast (a model that withholds everything
-scores no error: count both).
+scores no error: count both); and the mean TTFT forecast's median and worst absolute error against the
+level's mean TTFT, over every level beyond one request.
 
 Shipped pairs (``data/examples``): real SGLang 0.5.16 on one H200, cap 64 -> 1,024 with CUDA graphs
 kept and with the seed's graphs-off fix (``h200-sglang``, phases ``fix`` and ``fix-graphs-off``),
@@ -152,6 +153,12 @@ def evaluate(title: str, run: Path, changes: dict[str, Any], phase: str = "fix",
     return frame
 
 
+def _abs(part: pd.DataFrame, how: str) -> str:
+    """The TTFT forecast's absolute error over ``part``'s levels beyond one request (``how``: median or max)."""
+    errors = part.loc[part["concurrency"] > 1, "ttft_error"].dropna().abs()
+    return f"{getattr(errors, how)():.0%}" if len(errors) else "-"
+
+
 def _sets(items: list[str]) -> dict[str, Any]:
     out = {}
     for item in items or []:
@@ -260,11 +267,15 @@ def main(argv: list[str] | None = None) -> int:
                            "error": float(r["error"]), "band": float(r["band"]), "given": bool(r["given"]),
                            "held": None if held is None or pd.isna(held) else bool(held),
                            "inside_band": bool(r["inside_band"]),
-                           "net_error": None if pd.isna(r["error_net_of_drift"]) else float(r["error_net_of_drift"])})
+                           "net_error": None if pd.isna(r["error_net_of_drift"]) else float(r["error_net_of_drift"]),
+                           "ttft_error": float(r["ttft_predicted_ms"] / r["ttft_measured_ms"] - 1.0)
+                           if pd.notna(r.get("ttft_predicted_ms")) and pd.notna(r.get("ttft_measured_ms"))
+                           and r["ttft_measured_ms"] > 0 else None})
     table = pd.DataFrame(levels)
     print("\n== forecast error per pair and level (error: predicted / measured - 1; band: half-width)")
     shown = table.assign(error=table["error"].map(lambda e: f"{e:+.0%}"), band=table["band"].map(lambda b: f"{b:.0%}"),
-                         net_error=table["net_error"].map(lambda e: "-" if e is None or pd.isna(e) else f"{e:+.0%}"))
+                         net_error=table["net_error"].map(lambda e: "-" if e is None or pd.isna(e) else f"{e:+.0%}"),
+                         ttft_error=table["ttft_error"].map(lambda e: "-" if e is None or pd.isna(e) else f"{e:+.0%}"))
     print(shown.drop(columns=["engine"]).to_string(index=False))
     print("\n== per engine, over the levels whose forecast was given and whose batch held")
     summary = []
@@ -277,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
             "worst_abs_error": f"{judged['error'].abs().max():.0%}" if len(judged) else "-",
             "inside_band": f"{int(judged['inside_band'].sum())}/{len(judged)}",
             "widest_given_band": f"{part[part['given']]['band'].max():.0%}" if part["given"].any() else "-",
+            # the mean TTFT forecast against the level's mean, over every level beyond one request
+            "ttft_median_abs_error": _abs(part, "median"), "ttft_worst_abs_error": _abs(part, "max"),
         })
     print(pd.DataFrame(summary).to_string(index=False))
     if tmp is not None:
