@@ -310,14 +310,13 @@ def _flat_probe(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever,
     if not steps or float(steps[-1]["x"]) != top:
         return None
     last = steps[-1]
-    if len({float(t) for t in b.taken}) < 2 and last["slo_met"]:
-        return None  # one value measured, meeting the limits: twice it is _probe's, with its own words
+
     def ratio(m: Mapping[str, Any]) -> float:  # the most-used limit's measured value over the limit
         found = [float(m[lim.metric]) / lim.value for lim in goal.limits if m.get(lim.metric) is not None]
         return max((r for r in found if math.isfinite(r)), default=0.0)
 
     lower = False
-    if len(steps) >= 2:
+    if len(steps) >= 2 and float(last["x"]) >= 1.5 * float(steps[-2]["x"]):  # the last step was a doubling
         prev = steps[-2]
         lower = ratio(last) < ratio(prev) * (1 - noise)
         higher = bool(last["slo_met"]) and float(last["objective"]) > float(prev["objective"]) * (1 + noise)
@@ -331,8 +330,9 @@ def _flat_probe(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever,
     if not top < x < b.ceiling:
         return None
     _, p, _ = min(unsure, key=lambda u: abs(math.log(u[0] / x)))
-    return Proposal(x, f"the model's point does not move along {lever.field} beyond {top:g} "
-                       f"({p.needs or 'no term for it'}): measuring twice the largest value measured",
+    what = (f"one value of {lever.field} measured and the model forecasts nothing beyond it" if len(steps) == 1
+            else f"the model's point does not move along {lever.field} beyond {top:g}")
+    return Proposal(x, f"{what} ({p.needs or 'no term for it'}): measuring twice the largest value measured",
                     p.objective, math.nan, "probe")
 
 

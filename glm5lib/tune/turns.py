@@ -11,6 +11,14 @@ best's phase its first point at no launch (copied in as ``start``). The launches
 lever may spend its share of what is left (the rest divided by the levers still to search), and a
 lever whose search stops early leaves the rest to the next.
 
+It is a search one lever at a time: each lever is chosen at the values the levers after it had as
+given, and the best of the first need not stay best once a later one moves. On the stand-in (GLM-5's
+profile, a cap of 32 and a chunk of 512, 128 requests of 2,048+128 tokens, ``median_tpot_ms<=120``,
+6 launches) the chunk went to 2,048 (time per token 97.9 -> 83.5 ms at the cap of 32), then the cap to
+46 (664 tok/s), where the cap alone reached 53 (739 tok/s) in 4: a larger chunk cost the stand-in time
+per token at caps above 50. Name the lever whose limit binds first (the diagnosis's leading finding),
+and compare with the other lever alone where launches allow.
+
 The result is one :class:`~glm5lib.tune.search.TuneResult` whose candidates are every lever's, each
 with the changes it was measured with in full, and whose best is the last lever's with the changes
 the earlier levers found; ``tune.csv`` and ``tune-best.json`` in the run folder hold them.
