@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import shutil
 import statistics
 import subprocess
 import sys
@@ -141,7 +142,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="the grid's and the tuner's lengths drawn in [len x RATIO, len]: lengths that differ "
                          "break the cohorts a closed loop of equal requests forms (1: all equal)")
     ap.add_argument("--lever", default="max_running_requests",
-                    help="the SGLang field the grid and the tuner move (FIELD or FIELD=LOW:HIGH, as glm5 tune --lever)")
+                    help="the SGLang field the grid and the tuner move (FIELD or FIELD=LOW:HIGH, as glm5 tune --lever); "
+                         "comma-separated, the tuner searches them in turn (glm5lib.tune.tune_in_turn)")
+    ap.add_argument("--evidence", default=None,
+                    help="a phase folder measured at the tuner's load, copied in as the tuner's first point (no launch)")
     ap.add_argument("--slo", default="median_tpot_ms<=20")
     ap.add_argument("--max-launches", type=int, default=4)
     ap.add_argument("--steps", default="baseline,predict,fix,fix-graphs-off,next,grid,tune")
@@ -277,10 +281,20 @@ def main(argv: list[str] | None = None) -> int:
                                    measure=timed_measure(run / "grid"))
                 print(result.candidates.to_string())
             elif step == "tune":
-                # the baseline's cap is the first point when the capped baseline ran at this load
-                result = tune.tune(base_cfg, run / "tune", goal, load, backend=args.backend,
-                                   levers=[args.lever], max_launches=args.max_launches,
-                                   measure=timed_measure(run / "tune"))
+                levers = args.lever.split(",")
+                first = None
+                if args.evidence:  # a phase already measured at this load: the first point, at no launch
+                    first = "evidence"
+                    if not (run / "tune" / first).exists():
+                        shutil.copytree(args.evidence, run / "tune" / first)
+                if len(levers) > 1:  # each lever's phases in a folder of its own, launched by the default measure
+                    result = tune.tune_in_turn(base_cfg, run / "tune", goal, load, levers=levers, backend=args.backend,
+                                               max_launches=args.max_launches, evidence_phase=first,
+                                               model=args.model, ready_timeout=420)
+                else:
+                    result = tune.tune(base_cfg, run / "tune", goal, load, backend=args.backend, levers=levers,
+                                       max_launches=args.max_launches, evidence_phase=first,
+                                       measure=timed_measure(run / "tune"))
                 data = result.to_dict()
                 if result.best is not None:
                     data["recheck"] = tune.search.recheck(base_cfg, run / "tune", goal, load, result,
