@@ -144,13 +144,15 @@ def _handler(args: argparse.Namespace) -> int:
     else:
         if args.grid_values:
             raise ConfigError("--grid-values needs --grid", field="grid")
-        result = tn.tune(config, run, goal, workload, backend=backend, max_launches=args.max_launches,
-                         levers=args.lever, evidence_phase=args.phase if evidence is not None and
-                         evidence.parent.resolve() == run.resolve() else None, noise=args.noise,
-                         margin=args.margin, **launch) if len(args.lever or []) < 2 else tn.tune_in_turn(
-            config, run, goal, workload, levers=args.lever, backend=backend, max_launches=args.max_launches,
-            evidence_phase=args.phase if evidence is not None and evidence.parent.resolve() == run.resolve() else None,
-            options=tn.SearchOptions(noise=args.noise, margin=args.margin), **launch)
+        # the phase the run was given is the first point where it was measured in this run folder
+        first = args.phase if evidence is not None and evidence.parent.resolve() == run.resolve() else None
+        options = tn.SearchOptions(levers=args.lever, noise=args.noise, margin=args.margin)
+        if len(args.lever or []) < 2:
+            result = tn.tune(config, run, goal, workload, backend=backend, max_launches=args.max_launches,
+                             evidence_phase=first, options=options, **launch)
+        else:
+            result = tn.tune_in_turn(config, run, goal, workload, levers=args.lever, backend=backend,
+                                     max_launches=args.max_launches, evidence_phase=first, options=options, **launch)
     data = result.to_dict()
     if args.recheck and result.best is not None:
         data["recheck"] = tn.search.recheck(config, run, goal, workload, result, backend=backend, **launch)

@@ -73,8 +73,13 @@ def _probe(lever: Lever, taken: Sequence[float], ceiling: float, best: float | N
     rests on two measurements before it may end the search; None otherwise."""
     if best is None or len({float(t) for t in taken}) != 1:
         return None
-    x = lever.clamp(min(float(lever.high), 2.0 * float(taken[0])))
-    return float(x) if float(taken[0]) < float(x) < ceiling else None
+    return _doubled(lever, float(taken[0]), ceiling)
+
+
+def _doubled(lever: Lever, value: float, ceiling: float) -> float | None:
+    """Twice ``value`` within the lever's bounds, where that is above it and under ``ceiling``."""
+    x = float(lever.clamp(min(float(lever.high), 2.0 * value)))
+    return x if value < x < ceiling else None
 
 
 def _bracket(lever: Lever, measured: Sequence[dict[str, Any]], ceiling: float, target: float,
@@ -296,8 +301,8 @@ def _flat_probe(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever,
                 measured: Sequence[dict[str, Any]], b: _Bounds, noise: float) -> Proposal | None:
     """The model forecasts no value of the lever beyond the largest measured (it has no term for it
     here, as for a prefill chunk without the engine's benchmark): a value next to the evidence reads
-    about the same, and no band says whether one could meet the limits. Twice the largest value measured says how the lever
-    moves (a chunk's forwards per prompt halve: on one H100, 256 -> 512 -> 1,024 under 1,024-token
+    about the same, and no band says whether one could meet the limits. Twice the largest value
+    measured says how the lever moves (a chunk's forwards per prompt halve: on one H100, 256 -> 512 -> 1,024 under 1,024-token
     prompts took median TPOT at 64 requests from 17.2 to 13.6 and 11.7 ms). Where the last doubling did
     not help (the binding limit's ratio no lower by more than the noise, the objective no higher while
     meeting the limits) the search ends: what is left would be read next to the evidence."""
@@ -311,9 +316,10 @@ def _flat_probe(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever,
         return None
     last = steps[-1]
 
-    def ratio(m: Mapping[str, Any]) -> float:  # the most-used limit's measured value over the limit
-        found = [float(m[lim.metric]) / lim.value for lim in goal.limits if m.get(lim.metric) is not None]
-        return max((r for r in found if math.isfinite(r)), default=0.0)
+    def ratio(m: Mapping[str, Any]) -> float:  # the binding limit's measured value over the limit
+        binding = goal.binding(m)
+        r = binding.ratio(m) if binding is not None else math.nan
+        return r if math.isfinite(r) else 0.0
 
     lower = False
     if len(steps) >= 2 and float(last["x"]) >= 1.5 * float(steps[-2]["x"]):  # the last step was a doubling
@@ -326,8 +332,8 @@ def _flat_probe(options: Sequence[tuple], unsure: Sequence[tuple], lever: Lever,
                                   "than the noise")
     if last["slo_met"] and ratio(last) > b.need and not lower:
         return None  # the largest value already uses the room under its binding limit, and raising it used more
-    x = float(lever.clamp(min(float(lever.high), 2.0 * top)))
-    if not top < x < b.ceiling:
+    x = _doubled(lever, top, b.ceiling)
+    if x is None:
         return None
     _, p, _ = min(unsure, key=lambda u: abs(math.log(u[0] / x)))
     what = (f"one value of {lever.field} measured and the model forecasts nothing beyond it" if len(steps) == 1

@@ -77,7 +77,8 @@ class SearchOptions:
     to them as a keyword of its own)."""
 
     #: the lever to search, as ``--lever`` takes it (``FIELD`` or ``FIELD=LOW:HIGH``; the first
-    #: counts); None: the lever the goal's limits point at
+    #: counts here, :func:`~glm5lib.tune.turns.tune_in_turn` takes several); None: the lever the goal's
+    #: limits point at
     levers: Sequence[str] | None = None
     #: the engine release whose levers apply (None: the configuration's)
     release: str | None = None

@@ -26,6 +26,7 @@ the earlier levers found; ``tune.csv`` and ``tune-best.json`` in the run folder 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -66,7 +67,7 @@ def tune_in_turn(config: Any, run_dir: str | Path, goal: Goal, workload: Workloa
     ``launch`` as :func:`~glm5lib.tune.search.tune` takes them; ``evidence_phase``, a phase of ``run_dir``
     measured at the target load, is the first lever's first point."""
     if not levers or isinstance(levers, str):
-        raise ConfigError("levers: name two or more, in the order to search them (--lever A --lever B)",
+        raise ConfigError("levers: name them in the order to search them (--lever A --lever B)",
                           field="lever")
     if not (isinstance(max_launches, int) and max_launches >= len(levers)):
         raise ConfigError(f"--max-launches {max_launches!r} must be at least one per lever ({len(levers)})",
@@ -79,7 +80,7 @@ def tune_in_turn(config: Any, run_dir: str | Path, goal: Goal, workload: Workloa
     if start is not None and not (start / rundir.SWEEP).is_file():
         raise ConfigError(f"phase {evidence_phase!r} of {run} has no {rundir.SWEEP}", field="phase")
     spent = 0
-    results: list[tuple[TuneResult, dict[str, Any]]] = []
+    results: list[tuple[TuneResult, dict[str, Any], str]] = []
     for n, text in enumerate(levers, 1):
         field = text.split("=", 1)[0].lstrip("-").replace("-", "_")
         stage = STAGE.format(n=n, field=field)
@@ -89,10 +90,9 @@ def tune_in_turn(config: Any, run_dir: str | Path, goal: Goal, workload: Workloa
         result = tune(_with(config, before, backend), run / stage, goal, workload, backend=backend, max_launches=share,
                       evidence_phase=evidence, measure=_stage_measure(measure, config, run / stage, before,
                                                                        backend=backend, workload=workload, **launch),
-                      options=SearchOptions(levers=[text], release=opts.release, noise=opts.noise,
-                                            margin=opts.margin, use_model=opts.use_model))
+                      options=dataclasses.replace(opts, levers=[text]))
         spent += result.launches
-        results.append((result, before))
+        results.append((result, before, stage))
         if result.best is None:
             break
         found = {**before, **result.best["changes"]}
@@ -132,12 +132,11 @@ def _carry(best: Path, stage_dir: Path) -> str:
     return START
 
 
-def _combined(config: Any, run: Path, goal: Goal, results: Sequence[tuple[TuneResult, dict[str, Any]]],
+def _combined(config: Any, run: Path, goal: Goal, results: Sequence[tuple[TuneResult, dict[str, Any], str]],
               launches: int) -> TuneResult:
     """Every lever's candidates with their changes in full, and the last winner with the earlier levers' changes."""
     frames, best = [], None
-    for n, (result, before) in enumerate(results, 1):
-        stage = STAGE.format(n=n, field=result.lever.field)
+    for result, before, stage in results:
         frame = result.candidates.copy()
         if not frame.empty:
             frame["changes"] = [json.dumps({**before, **json.loads(c)}) for c in frame["changes"]]
@@ -148,7 +147,7 @@ def _combined(config: Any, run: Path, goal: Goal, results: Sequence[tuple[TuneRe
                     "phase": f"{stage}/{result.best['phase']}"}
     candidates = pd.concat(frames, ignore_index=True)
     candidates.to_csv(run / rundir.TUNE_CSV, index=False)
-    stopped = "; ".join(f"{r.lever.field}: {r.stopped}" for r, _ in results)
+    stopped = "; ".join(f"{r.lever.field}: {r.stopped}" for r, _, _ in results)
     last = results[-1][0]
     return TuneResult("tune", goal, last.lever, candidates, best, launches, stopped,
                       save_best(config, run, best, last.lever, goal))

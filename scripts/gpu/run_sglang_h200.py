@@ -277,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             elif step == "grid":
                 values = [int(v) for v in args.grid.split(",")]
                 result = tune.grid(base_cfg, run / "grid", goal, load, backend=args.backend,
-                                   levers=[args.lever], values=values,
+                                   levers=args.lever.split(",")[:1], values=values,
                                    measure=timed_measure(run / "grid"))
                 print(result.candidates.to_string())
             elif step == "tune":

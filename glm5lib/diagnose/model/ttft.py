@@ -61,8 +61,8 @@ def fit_ttft(levels: Sequence, queued_for_prefill: Callable[[object], bool]) -> 
     if not rows:
         return None
     if len({r[0] for r in rows}) < 2:
-        return TtftLine(float(np.median([r[1] for r in rows])), 0.0,
-                        (rows[0][0], float(np.median([r[1] for r in rows]))) if rows[0][0] > 0 else None)
+        flat = float(np.median([r[1] for r in rows]))
+        return TtftLine(flat, 0.0, (rows[0][0], flat) if rows[0][0] > 0 else None)
     alone = [r for r in rows if r[2]]
     loaded = [r for r in rows if not r[2] and (not alone or r[0] > alone[0][0])]
     if alone and loaded:
