@@ -232,13 +232,14 @@ def main(argv: list[str] | None = None) -> int:
     base_cfg = ServerConfig.load(cfg_path)
 
     def timed_measure(folder: Path):
-        inner = tune.search.default_measure(base_cfg, backend=args.backend, run_dir=folder, workload=load,
-                                            model=args.model, ready_timeout=420)
-
         def measure(changes, phase, extra=()):
             plan.need(1, 0)
             started = time.monotonic()
-            out = inner(changes, phase, extra)
+            # a lever searched in turn asks for its phase by its path under the folder (lever-1-FIELD/tune-2)
+            sub, _, name = phase.rpartition("/")
+            inner = tune.search.default_measure(base_cfg, backend=args.backend, run_dir=folder / sub, workload=load,
+                                                model=args.model, ready_timeout=420)
+            out = inner(changes, name, extra)
             plan.state["launches"].append({"step": f"{folder.name}/{phase}", "changes": changes,
                                            "seconds": round(time.monotonic() - started, 1)})
             plan.save()
@@ -287,10 +288,10 @@ def main(argv: list[str] | None = None) -> int:
                     first = "evidence"
                     if not (run / "tune" / first).exists():
                         shutil.copytree(args.evidence, run / "tune" / first)
-                if len(levers) > 1:  # each lever's phases in a folder of its own, launched by the default measure
+                if len(levers) > 1:  # each lever's phases in a folder of its own (lever-N-FIELD/tune-K), timed
                     result = tune.tune_in_turn(base_cfg, run / "tune", goal, load, levers=levers, backend=args.backend,
                                                max_launches=args.max_launches, evidence_phase=first,
-                                               model=args.model, ready_timeout=420)
+                                               measure=timed_measure(run / "tune"))
                 else:
                     result = tune.tune(base_cfg, run / "tune", goal, load, backend=args.backend, levers=levers,
                                        max_launches=args.max_launches, evidence_phase=first,
