@@ -41,8 +41,8 @@ from glm5lib.diagnose.model import MAX_BAND
 from glm5lib.diagnose.prediction import unseen_fields, written_changes
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.levels import per_level
-from glm5lib.loadgen.quality import level_window
 from glm5lib.report._files import clean, fmt, read_csv, read_json
+from glm5lib.report.quality import level_window
 
 __all__ = ["frames_and_summary", "list_phases", "phase_roles", "reading", "summarize", "verdict"]
 

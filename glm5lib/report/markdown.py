@@ -14,10 +14,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from glm5lib import rundir
-from glm5lib.loadgen.quality import SHORT_WINDOW
 from glm5lib.report._files import fmt
 from glm5lib.report.conclude import AFTER, BEFORE, verdict
 from glm5lib.report.figures import TITLES
+from glm5lib.report.quality import SHORT_WINDOW
 
 __all__ = ["SECTIONS", "level_table", "markdown_table", "render_markdown", "setting"]
 

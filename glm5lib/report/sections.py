@@ -35,7 +35,7 @@ Provider = Callable[..., "str | None"]
 
 #: Contributed sections, one line each: "package.module:function".
 PROVIDERS: list[str | Provider] = [
-    "glm5lib.loadgen.quality:section_markdown",  # measurement quality per level
+    "glm5lib.report.quality:section_markdown",  # measurement quality per level
     "glm5lib.diagnose.prediction:section_markdown",  # the performance model's forecast beside the measurement
     "glm5lib.tune.report:section_markdown",  # the tuner's candidates, the winner and its figure
     "glm5lib.diagnose.section:section_markdown",  # each level's scheduler figures, the leading limit

@@ -235,7 +235,7 @@ def test_the_measurement_quality_section_marks_prompts_off_length_and_levels_not
     import pandas as pd
 
     from glm5lib import rundir
-    from glm5lib.loadgen.quality import section_markdown
+    from glm5lib.report.quality import section_markdown
 
     assert section_markdown(tmp_path) is None  # no phase
     phase = tmp_path / "fix"

@@ -28,7 +28,7 @@ PHASE_FILES = frozenset({"CONFIG", "COMMAND", "SERVER_INFO", "SERVER_LOG", "SWEE
 READERS = frozenset({"read_csv", "read_json", "read_table", "read_text", "read_bytes", "open", "parse_log",
                      "load_config", "load_sweep", "load_requests", "_read_json", "_args_from_json_file"})
 #: the readers of a phase: every module of these packages, and these modules
-CHECKED = ("diagnose", "report", "tune", "loadgen/quality.py")
+CHECKED = ("diagnose", "report", "tune")
 #: the one reading itself
 READING = "glm5lib.diagnose.evidence"
 #: functions that read a phase's file themselves, each with why
@@ -36,9 +36,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("glm5lib.diagnose.references", "_args_from_folder"):
         "the configuration of a reference (a shipped reference run, or another run's folder the user compares "
         "with) read under the reference's own name: what the phase is compared with, not the phase's evidence",
-    ("glm5lib.loadgen.quality", "_sweep"):
-        "the measurement-quality section called alone, outside a report, in the load generator's layer below the "
-        "evidence: it reads the sweep itself; in the report it is given the report's reading (``phases``)",
 }
 
 

@@ -155,8 +155,7 @@ def test_writing_the_whole_report_reads_each_phase_once(tmp_path, monkeypatch):
 
 def test_a_section_given_the_reports_reading_takes_the_phases_from_it(tmp_path, monkeypatch):
     from glm5lib.diagnose import section
-    from glm5lib.loadgen import quality
-    from glm5lib.report import sections
+    from glm5lib.report import quality, sections
 
     run = _measured_run(tmp_path)
     phases = conclude.reading()

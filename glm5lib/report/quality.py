@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pandas as pd
 
 from glm5lib import rundir
+from glm5lib.diagnose.evidence import EvidenceCache
 from glm5lib.errors import ConfigError, DiagnosisError
 from glm5lib.loadgen.metrics import SUB_CYCLE
-
-if TYPE_CHECKING:
-    from glm5lib.diagnose.evidence import EvidenceCache
 
 __all__ = ["SHORT_WINDOW", "level_window", "section_markdown"]
 
@@ -95,21 +93,22 @@ def _row(level: pd.Series) -> str:
             f"{client} |")
 
 
-def _sweep(folder: Path, phases: EvidenceCache | None) -> pd.DataFrame | None:
-    """A phase's sweep: from its evidence as the report read it (``phases``), else (the section
-    alone, outside a report) from its ``sweep.csv``; None where it cannot be read."""
+def _sweep(folder: Path, phases: EvidenceCache) -> pd.DataFrame | None:
+    """A phase's sweep, from its evidence; None where it cannot be read."""
     try:
-        return phases.load(folder).sweep if phases is not None else pd.read_csv(folder / rundir.SWEEP)
+        return phases.load(folder).sweep
     except (DiagnosisError, ConfigError, OSError, ValueError, KeyError):  # pandas' parser errors are ValueErrors
         return None
 
 
 def section_markdown(run_dir: str | Path, phases: EvidenceCache | None = None) -> str | None:
     """The section for every phase of ``run_dir`` whose sweep recorded these figures; None when none
-    did. ``phases``: the report's reading of the phases, whose evidence holds each sweep."""
+    did. ``phases``: the report's reading of the phases, whose evidence holds each sweep (the section
+    called alone reads each phase once itself, the tables it cannot read left out, as the report does)."""
     run = Path(run_dir)
     if not run.is_dir():
         return None
+    phases = phases or EvidenceCache(partial=True)
     lines = [TITLE, "",
              "Prompt tokens asked -> counted by the server, whether each level reached a steady state (a level "
              "that did not is measured whole), requests that measured a TPOT, and the client's self-check.", ""]
