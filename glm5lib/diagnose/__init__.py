@@ -67,6 +67,7 @@ from glm5lib.diagnose.rules import (  # noqa: F401  (re-exported: __all__ below 
     rule_kv_capacity,
     rule_load_bound,
     rule_prefill_budget,
+    rule_prefill_graph,
     rule_reference_diff,
     rule_retraction_churn,
     rule_saturation,

@@ -19,6 +19,7 @@ The registry in :mod:`glm5lib.engines` holds one adapter per engine folder.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -324,6 +325,10 @@ class Lever:
     #: what the lever mostly acts on: "running" (the batch), "prefill" (the per-step token
     #: budget) or "memory" (the KV pool)
     acts_on: str = "running"
+    #: the values the engine runs at full speed, where it has such (SGLang's prefill chunk: the
+    #: token counts it captures as prefill CUDA graphs; a chunk between two runs every full chunk
+    #: eager); () where every value in bounds is alike. A search measures only these.
+    grid: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ("int", "float"):
@@ -340,6 +345,20 @@ class Lever:
         v = min(max(float(value), float(self.low)), float(self.high))
         return round(v) if self.kind == "int" else round(v, 3)
 
+    def on_grid(self) -> list[float]:
+        """The values of :attr:`grid` within ``[low, high]``, in order; [] where the lever has no grid."""
+        return sorted({float(v) for v in self.grid if self.low <= v <= self.high})
+
+    def snap(self, value: float) -> float | int:
+        """``value`` clamped, then moved to the nearest value of the grid in bounds (in ratio; the
+        larger of two as near), where the lever has one."""
+        v = self.clamp(value)
+        values = self.on_grid()
+        if not values or v <= 0:
+            return v
+        best = min(values, key=lambda g: (abs(math.log(g / float(v))), -g))
+        return self.clamp(best)
+
     def check(self, value: Any) -> int | float:
         """``value`` as this lever's kind, or ConfigError naming the lever and its bounds."""
         bad = isinstance(value, bool) or not isinstance(value, (int, float))
@@ -353,7 +372,8 @@ class Lever:
 
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "kind": self.kind, "low": self.low, "high": self.high,
-                "description": self.description, "flag": self.flag, "step": self.step, "acts_on": self.acts_on}
+                "description": self.description, "flag": self.flag, "step": self.step, "acts_on": self.acts_on,
+                "grid": list(self.on_grid())}
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,11 @@ given, and the best of the first need not stay best once a later one moves. On t
 profile, a cap of 32 and a chunk of 512, 128 requests of 2,048+128 tokens, ``median_tpot_ms<=120``,
 6 launches) the chunk went to 2,048 (time per token 97.9 -> 83.5 ms at the cap of 32), then the cap to
 46 (664 tok/s), where the cap alone reached 53 (739 tok/s) in 4: a larger chunk cost the stand-in time
-per token at caps above 50. Name the lever whose limit binds first (the diagnosis's leading finding),
-and compare with the other lever alone where launches allow.
+per token at caps above 50. On one H100 under SGLang the order paid: the chunk first (2,048-4,096 at
+the cap of 32 took median TPOT from 19.5 to 13.3 ms), then the cap to 64 within 20 ms, 3,140 tok/s
+where the cap alone kept 1,566 (data/examples/h100-sglang-tune-in-turn, the chunk's search replayed on
+the sizes SGLang captures as prefill graphs). Name the lever whose limit binds first (the diagnosis's
+leading finding), and compare with the other lever alone where launches allow.
 
 The result is one :class:`~glm5lib.tune.search.TuneResult` whose candidates are every lever's, each
 with the changes it was measured with in full, and whose best is the last lever's with the changes

@@ -21,7 +21,12 @@ from glm5lib.diagnose.rules.admission import (
     rule_retraction_churn,
     rule_underfed,
 )
-from glm5lib.diagnose.rules.batch import rule_concurrency_cap, rule_cuda_graph, rule_kv_capacity
+from glm5lib.diagnose.rules.batch import (
+    rule_concurrency_cap,
+    rule_cuda_graph,
+    rule_kv_capacity,
+    rule_prefill_graph,
+)
 from glm5lib.diagnose.rules.crashes import rule_crashes
 from glm5lib.diagnose.rules.environment import rule_incompatibilities
 from glm5lib.diagnose.rules.limits import rule_load_bound, rule_token_budget
@@ -44,6 +49,7 @@ __all__ = [
     "rule_kv_capacity",
     "rule_load_bound",
     "rule_prefill_budget",
+    "rule_prefill_graph",
     "rule_reference_diff",
     "rule_retraction_churn",
     "rule_saturation",
@@ -60,6 +66,7 @@ RULES: list[Callable[[Evidence], list[Finding]]] = [
     rule_concurrency_cap,
     rule_kv_capacity,
     rule_cuda_graph,
+    rule_prefill_graph,
     rule_admission_reserve,
     rule_prefill_budget,
     rule_token_budget,

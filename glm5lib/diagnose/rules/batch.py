@@ -24,7 +24,7 @@ from glm5lib.diagnose.model import Recommendation, predict_remedy, recommend_run
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._queue import held_at_cap, offered_load
 
-__all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity"]
+__all__ = ["rule_concurrency_cap", "rule_cuda_graph", "rule_kv_capacity", "rule_prefill_graph"]
 
 
 def _noun(d) -> str:
@@ -442,3 +442,60 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
     ]
 
 
+
+
+def rule_prefill_graph(ev: Evidence) -> list[Finding]:
+    """Whole prefill chunks run eager because the chunk is not a size the engine captures as a graph.
+
+    An engine that captures prefill steps as CUDA graphs does so on a grid of token counts up to its
+    chunk (SGLang 0.5.16: every 4 to 32, 16 to 256, 32 to 512, 64 to 1,024, 256 to 4,096, 512
+    beyond); a chunk between two sizes runs each of its full chunks eager (on one H100, a 530-token
+    chunk read 13,600 prompt tok/s against 45,300 at 512, and the load's throughput fell 59%:
+    data/examples/h100-sglang-tune-in-turn). Read from the log's prefill lines alone: the largest
+    step that ran under a graph, and the steps above it that did not."""
+    p = ev.prefill
+    if p is None or p.empty or "cuda_graph" not in p or "new_token" not in p:
+        ev.skipped.append("prefill_graph: no prefill lines with a cuda graph field")
+        return []
+    if "rank" in p and p["rank"].nunique(dropna=True) > 1:
+        p = p[p["rank"].isna() | (p["rank"] == p["rank"].dropna().iloc[0])]
+    graph, tokens = _bool_col(p, "cuda_graph"), _col(p, "new_token")
+    if not graph.any():
+        return []  # no prefill step ran under a graph: none were captured (off, or a release without them)
+    largest = int(tokens[graph].max())
+    over = (~graph) & (tokens > largest)
+    chunk = ev.limits().get("prefill_chunk")
+    if over.sum() < 3 or over.sum() < 0.5 * (tokens > largest).sum():
+        return []
+    lever = next((lev for lev in ev.adapter().levers(ev.release) if lev.acts_on == "prefill" and lev.grid), None)
+    sizes = lever.on_grid() if lever is not None else []
+    known = isinstance(chunk, (int, float))
+    # the largest size captured under the chunk (the engine's grid), else the largest step seen under a graph
+    below = max((int(s) for s in sizes if known and s <= chunk), default=largest)
+    above = min((int(s) for s in sizes if known and s > chunk), default=None)
+    rate = _col(p, "input_throughput")
+    cost = ""
+    if rate[over].notna().any() and rate[graph].notna().any():
+        eager, graphed = float(rate[over].median()), float(rate[graph & (tokens > 0.5 * largest)].median())
+        if math.isfinite(graphed) and eager > 0:
+            cost = (f"; the log's input throughput on those steps was {eager:,.0f} prompt tok/s against "
+                    f"{graphed:,.0f} on graph steps of {largest // 2}-{largest} tokens ({graphed / eager:.1f}x)")
+    field = ev.adapter().capabilities.field("prefill_chunk") or "the prefill chunk"
+    sized = f"{chunk:g}" if isinstance(chunk, (int, float)) else "the prefill chunk"
+    choice = f"{below}" + (f" or {above}" if above else "")
+    return [
+        Finding(
+            finding=f"prefill steps of more than {below} tokens run without CUDA graphs",
+            evidence=(f"cuda graph: False on {int(over.sum())} of the {int((tokens > largest).sum())} prefill lines "
+                      f"of more than {largest} tokens (the largest step that ran under a graph), up to "
+                      f"{int(tokens[over].max())} tokens; the chunk is {sized}"
+                      + (f", and the largest size captured under it is {below}" if sizes and known else "") + cost),
+            suggestion=(f"set {field} to a size the engine captures as a prefill graph, {choice}: a chunk between "
+                        "two captured sizes runs every full chunk eager, and the decode steps waiting behind it "
+                        "take longer" + ("" if sizes else "; the engine's start-up log lists the sizes it captured")),
+            confidence=0.75,
+            rule="prefill_graph",
+            severity=0.4,
+            covers=("prefill_chunk",),
+        )
+    ]

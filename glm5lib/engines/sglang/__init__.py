@@ -27,6 +27,7 @@ from glm5lib.engines.sglang.config import (
     ServerConfig,
     catalogue,
     decode_graph_sizes,
+    prefill_graph_sizes,
     release_of,
 )
 from glm5lib.engines.sglang.limits import change_hook, defaults, limits_hook
@@ -119,15 +120,25 @@ _LEVERS: tuple[tuple[str, str, float, float, str, str, str], ...] = (
 )
 
 
+#: the field a release has where it captures prefill CUDA graphs by default (0.5.16's breakable
+#: backend); before it, piecewise prefill graphs were off unless asked for
+_PREFILL_GRAPHS = "cuda_graph_backend_prefill"
+
+
 def levers(release: str | None = None) -> list[Lever]:
-    """SGLang's tuning levers with safe bounds, under ``release``'s field and flag names."""
+    """SGLang's tuning levers with safe bounds, under ``release``'s field and flag names. Where the
+    release captures prefill CUDA graphs, the prefill chunk's values are the token counts it
+    captures: a chunk between two runs every full chunk eager."""
     cat = catalogue(release)
     out = []
     for name, kind, low, high, step, what, acts_on in _LEVERS:
         field = cat.field_name(name)
         if field is None:
             continue
-        out.append(Lever(field, kind, low, high, what, flag=cat.specs[field].flag, step=step, acts_on=acts_on))
+        grid = (tuple(float(v) for v in prefill_graph_sizes(int(high)))
+                if name == "chunked_prefill_size" and _PREFILL_GRAPHS in cat.specs else ())
+        out.append(Lever(field, kind, low, high, what, flag=cat.specs[field].flag, step=step, acts_on=acts_on,
+                         grid=grid))
     return out
 
 

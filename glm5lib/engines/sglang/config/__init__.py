@@ -40,6 +40,7 @@ from glm5lib.engines.sglang.config._graphs import (
     cuda_graphs_off,
     decode_graph_sizes,
     graphs_off_for,
+    prefill_graph_sizes,
 )
 from glm5lib.engines.sglang.config._releases import (
     BUNDLED_RELEASES,
@@ -110,6 +111,7 @@ __all__ = [
     "nearest_bundled",
     "norm",
     "parse_assignment",
+    "prefill_graph_sizes",
     "read_catalogue_file",
     "release_of",
     "resolved_fallback",

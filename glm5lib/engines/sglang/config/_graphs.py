@@ -1,12 +1,12 @@
 """CUDA graphs in SGLang's configuration: whether they are off, read from a server-args dict of any
-release, and the decode batch sizes it captures up to a ceiling."""
+release, and the decode batch sizes and prefill token counts it captures up to a ceiling."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["cuda_graphs_off", "decode_graph_sizes", "graphs_off_for"]
+__all__ = ["cuda_graphs_off", "decode_graph_sizes", "graphs_off_for", "prefill_graph_sizes"]
 
 
 def decode_graph_sizes(max_bs: int) -> list[int]:
@@ -18,6 +18,19 @@ def decode_graph_sizes(max_bs: int) -> list[int]:
     if max_bs not in out:
         out.append(int(max_bs))
     return sorted(set(out))
+
+
+def prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """The prefill token counts SGLang captures as CUDA graphs up to ``max_tokens`` (its prefill
+    graph ceiling, the chunked-prefill size by default): every 4 to 32, 16 to 256, 32 to 512, 64 to
+    1,024, 256 to 4,096 and 512 beyond (``_generate_prefill_cuda_graph_batch_sizes``, 0.5.16's
+    breakable prefill graphs; the piecewise graphs' ``--piecewise-cuda-graph-tokens`` before them).
+    The ceiling itself is not added: a prefill step of more tokens than the largest runs eager (on
+    one H100, a 530-token chunk took 5x a 512-token one's time per prompt token:
+    data/examples/h100-sglang-tune-in-turn)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, int(max_tokens) + 1, 512)]
+    return [s for s in sizes if s <= max_tokens]
 
 
 def cuda_graphs_off(server_args: Mapping[str, Any]) -> bool:
