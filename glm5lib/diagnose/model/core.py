@@ -48,7 +48,7 @@ from glm5lib.diagnose.model.curve import Curve, distinct_sizes, fit_curve
 from glm5lib.diagnose.model.frontend import BUSY_PCT, FrontEnd, fit_frontend
 from glm5lib.diagnose.model.graphs import Eager, pad, recorded_prior
 from glm5lib.diagnose.model.levels import LevelPoint, as_float, level_points
-from glm5lib.diagnose.model.prefill import PrefillForwards, read_prefill
+from glm5lib.diagnose.model.prefill import PrefillForwards, off_graph_sizes, read_prefill
 from glm5lib.diagnose.model.profile import StepProfile, lines_profile, read_profile
 from glm5lib.diagnose.model.ttft import TtftLine, fit_ttft
 from glm5lib.errors import ConfigError, DiagnosisError
@@ -492,6 +492,9 @@ class PerfModel:
                              "(the engine's own design; no level measured it)")
                 continue
             found, _ = engines.limit_changes({k: value}, adapter, context)
+            off = off_graph_sizes(adapter, self.server_args, found["prefill_chunk"]) if "prefill_chunk" in found and b.graphs else None
+            if off:  # full chunks run eager between the sizes the engine captures: a cost no phase here holds
+                unseen.append(f"{k}={value}: {off}")
             if "prefill_chunk" in found and self.prefill is not None and not b.mixed_steps:
                 found.pop("token_budget", None)  # the chunk's one field: priced per forward below
             for limit, v in found.items():
@@ -695,7 +698,7 @@ class PerfModel:
                 return (f"the fixed cost of one prefill forward beside its tokens: {bench} (prefill forwards of two "
                         f"sizes), or {level}", {"kind": "step_profile", "batches": [1, 4], "graphs_off": None})
         if unseen:
-            return f"{level}: the model has no term for {', '.join(u.split(':')[0] for u in unseen)}", as_level
+            return f"{level}: the model has no term for {', '.join(dict.fromkeys(u.split(':')[0] for u in unseen))}", as_level
         if self.client_starved and missing is None:
             return (f"the baseline again with its client on cores of its own (GLM5_CPUS=split) or on a quieter host, "
                     f"or {level}: the phase's client was starved of CPU at every level, so its host, not the engine, set every level's pace"), as_level

@@ -44,7 +44,7 @@ import pandas as pd
 from glm5lib.diagnose.model.profile import MIN_SPREAD
 from glm5lib.stepmodel import nnls
 
-__all__ = ["PrefillForwards", "forwards", "read_prefill"]
+__all__ = ["PrefillForwards", "forwards", "off_graph_sizes", "read_prefill"]
 
 
 def forwards(input_len: float, chunk: float, *, alone: bool) -> tuple[float, float, float]:
@@ -192,3 +192,23 @@ def read_prefill(frame: pd.DataFrame | None) -> tuple[float, float, float, str] 
     spread = max(float(np.max(np.abs(fit / y - 1.0))), MIN_SPREAD)
     source = str(frame["source"].dropna().iloc[0]) if "source" in frame and frame["source"].notna().any() else "the step benchmark"
     return float(slope), float(intercept), spread, source
+
+
+def off_graph_sizes(adapter: Any, server_args: dict[str, Any], chunk: Any) -> str | None:
+    """Why a forecast of prefill chunk ``chunk`` cannot be given where the engine captures prefill
+    steps as CUDA graphs on a grid of token counts and ``chunk`` lies between two of them: every full
+    chunk would run eager, a cost no phase with graphed chunks holds (on one H100 a 530-token chunk
+    read about a third of 512's prompt rate and the load lost 59% of its throughput:
+    data/examples/h100-sglang-tune-in-turn); None where it is a captured size or the engine has no grid."""
+    try:
+        size = float(chunk)
+    except (TypeError, ValueError):
+        return None
+    reader = getattr(adapter, "release_reader", None)
+    release = reader(server_args) if reader else None
+    grid = next((lev.on_grid() for lev in adapter.levers(release) if lev.acts_on == "prefill" and lev.grid), [])
+    if not grid or size in grid or not grid[0] < size < grid[-1]:
+        return None
+    below, above = max(g for g in grid if g < size), min(g for g in grid if g > size)
+    return (f"not a size the engine captures as a prefill CUDA graph, so every full chunk would run eager, a cost "
+            f"not in the evidence ({below:g} and {above:g} are captured)")
