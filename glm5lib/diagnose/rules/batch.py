@@ -469,9 +469,12 @@ def rule_prefill_graph(ev: Evidence) -> list[Finding]:
         return []
     lever = next((lev for lev in ev.adapter().levers(ev.release) if lev.acts_on == "prefill" and lev.grid), None)
     sizes = lever.on_grid() if lever is not None else []
+    # what the start-up log says was captured wins over the release's grid (a model or a pool may
+    # lower the ceiling; an older release's piecewise graphs had a grid of their own)
+    logged = [int(t) for t in (ev.startup or {}).get("cuda_graph_num_tokens") or []]
     known = isinstance(chunk, (int, float))
-    # the largest size captured under the chunk (the engine's grid), else the largest step seen under a graph
-    below = max((int(s) for s in sizes if known and s <= chunk), default=largest)
+    # the largest size captured under the chunk, else the largest step seen under a graph
+    below = max(logged or [int(s) for s in sizes if known and s <= chunk], default=largest)
     above = min((int(s) for s in sizes if known and s > chunk), default=None)
     rate = _col(p, "input_throughput")
     cost = ""
@@ -489,7 +492,9 @@ def rule_prefill_graph(ev: Evidence) -> list[Finding]:
             evidence=(f"cuda graph: False on {int(over.sum())} of the {int((tokens > largest).sum())} prefill lines "
                       f"of more than {largest} tokens (the largest step that ran under a graph), up to "
                       f"{int(tokens[over].max())} tokens; the chunk is {sized}"
-                      + (f", and the largest size captured under it is {below}" if sizes and known else "") + cost),
+                      + (f", and the largest size captured under it is {below}"
+                         + (" (the start-up log's list)" if logged else "") if (logged or sizes) and known else "")
+                      + cost),
             suggestion=(f"set {field} to a size the engine captures as a prefill graph, {choice}: a chunk between "
                         "two captured sizes runs every full chunk eager, and the decode steps waiting behind it "
                         "take longer" + ("" if sizes else "; the engine's start-up log lists the sizes it captured")),

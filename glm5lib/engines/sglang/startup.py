@@ -103,9 +103,12 @@ def read_startup(facts: dict[str, Any], others: dict[str, Any], msg: str, rank: 
         if "piecewise" in low:
             stage = "piecewise_cuda_graph"
         bs = _BS_LIST_RE.search(msg)
-        if bs and (" bs" in msg or "bs=" in msg or "num tokens" in msg):
+        # the prefill token counts captured: "num tokens [...]" (piecewise graphs), "num_tokens=[...]"
+        # (0.5.16's target prefill graphs); the decode capture's "num_tokens_per_req=1, bs=[...]" is batches
+        tokens = "num tokens" in msg or "num_tokens=[" in msg
+        if bs and (" bs" in msg or "bs=" in msg or tokens):
             nums = bs.group(1) or bs.group(2) or bs.group(3) or ""
-            what = "num_tokens" if "num tokens" in msg else "batch_sizes"
+            what = "num_tokens" if tokens else "batch_sizes"
             s.setdefault(f"{stage}_{what}", [int(x) for x in re.findall(r"\d+", nums)])
         if " end" in low:
             # 0.5.14 on captures prefill and decode graphs apart: the decode capture's own cost too

@@ -60,3 +60,14 @@ def test_a_forecast_of_a_chunk_between_two_captured_sizes_is_withheld_and_says_w
                for u in off.unseen_changes)
     (on,) = model.forecast({"chunked_prefill_size": 1024}, [128], input_len=1536, output_len=97)
     assert not any("prefill CUDA graph" in u for u in on.unseen_changes)
+
+
+def test_the_start_up_reading_keeps_the_prefill_token_counts_apart_from_the_decode_batches():
+    """0.5.16 logs its prefill capture as ``num_tokens=[...]`` and its decode capture as
+    ``num_tokens_per_req=1, bs=[...]``: the first is the prefill grid, the second the decode batches."""
+    from glm5lib.engines.sglang.config import prefill_graph_sizes
+    from glm5lib.logs import parse_log
+
+    startup = parse_log(CHUNKS / "tune-2" / rundir.SERVER_LOG).startup
+    assert startup["cuda_graph_num_tokens"] == prefill_graph_sizes(530)
+    assert startup["cuda_graph_batch_sizes"] == [1, 2, 4, 8, 12, 16, 24, 32]
