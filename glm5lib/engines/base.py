@@ -585,6 +585,11 @@ class EngineAdapter:
                                                             else _as_limit(limit, value) is True)
         return limits, others
 
+    def prefill_grid(self, release: str | None = None) -> list[float]:
+        """The prefill chunk sizes ``release`` captures as CUDA graphs (its prefill lever's grid);
+        [] where the engine runs every chunk alike."""
+        return next((lev.on_grid() for lev in self.levers(release) if lev.acts_on == "prefill" and lev.grid), [])
+
     def graph_sizes(self, largest: int | None, running_cap: int | None = None) -> tuple[int, ...]:
         """The decode batch sizes captured as CUDA graphs when ``largest`` is the ceiling and at
         most ``running_cap`` requests run (the engine trims capture to its request pool and

@@ -206,7 +206,7 @@ def off_graph_sizes(adapter: Any, server_args: dict[str, Any], chunk: Any) -> st
         return None
     reader = getattr(adapter, "release_reader", None)
     release = reader(server_args) if reader else None
-    grid = next((lev.on_grid() for lev in adapter.levers(release) if lev.acts_on == "prefill" and lev.grid), [])
+    grid = adapter.prefill_grid(release)
     if not grid or size in grid or not grid[0] < size < grid[-1]:
         return None
     below, above = max(g for g in grid if g < size), min(g for g in grid if g > size)

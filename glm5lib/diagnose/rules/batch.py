@@ -442,8 +442,6 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
     ]
 
 
-
-
 def rule_prefill_graph(ev: Evidence) -> list[Finding]:
     """Whole prefill chunks run eager because the chunk is not a size the engine captures as a graph.
 
@@ -467,8 +465,7 @@ def rule_prefill_graph(ev: Evidence) -> list[Finding]:
     chunk = ev.limits().get("prefill_chunk")
     if over.sum() < 3 or over.sum() < 0.5 * (tokens > largest).sum():
         return []
-    lever = next((lev for lev in ev.adapter().levers(ev.release) if lev.acts_on == "prefill" and lev.grid), None)
-    sizes = lever.on_grid() if lever is not None else []
+    sizes = ev.adapter().prefill_grid(ev.release)
     # what the start-up log says was captured wins over the release's grid (a model or a pool may
     # lower the ceiling; an older release's piecewise graphs had a grid of their own)
     logged = [int(t) for t in (ev.startup or {}).get("cuda_graph_num_tokens") or []]
@@ -484,7 +481,7 @@ def rule_prefill_graph(ev: Evidence) -> list[Finding]:
             cost = (f"; the log's input throughput on those steps was {eager:,.0f} prompt tok/s against "
                     f"{graphed:,.0f} on graph steps of {largest // 2}-{largest} tokens ({graphed / eager:.1f}x)")
     field = ev.adapter().capabilities.field("prefill_chunk") or "the prefill chunk"
-    sized = f"{chunk:g}" if isinstance(chunk, (int, float)) else "the prefill chunk"
+    sized = f"{chunk:g}" if known else "the prefill chunk"
     choice = f"{below}" + (f" or {above}" if above else "")
     return [
         Finding(
