@@ -185,6 +185,11 @@ class Capabilities:
     field_aliases: Mapping[str, str] = field(default_factory=dict)
     #: limit -> the start-up fact its log adapter writes for the value in force
     startup_keys: Mapping[str, str] = field(default_factory=dict)
+    #: the start-up fact its log adapter writes with the prefill token counts captured as CUDA graphs
+    #: (a list); "" where its log says none
+    prefill_capture_key: str = ""
+    #: the field that sets the largest prefill step captured as a CUDA graph; "" where it has none
+    prefill_graph_max_field: str = ""
     #: field -> the start-up fact its log writes with the value the engine resolved for it
     #: (a diff compares that where the field was left unset)
     resolved_facts: Mapping[str, str] = field(default_factory=dict)
@@ -589,6 +594,15 @@ class EngineAdapter:
         """The prefill chunk sizes ``release`` captures as CUDA graphs (its prefill lever's grid);
         [] where the engine runs every chunk alike."""
         return next((lev.on_grid() for lev in self.levers(release) if lev.acts_on == "prefill" and lev.grid), [])
+
+    def captured_prefill(self, startup: Mapping[str, Any] | None) -> list[int]:
+        """The prefill token counts a phase's start-up log says were captured as CUDA graphs, in
+        order; [] where the log has no such list."""
+        key = self.capabilities.prefill_capture_key
+        listed = (startup or {}).get(key) if key else None
+        if not isinstance(listed, (list, tuple)):
+            return []
+        return sorted({int(t) for t in listed if isinstance(t, (int, float)) and not isinstance(t, bool) and t > 0})
 
     def graph_sizes(self, largest: int | None, running_cap: int | None = None) -> tuple[int, ...]:
         """The decode batch sizes captured as CUDA graphs when ``largest`` is the ceiling and at

@@ -736,7 +736,6 @@ SGLANG_NAMES_OUTSIDE = {
     "glm5lib.diagnose.rules.batch": {
         "kv_cache_dtype": "the KV-capacity finding covers the KV cache's data type",
         "cuda_graph_batch_sizes": "the graph rule: the sizes SGLang's log says it captured",
-        "cuda_graph_num_tokens": "the prefill-graph rule: the prompt token counts SGLang's log says it captured",
         "decode_cuda_graph_capture_time_s decode_cuda_graph_mem_usage_gb cuda_graph_capture_time_s "
         "cuda_graph_mem_usage_gb": "the graph rule: what capturing the decode graphs cost (the last two before "
                                    "SGLang split its graphs by phase)",

@@ -116,6 +116,7 @@ class Bounds:
     graphs: bool = False  # decode steps replay CUDA graphs (up to the largest captured size)
     graph_max_batch: int | None = None  # the ceiling once the running cap no longer bounds capture
     graph_sizes: tuple[int, ...] = ()  # the captured decode sizes (a batch pads to the next)
+    prefill_captured: tuple[int, ...] = ()  # the prefill token counts the start-up log says were captured
     workers: dict[str, int] = dataclasses.field(default_factory=dict)  # serving role -> processes
     stream_interval: int = 1
 
@@ -492,8 +493,9 @@ class PerfModel:
                              "(the engine's own design; no level measured it)")
                 continue
             found, _ = engines.limit_changes({k: value}, adapter, context)
-            off = off_graph_sizes(adapter, self.server_args, found["prefill_chunk"]) if "prefill_chunk" in found and b.graphs else None
-            if off:  # full chunks run eager between the sizes the engine captures: a cost no phase here holds
+            off = off_graph_sizes(adapter, self.server_args, found["prefill_chunk"], captured=b.prefill_captured,
+                                  base_chunk=self.bounds.prefill_chunk) if "prefill_chunk" in found and b.graphs else None
+            if off:  # full chunks eager in one and under a graph in the other: a cost no phase here holds
                 unseen.append(f"{k}={value}: {off}")
             if "prefill_chunk" in found and self.prefill is not None and not b.mixed_steps:
                 found.pop("token_budget", None)  # the chunk's one field: priced per forward below
@@ -877,6 +879,7 @@ def _bounds_of(ev: Any, adapter: Any) -> tuple[Bounds, bool]:
         reserve_ratio=_reserve_ratio(lim.admission_reserve) if caps.reserves_future_tokens else 0.0,
         mixed_steps=caps.mixed_steps,
         graphs=graphs_on, graph_max_batch=ceiling if graphs_on else None, graph_sizes=sizes,
+        prefill_captured=tuple(adapter.captured_prefill(ev.startup)),
         workers=workers, stream_interval=_int(lim.stream_interval) or 1,
     ), graphs_apply
 

@@ -44,7 +44,7 @@ import pandas as pd
 from glm5lib.diagnose.model.profile import MIN_SPREAD
 from glm5lib.stepmodel import nnls
 
-__all__ = ["PrefillForwards", "forwards", "off_graph_sizes", "read_prefill"]
+__all__ = ["PrefillForwards", "forwards", "off_graph_sizes", "prefill_ceiling", "read_prefill"]
 
 
 def forwards(input_len: float, chunk: float, *, alone: bool) -> tuple[float, float, float]:
@@ -194,21 +194,59 @@ def read_prefill(frame: pd.DataFrame | None) -> tuple[float, float, float, str] 
     return float(slope), float(intercept), spread, source
 
 
-def off_graph_sizes(adapter: Any, server_args: dict[str, Any], chunk: Any) -> str | None:
-    """Why a forecast of prefill chunk ``chunk`` cannot be given where the engine captures prefill
-    steps as CUDA graphs on a grid of token counts and ``chunk`` lies between two of them: every full
-    chunk would run eager, a cost no phase with graphed chunks holds (on one H100 a 530-token chunk
-    read about a third of 512's prompt rate and the load lost 59% of its throughput:
-    data/examples/h100-sglang-tune-in-turn); None where it is a captured size or the engine has no grid."""
+def prefill_ceiling(captured: Sequence[float], grid: Sequence[float], chunk: Any) -> int | None:
+    """The largest prefill step the engine captures as a CUDA graph, where its start-up log shows a
+    ceiling of its own rather than the chunk's: the captured list (``captured``) ends below the
+    largest size of the release's grid (``grid``) at or under ``chunk``, or past the chunk. SGLang
+    sets such a ceiling for models with MLA attention (GLM-5, Kimi K2, DeepSeek: 2,048 prefill tokens
+    in 0.5.16, at most 8,192 in 0.5.23, whatever the chunk), and lowers any ceiling to the KV pool's
+    size and the context length; a step above it runs eager by the engine's own choice. None where
+    the log lists no sizes, or its list ends where the chunk puts it."""
+    if not captured:
+        return None
+    top = int(max(captured))
     try:
         size = float(chunk)
     except (TypeError, ValueError):
         return None
-    reader = getattr(adapter, "release_reader", None)
-    release = reader(server_args) if reader else None
-    grid = adapter.prefill_grid(release)
-    if not grid or size in grid or not grid[0] < size < grid[-1]:
+    at_chunk = max((g for g in grid if g <= size), default=size) if grid else size
+    return top if top != int(at_chunk) else None
+
+
+def off_graph_sizes(adapter: Any, server_args: dict[str, Any], chunk: Any, *, captured: Sequence[float] = (),
+                    base_chunk: Any = None) -> str | None:
+    """Why a forecast of prefill chunk ``chunk`` cannot be given, from a phase at ``base_chunk``, where
+    the engine captures prefill steps as CUDA graphs on a grid of token counts up to a ceiling: one of
+    the two runs its full chunks eager and the other under a graph, a cost (or a gain) no phase holds.
+    A chunk between two captured sizes runs every full chunk eager (on one H100 a 530-token chunk read
+    about a third of 512's prompt rate and the load lost 59% of its throughput:
+    data/examples/h100-sglang-tune-in-turn), and so does one above a ceiling of the engine's own that
+    the phase's start-up log shows (``captured``; :func:`prefill_ceiling`). None where both run alike,
+    or the engine has no grid. Without ``base_chunk`` the phase's chunks are taken as captured."""
+    try:
+        size = float(chunk)
+        base = float(base_chunk) if base_chunk is not None else None
+    except (TypeError, ValueError):
         return None
+    reader = getattr(adapter, "release_reader", None)
+    grid = adapter.prefill_grid(reader(server_args) if reader else None)
+    ceiling = prefill_ceiling(captured, grid, base) if base is not None else None
+    grid = [g for g in grid if ceiling is None or g <= ceiling]
+
+    def graphed(c: float) -> bool | None:  # None: the grid does not say
+        if ceiling is not None and c > ceiling:
+            return False
+        return c in grid if grid and grid[0] <= c <= grid[-1] else None
+
+    new, old = graphed(size), (True if base is None else graphed(base))
+    if new is None or old is None or new == old:
+        return None
+    if new:
+        return (f"a size the engine captures as a prefill CUDA graph, where the phase's full chunks of {base:g} ran "
+                "eager: a gain not in the evidence")
+    if ceiling is not None and size > ceiling:
+        return (f"above the largest prefill step the engine captures as a CUDA graph ({ceiling:g} tokens, the "
+                "start-up log's list), so every full chunk would run eager, a cost not in the evidence")
     below, above = max(g for g in grid if g < size), min(g for g in grid if g > size)
     return (f"not a size the engine captures as a prefill CUDA graph, so every full chunk would run eager, a cost "
             f"not in the evidence ({below:g} and {above:g} are captured)")

@@ -21,6 +21,7 @@ from glm5lib.diagnose.evidence import (
 )
 from glm5lib.diagnose.knowledge import remedy
 from glm5lib.diagnose.model import Recommendation, predict_remedy, recommend_running_cap
+from glm5lib.diagnose.model.prefill import prefill_ceiling
 from glm5lib.diagnose.model.queries import model_of
 from glm5lib.diagnose.rules._queue import held_at_cap, offered_load
 
@@ -443,14 +444,18 @@ def rule_cuda_graph(ev: Evidence) -> list[Finding]:
 
 
 def rule_prefill_graph(ev: Evidence) -> list[Finding]:
-    """Whole prefill chunks run eager because the chunk is not a size the engine captures as a graph.
+    """Whole prefill chunks run eager: the chunk is not a size the engine captures as a graph, or it
+    lies above a ceiling the engine set itself.
 
     An engine that captures prefill steps as CUDA graphs does so on a grid of token counts up to its
     chunk (SGLang 0.5.16: every 4 to 32, 16 to 256, 32 to 512, 64 to 1,024, 256 to 4,096, 512
     beyond); a chunk between two sizes runs each of its full chunks eager (on one H100, a 530-token
     chunk read 13,600 prompt tok/s against 45,300 at 512, and the load's throughput fell 59%:
-    data/examples/h100-sglang-tune-in-turn). Read from the log's prefill lines alone: the largest
-    step that ran under a graph, and the steps above it that did not."""
+    data/examples/h100-sglang-tune-in-turn). For models with MLA attention SGLang stops capturing at
+    a ceiling of its own (2,048 tokens in 0.5.16, 8,192 in 0.5.23), so a chunk on the grid above it
+    runs eager by the engine's choice: that is said apart, and the chunk is not called wrong. Read
+    from the log's prefill lines: the largest step that ran under a graph, and the steps above it
+    that did not; the sizes captured from the start-up log where it lists them."""
     p = ev.prefill
     if p is None or p.empty or "cuda_graph" not in p or "new_token" not in p:
         ev.skipped.append("prefill_graph: no prefill lines with a cuda graph field")
@@ -462,42 +467,56 @@ def rule_prefill_graph(ev: Evidence) -> list[Finding]:
         return []  # no prefill step ran under a graph: none were captured (off, or a release without them)
     largest = int(tokens[graph].max())
     over = (~graph) & (tokens > largest)
-    chunk = ev.limits().get("prefill_chunk")
     if over.sum() < 3 or over.sum() < 0.5 * (tokens > largest).sum():
         return []
-    sizes = ev.adapter().prefill_grid(ev.release)
-    # what the start-up log says was captured wins over the release's grid (a model or a pool may
-    # lower the ceiling; an older release's piecewise graphs had a grid of their own)
-    logged = [int(t) for t in (ev.startup or {}).get("cuda_graph_num_tokens") or []]
+    adapter = ev.adapter()
+    chunk = ev.limits().get("prefill_chunk")
     known = isinstance(chunk, (int, float))
-    # the largest size captured under the chunk, else the largest step seen under a graph
+    sizes = adapter.prefill_grid(ev.release)
+    logged = adapter.captured_prefill(ev.startup)  # what the start-up log says was captured wins
+    ceiling = prefill_ceiling(logged, sizes, chunk) if known else None
+    if known and ceiling is None and chunk in sizes:
+        ceiling = largest  # a chunk the grid captures, whose full chunks ran eager all the same
+    evidence = (f"cuda graph: False on {int(over.sum())} of the {int((tokens > largest).sum())} prefill lines of more "
+                f"than {largest} tokens (the largest step that ran under a graph), up to {int(tokens[over].max())} "
+                f"tokens; the chunk is {f'{chunk:g}' if known else 'unknown'}")
+    cost = _graph_cost(p, graph, tokens, over, largest)
+    field = adapter.capabilities.field("prefill_chunk") or "the prefill chunk"
+    if ceiling is not None and known and ceiling < chunk:
+        raise_it = adapter.capabilities.prefill_graph_max_field
+        return [Finding(
+            finding=f"prefill steps of more than {ceiling} tokens run without CUDA graphs: the engine captures "
+                    f"prefill graphs up to {ceiling} tokens, below the chunk of {chunk:g}",
+            evidence=evidence + (f"; the start-up log's list of captured sizes ends at {ceiling}" if logged else "") + cost,
+            suggestion=(f"the ceiling is {adapter.title}'s own, not the chunk's: it lowers it for models with MLA "
+                        "attention (SGLang 0.5.16 to 2,048 tokens, 0.5.23 to 8,192, so that graphed prefill does not "
+                        "dispatch slower kernels) and to the KV pool's size. "
+                        + (f"{raise_it} raises it, and " if raise_it else "")
+                        + f"{field} {ceiling} runs every full chunk under a graph but splits longer prompts: measure "
+                        "either against this run before keeping it"),
+            confidence=0.6, rule="prefill_graph", severity=0.2, covers=("prefill_chunk",))]
     below = max(logged or [int(s) for s in sizes if known and s <= chunk], default=largest)
     above = min((int(s) for s in sizes if known and s > chunk), default=None)
-    rate = _col(p, "input_throughput")
-    cost = ""
-    if rate[over].notna().any() and rate[graph].notna().any():
-        eager, graphed = float(rate[over].median()), float(rate[graph & (tokens > 0.5 * largest)].median())
-        if math.isfinite(graphed) and eager > 0:
-            cost = (f"; the log's input throughput on those steps was {eager:,.0f} prompt tok/s against "
-                    f"{graphed:,.0f} on graph steps of {largest // 2}-{largest} tokens ({graphed / eager:.1f}x)")
-    field = ev.adapter().capabilities.field("prefill_chunk") or "the prefill chunk"
-    sized = f"{chunk:g}" if known else "the prefill chunk"
     choice = f"{below}" + (f" or {above}" if above else "")
-    return [
-        Finding(
-            finding=f"prefill steps of more than {below} tokens run without CUDA graphs",
-            evidence=(f"cuda graph: False on {int(over.sum())} of the {int((tokens > largest).sum())} prefill lines "
-                      f"of more than {largest} tokens (the largest step that ran under a graph), up to "
-                      f"{int(tokens[over].max())} tokens; the chunk is {sized}"
-                      + (f", and the largest size captured under it is {below}"
-                         + (" (the start-up log's list)" if logged else "") if (logged or sizes) and known else "")
-                      + cost),
-            suggestion=(f"set {field} to a size the engine captures as a prefill graph, {choice}: a chunk between "
-                        "two captured sizes runs every full chunk eager, and the decode steps waiting behind it "
-                        "take longer" + ("" if sizes else "; the engine's start-up log lists the sizes it captured")),
-            confidence=0.75,
-            rule="prefill_graph",
-            severity=0.4,
-            covers=("prefill_chunk",),
-        )
-    ]
+    return [Finding(
+        finding=f"prefill steps of more than {below} tokens run without CUDA graphs",
+        evidence=evidence + (f", and the largest size captured under it is {below}"
+                             + (" (the start-up log's list)" if logged else "") if (logged or sizes) and known else "")
+        + cost,
+        suggestion=(f"set {field} to a size the engine captures as a prefill graph, {choice}: a chunk between "
+                    "two captured sizes runs every full chunk eager, and the decode steps waiting behind it "
+                    "take longer" + ("" if sizes else "; the engine's start-up log lists the sizes it captured")),
+        confidence=0.75, rule="prefill_graph", severity=0.4, covers=("prefill_chunk",))]
+
+
+def _graph_cost(p: pd.DataFrame, graph: pd.Series, tokens: pd.Series, over: pd.Series, largest: int) -> str:
+    """The log's input throughput on the eager steps against graph steps of the upper half of the
+    graphed sizes, where the lines carry it."""
+    rate = _col(p, "input_throughput")
+    if not (rate[over].notna().any() and rate[graph].notna().any()):
+        return ""
+    eager, graphed = float(rate[over].median()), float(rate[graph & (tokens > 0.5 * largest)].median())
+    if not (math.isfinite(graphed) and eager > 0):
+        return ""
+    return (f"; the log's input throughput on those steps was {eager:,.0f} prompt tok/s against "
+            f"{graphed:,.0f} on graph steps of {largest // 2}-{largest} tokens ({graphed / eager:.1f}x)")

@@ -78,6 +78,8 @@ CAPABILITIES = Capabilities(
     startup_keys={"running_cap": "max_running_requests", "kv_tokens": "max_total_num_tokens",
                   "token_budget": "chunked_prefill_size", "prefill_chunk": "chunked_prefill_size"},
     neutral_fields={"disable_radix_cache": "prefix caching: the sweep's random prompts share no prefix"},
+    prefill_capture_key="cuda_graph_num_tokens",
+    prefill_graph_max_field="cuda_graph_max_bs_prefill",
     logs_graph_use=True,
     report_fields=("model_path", "tp_size", "max_running_requests", "attention_backend", "disable_cuda_graph",
                    "cuda_graph_max_bs", "disable_radix_cache", "moe_runner_backend", "fp4_gemm_runner_backend",
