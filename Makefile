@@ -38,7 +38,7 @@ test: setup lint
 
 # the edit loop: the unit tests (tests/unit, which start no process and no server)
 test-quick: setup lint
-	$(BIN)/python -m pytest tests/unit $(ARGS)
+	$(BIN)/python -m pytest tests/unit -n $(WORKERS) $(ARGS)
 
 # real servers, engines, notebooks and the browser (make test runs these and the unit tests)
 test-integration: setup lint
