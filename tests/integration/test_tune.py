@@ -3,7 +3,7 @@
 The stand-in tests tune ``max_running_requests`` at 1,024 concurrent requests under a median
 TPOT limit: more running requests raise throughput and TPOT together, so neither the smallest
 nor the largest cap wins. The tuner must reach 95% of the best limit-meeting point of a grid of
-8 caps, measured with the same launch and sweep code, in at most 5 launches, and its pick must
+6 caps, measured with the same launch and sweep code, in at most 5 launches, and its pick must
 meet the limit when launched and measured again.
 """
 
@@ -25,11 +25,15 @@ from glm5lib.tune.model import Landscape, Point
 # The stand-in's landscape at 1,024 concurrent 128+32-token requests (baseline profile): caps
 # 64 -> 512 -> 1,024 gave about 800 -> 2,440 -> 3,730 tok/s with median TPOT 74 -> 216 -> 438 ms.
 LIMIT = "median_tpot_ms<=250"
-CAPS = [64, 128, 256, 384, 512, 640, 768, 1024]
+# (640 and 768 broke the limit as 1,024 does: left out, two launches fewer)
+CAPS = [64, 128, 256, 384, 512, 1024]
 # The search's launches: doubling from 64 reaches 512 in four, and 512 sits a few percent under the limit
 # (216-243 ms), so on a loaded machine it may break it; the fifth launch is the bracket below it then (a
 # run with four ended at 256, 80% of the grid's best at 384, when 512 measured over 250 ms).
 BUDGET = 5
+# STANDIN_ALONE: the tests of the stand-in's search run with the machine to themselves (``solo``): the
+# cap of 512 sits a few percent under the limit, and beside another worker's tests it broke the limit in
+# the search's launches and met it in the grid's, so the search ended at 256 against the grid's 512.
 
 
 def _workload(duration: float = 6.0) -> tune.Workload:
@@ -196,12 +200,13 @@ def standin(tmp_path_factory):
     return run, result, again, grid
 
 
+@pytest.mark.solo  # the stand-in's timings near the limit: a loaded machine moves them (see STANDIN_ALONE)
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_tuner_reaches_the_grids_best_in_few_launches_on_the_standin(standin):
     run, result, again, grid = standin
     assert 1 <= result.launches <= BUDGET
-    assert grid.launches == 8 and len(grid.candidates) == 8
+    assert grid.launches == len(CAPS) and len(grid.candidates) == len(CAPS)
     # neither extreme wins: the smallest cap meets the limit with the least throughput, the largest breaks it
     rows = grid.candidates.set_index("value")
     assert bool(rows.loc[64, "slo_met"]) and not bool(rows.loc[1024, "slo_met"])
@@ -233,9 +238,10 @@ def test_tuner_reaches_the_grids_best_in_few_launches_on_the_standin(standin):
     assert ServerConfig.load(run / rundir.TUNE_BEST).get("max_running_requests") == \
         result.best["changes"]["max_running_requests"]
     kinds = pd.read_csv(run / rundir.TUNE_CSV)["kind"].value_counts().to_dict()
-    assert kinds == {"tune": result.launches, "grid": 8, "check": 1}
+    assert kinds == {"tune": result.launches, "grid": len(CAPS), "check": 1}
 
 
+@pytest.mark.solo  # the stand-in's timings near the limit: a loaded machine moves them (see STANDIN_ALONE)
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_rerun_resumes_without_relaunching_and_json_has_the_contract(standin, capsys):
@@ -254,17 +260,19 @@ def test_a_rerun_resumes_without_relaunching_and_json_has_the_contract(standin, 
     assert {p: (run / p / rundir.SERVER_LOG).stat().st_mtime_ns for p in logs} == logs
 
 
+@pytest.mark.solo  # the stand-in's timings near the limit: a loaded machine moves them (see STANDIN_ALONE)
 @pytest.mark.slow
 def test_report_section_and_figure(standin):
     run, _result, _again, _grid = standin
     text = tune.report.section_markdown(run)
     assert text.startswith("## Tuning")
-    assert "| tune | `tune-1` |" in text and "| grid | `grid-8` |" in text
+    assert "| tune | `tune-1` |" in text and f"| grid | `grid-{len(CAPS)}` |" in text
     assert "Grid's best" in text and "Measured again" in text and "![Tuning" in text
     assert (run / rundir.FIGURES / "tune.png").stat().st_size > 5000
     assert tune.report.section_markdown(run / "nothing-here") is None
 
 
+@pytest.mark.solo  # the stand-in's timings near the limit: a loaded machine moves them (see STANDIN_ALONE)
 @pytest.mark.slow
 def test_goodput_counts_the_requests_within_every_per_request_limit(standin):
     run, _result, _again, _grid = standin
